@@ -1,0 +1,181 @@
+"""conntrack: how full each node's connection-tracking table got, and whether it dropped connections.
+
+Signal (node_exporter, queries.md §4): peak of ``node_nf_conntrack_entries / node_nf_conntrack_entries_limit`` per
+node over the window (1-minute subquery, portable PromQL), the increase of ``node_nf_conntrack_stat_drop`` and
+``node_nf_conntrack_stat_early_drop`` (kernel counters exported as gauges, hence ``increase()``), and the minute of
+the worst node's peak from a range query.
+
+Thresholds: a peak of 80 % costs one point — the alert threshold the 07-20 post-mortem added (ConntrackNearFull),
+leaving head-room before the kernel starts refusing new flows; 95 % or any drop costs two, because at that point
+new connections are already being refused or evicted (and a node that loses its API-server connection takes
+unrelated pods with it, as on 07-20 at 04:46). 07-20 itself peaked at 72 %: shown, not penalised.
+
+No conntrack series at all means the module is not loaded or the collector fails — UNKNOWN, never "0 %". Nodes
+whose ``node_scrape_collector_success{collector="conntrack"}`` never reached 1 are named as blind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from checks.contract import (
+    Finding,
+    Offender,
+    SourceError,
+    Sources,
+    Status,
+    Window,
+    fmt_int,
+    fmt_percent,
+    grade,
+    local_time,
+    node_name,
+    unknown,
+)
+
+NAME = "conntrack"
+
+
+@dataclass(frozen=True)
+class ConntrackPolicy:
+    """Fill ratios and penalties."""
+
+    enabled: bool = True
+    warn_ratio: float = 0.80
+    crit_ratio: float = 0.95
+    warn_penalty: int = 1
+    crit_penalty: int = 2
+    top: int = 3
+
+
+@dataclass(frozen=True)
+class ConntrackCheck:
+    """Peak conntrack fill and drops per node."""
+
+    policy: ConntrackPolicy
+    name: str = NAME
+
+    def queries(self, window: Window) -> dict[str, str]:
+        """The PromQL this check sends, by purpose."""
+        rng = window.promql_range()
+        return {
+            "peak": (
+                "max by (instance) (max_over_time((node_nf_conntrack_entries / node_nf_conntrack_entries_limit)"
+                f"[{rng}:1m]))"
+            ),
+            "entries": f"max by (instance) (max_over_time(node_nf_conntrack_entries[{rng}]))",
+            "limit": f"max by (instance) (max_over_time(node_nf_conntrack_entries_limit[{rng}]))",
+            "drops": (f'sum by (instance) (increase({{__name__=~"node_nf_conntrack_stat_(early_)?drop"}}[{rng}]))'),
+            "blind": (
+                f'max by (instance) (max_over_time(node_scrape_collector_success{{collector="conntrack"}}[{rng}])) == 0'
+            ),
+        }
+
+    async def __call__(self, sources: Sources, window: Window) -> Finding:
+        queries = self.queries(window)
+        try:
+            peak = await sources.metrics.instant(queries["peak"], window.end)
+            entries = await sources.metrics.instant(queries["entries"], window.end)
+            limit = await sources.metrics.instant(queries["limit"], window.end)
+            drops = await sources.metrics.instant(queries["drops"], window.end)
+            blind = await sources.metrics.instant(queries["blind"], window.end)
+        except SourceError as exc:
+            return unknown(NAME, "conntrack not checked: the metrics backend did not answer", str(exc))
+
+        blind_nodes = sorted(node_name(sample.labels.get("instance", "?")) for sample in blind)
+        if not peak:
+            return unknown(
+                NAME,
+                "conntrack not checked: no node_nf_conntrack_* series in the window",
+                "no conntrack series" + (f" (collector failing on {', '.join(blind_nodes)})" if blind_nodes else ""),
+                hint="Is node_exporter scraped, and is the nf_conntrack module loaded on the nodes?",
+            )
+
+        entries_by = {sample.labels.get("instance", ""): sample.value for sample in entries}
+        limit_by = {sample.labels.get("instance", ""): sample.value for sample in limit}
+        drops_by = {sample.labels.get("instance", ""): round(sample.value) for sample in drops}
+        ranked = sorted(peak, key=lambda sample: -sample.value)
+        worst = ranked[0]
+        worst_instance = worst.labels.get("instance", "")
+        peak_at = await self._peak_time(sources, window, worst_instance)
+
+        dropped = {instance: count for instance, count in drops_by.items() if count > 0}
+        level = 0
+        if worst.value >= self.policy.crit_ratio or dropped:
+            level = 2
+        elif worst.value >= self.policy.warn_ratio:
+            level = 1
+        status, penalty = grade(level, self.policy.warn_penalty, self.policy.crit_penalty)
+
+        offenders = [
+            Offender(
+                labels={
+                    "node": node_name(sample.labels.get("instance", "?")),
+                    "entries": str(round(entries_by.get(sample.labels.get("instance", ""), 0))),
+                    "limit": str(round(limit_by.get(sample.labels.get("instance", ""), 0))),
+                    "drops": str(drops_by.get(sample.labels.get("instance", ""), 0)),
+                },
+                value=round(sample.value, 4),
+            )
+            for sample in ranked[: self.policy.top]
+        ]
+        at = f" at {peak_at}" if peak_at else ""
+        summary = (
+            f"peak {fmt_percent(worst.value)} on {node_name(worst_instance)} "
+            f"({fmt_int(entries_by.get(worst_instance, 0))} / {fmt_int(limit_by.get(worst_instance, 0))}){at}"
+        )
+        if dropped:
+            summary += "; " + ", ".join(
+                f"{fmt_int(count)} dropped on {node_name(instance)}" for instance, count in sorted(dropped.items())
+            )
+        else:
+            summary += ", no drops"
+        evidence = [
+            f"{offender.labels['node']}: peak {fmt_percent(offender.value)} "
+            f"({fmt_int(float(offender.labels['entries']))} / {fmt_int(float(offender.labels['limit']))})"
+            + (f", {fmt_int(float(offender.labels['drops']))} drops" if offender.labels["drops"] != "0" else "")
+            for offender in offenders
+        ]
+        error = None
+        if blind_nodes:
+            evidence.append(f"conntrack not visible on {', '.join(blind_nodes)}")
+            error = f"conntrack collector failing on {', '.join(blind_nodes)}"
+            if status is Status.OK:
+                # Healthy where we can see is not healthy everywhere.
+                status = Status.UNKNOWN
+        hint = ""
+        if status in (Status.WARN, Status.CRIT):
+            hint = (
+                f"On {node_name(worst_instance)}: `conntrack -S` and `conntrack -L | sort | uniq -c` by destination "
+                "show who holds the entries; a reconnect loop or a missing keep-alive usually does. Raise "
+                "nf_conntrack_max only after finding it."
+            )
+        return Finding(
+            name=NAME,
+            status=status,
+            penalty=penalty,
+            value=round(worst.value, 4),
+            summary=summary,
+            offenders=offenders,
+            hint=hint,
+            error=error,
+            evidence=evidence,
+        )
+
+    async def _peak_time(self, sources: Sources, window: Window, instance: str) -> str:
+        """The minute the worst node peaked; empty when the range query fails (the peak itself is known)."""
+        selector = instance.replace("\\", "\\\\").replace('"', '\\"')
+        query = (
+            f'node_nf_conntrack_entries{{instance="{selector}"}} / '
+            f'node_nf_conntrack_entries_limit{{instance="{selector}"}}'
+        )
+        try:
+            series = await sources.metrics.range(query, window.start, window.end, 60)
+        except SourceError:
+            return ""
+        best: tuple[float, float] | None = None
+        for one in series:
+            for moment, value in one.points:
+                if best is None or value > best[1]:
+                    best = (moment, value)
+        return local_time(best[0], window) if best else ""

@@ -1,0 +1,226 @@
+"""The contract between the digest engine and its checks.
+
+A check is an async callable that takes the sources and the window and returns one `Finding`. It never raises for
+a backend problem: the sources raise `SourceError` (the one error type of the source boundary) and the check turns
+it into an UNKNOWN finding that carries the error. UNKNOWN is not OK (as in nagiosplugin): a check that could not
+see is never reported healthy.
+
+This module is the whole vocabulary the checks share; it imports nothing from `digest/` so that the engine depends
+on the checks and never the other way round.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Protocol
+
+
+class Status(enum.StrEnum):
+    """How a check judged its signal. UNKNOWN means it could not judge: never treat it as OK."""
+
+    OK = "OK"
+    WARN = "WARN"
+    CRIT = "CRIT"
+    UNKNOWN = "UNKNOWN"
+
+
+class SourceErrorKind(enum.StrEnum):
+    """Why a backend could not answer; transient kinds may succeed on a later run."""
+
+    UNREACHABLE = "unreachable"  # connection refused, DNS failure, TLS failure
+    TIMEOUT = "timeout"
+    HTTP = "http"  # the backend answered with an error status
+    BAD_RESPONSE = "bad_response"  # the backend answered 200 with something that is not the expected JSON
+    QUERY = "query"  # the backend rejected the query itself (400/422): a bug or an incompatible backend
+
+
+class SourceError(Exception):
+    """The single error type raised by every source; its message is safe to show (no secrets, no bodies)."""
+
+    def __init__(self, source: str, kind: SourceErrorKind, message: str) -> None:
+        super().__init__(f"{source}: {message}")
+        self.source = source
+        self.kind = kind
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.kind.value}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Window:
+    """A half-open time window [start, end) in UTC, with the zone the reader lives in (for display only)."""
+
+    start: datetime
+    end: datetime
+    zone: tzinfo
+    label: str  # how the window is named in the headline: "2026-07-20" or "24h to 2026-07-21 12:00"
+
+    def __post_init__(self) -> None:
+        if self.start.tzinfo is None or self.end.tzinfo is None:
+            raise ValueError("window bounds must be timezone-aware")
+        if self.end <= self.start:
+            raise ValueError("window end must be after its start")
+
+    @property
+    def duration(self) -> timedelta:
+        return self.end - self.start
+
+    @property
+    def seconds(self) -> int:
+        return int(self.duration.total_seconds())
+
+    def promql_range(self) -> str:
+        """The window's length as a PromQL range literal, e.g. ``86400s`` (exact, whatever the DST)."""
+        return f"{self.seconds}s"
+
+    def logsql_time_filter(self) -> str:
+        """The window as an absolute half-open LogsQL filter in UTC with ``Z``, never relative to now."""
+        return f"_time:[{_rfc3339_utc(self.start)}, {_rfc3339_utc(self.end)})"
+
+
+def _rfc3339_utc(moment: datetime) -> str:
+    text = moment.astimezone(UTC).isoformat(timespec="seconds")
+    return text.replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One series of an instant vector: its labels and value."""
+
+    labels: Mapping[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class RangeSeries:
+    """One series of a range result: its labels and (unix seconds, value) points."""
+
+    labels: Mapping[str, str]
+    points: Sequence[tuple[float, float]]
+
+
+class MetricsSource(Protocol):
+    """A Prometheus-compatible query API (VictoriaMetrics, vmselect, Prometheus)."""
+
+    async def instant(self, query: str, at: datetime) -> list[Sample]:
+        """Evaluate ``query`` at ``at``; raise `SourceError` on any failure."""
+        ...
+
+    async def range(self, query: str, start: datetime, end: datetime, step_seconds: int) -> list[RangeSeries]:
+        """Evaluate ``query`` over [start, end] every ``step_seconds``; raise `SourceError` on any failure."""
+        ...
+
+
+class LogsSource(Protocol):
+    """A LogsQL stats API (VictoriaLogs): counting happens in the backend, lines are never downloaded."""
+
+    async def stats(self, query: str, at: datetime) -> list[Sample]:
+        """Run a ``| stats`` query anchored at ``at``; raise `SourceError` on any failure."""
+        ...
+
+    async def stats_range(self, query: str, start: datetime, end: datetime, step_seconds: int) -> list[RangeSeries]:
+        """Run a ``| stats`` query bucketed by ``step_seconds``; raise `SourceError` on any failure."""
+        ...
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The backends a check may query."""
+
+    metrics: MetricsSource
+    logs: LogsSource
+
+
+@dataclass(frozen=True)
+class Offender:
+    """One thing the finding blames (a workload, a node, an upstream) with the number that blames it."""
+
+    labels: Mapping[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one check says about the window.
+
+    ``penalty`` is the points this finding costs before any cap across checks; ``value`` is the headline number
+    (None when unknown); ``evidence`` are the short lines shown under a deduction, most important first.
+    """
+
+    name: str
+    status: Status
+    penalty: int
+    value: float | None
+    summary: str
+    offenders: Sequence[Offender] = ()
+    hint: str = ""
+    error: str | None = None
+    evidence: Sequence[str] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.penalty < 0:
+            raise ValueError("penalty cannot be negative")
+        if self.status is Status.OK and self.penalty:
+            raise ValueError("an OK finding cannot cost points")
+        if self.status is Status.OK and self.error:
+            raise ValueError("a finding with an error cannot be OK")
+
+
+class Check(Protocol):
+    """A check: sources and window in, one finding out. It must not raise for backend failures."""
+
+    @property
+    def name(self) -> str:
+        """The check's name as it appears in the digest and its JSON."""
+        ...
+
+    async def __call__(self, sources: Sources, window: Window) -> Finding: ...
+
+
+def unknown(name: str, summary: str, error: str | None, hint: str = "") -> Finding:
+    """The finding of a check that could not see its signal."""
+    return Finding(name=name, status=Status.UNKNOWN, penalty=0, value=None, summary=summary, hint=hint, error=error)
+
+
+def grade(level: int, warn_penalty: int, crit_penalty: int) -> tuple[Status, int]:
+    """Status and penalty for a threshold level (0 none crossed, 1 the warning one, 2 the critical one)."""
+    if level >= 2:
+        return Status.CRIT, crit_penalty
+    if level == 1:
+        return Status.WARN, warn_penalty
+    return Status.OK, 0
+
+
+def fmt_int(value: float) -> str:
+    """A count with thousands separators, as read on a phone: 4,539,734."""
+    return f"{round(value):,}"
+
+
+def fmt_percent(ratio: float) -> str:
+    """A ratio as a percentage with the precision its size deserves: 72 %, 0.017 %."""
+    percent = ratio * 100
+    if percent >= 10:
+        return f"{percent:.0f} %"
+    if percent >= 1:
+        return f"{percent:.1f} %"
+    if percent >= 0.01:
+        return f"{percent:.3g} %"
+    return f"{percent:.2g} %"
+
+
+def local_time(unix_seconds: float, window: Window) -> str:
+    """A moment in the reader's zone: HH:MM when the window is one local day, else MM-DD HH:MM."""
+    moment = datetime.fromtimestamp(unix_seconds, tz=window.zone)
+    last_instant = window.end - timedelta(microseconds=1)
+    if window.start.astimezone(window.zone).date() == last_instant.astimezone(window.zone).date():
+        return moment.strftime("%H:%M")
+    return moment.strftime("%m-%d %H:%M")
+
+
+def node_name(instance: str) -> str:
+    """A node_exporter instance without its port: ``pi5-2:9100`` → ``pi5-2``."""
+    return instance.rsplit(":", 1)[0] if instance.count(":") == 1 else instance

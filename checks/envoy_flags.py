@@ -1,0 +1,293 @@
+"""envoy_flags: 5xx answers that Envoy itself flagged, by response flag and upstream.
+
+Signal: Envoy Gateway's default JSON access log in VictoriaLogs (queries.md §6.4) and, when present, Istio's
+``istio_requests_total{response_flags}`` (§6.1). A response flag says *why* the proxy answered badly — UH: no
+healthy upstream, UC: the upstream closed a kept-alive connection, UF: connect failure… — which is what a reader
+needs to know where to look (§6.3). The denominator is every request of that upstream.
+
+Queries::
+
+    _time:[start, end) kubernetes.pod_namespace:="envoy-gateway-system" kubernetes.container_name:="envoy"
+      | unpack_json from _msg fields (response_code, response_flags, upstream_cluster) keep_original_fields
+      | stats by (upstream_cluster, response_flags) count() as requests,
+                                                 count() if (response_code:~"^5[0-9][0-9]$") as errors
+
+    sum by (reporter, destination_service_namespace, destination_service_name, response_code, response_flags)
+      (increase(istio_requests_total[<window>]))
+
+``unpack_json … keep_original_fields`` reads the JSON message when the shipper kept it as text and leaves fields
+alone when the shipper already parsed them. For Istio both reporters are read and, per service, the larger count of
+each (flag, code) is kept so that a request seen by both sidecars is counted once.
+
+Thresholds (seed 000): any UH costs two points — every such request found no endpoint at all, the service was down
+for those users (08-12 readiness spiral, the Recreate rollout). Other flagged 5xx cost one point from 0.01 % of an
+upstream's requests and two from 1 %: 08-16's 35 UC out of 200,580 (0.017 %) is the one-point day — rare enough to
+be a race, frequent enough to be a real misconfiguration (proxy idle timeout longer than the upstream keep-alive).
+
+No access-log line and no Istio series in the window: UNKNOWN (the gateway's logs are not where the policy says).
+A cluster without Envoy disables the check in the policy; it is then listed as disabled, never as OK.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from checks.contract import (
+    Finding,
+    Offender,
+    Sample,
+    SourceError,
+    Sources,
+    Status,
+    Window,
+    fmt_int,
+    fmt_percent,
+    grade,
+    unknown,
+)
+from checks.logsql import field_name
+
+NAME = "envoy_flags"
+
+# What each response flag means and where to look (Envoy docs, substitution_formatter.rst; queries.md §6.3).
+FLAG_MEANINGS: dict[str, tuple[str, str]] = {
+    "UH": (
+        "no healthy upstream: the service had no ready endpoint",
+        "check the EndpointSlice and readiness probes of the service (rollout with strategy Recreate? readiness "
+        "failing under CPU throttling?)",
+    ),
+    "UF": (
+        "upstream connection failure",
+        "the pods refused or did not accept connections: crash loop, wrong port, network policy",
+    ),
+    "UO": ("upstream overflow: circuit breaker open", "raise the cluster's circuit-breaker limits or add replicas"),
+    "NR": ("no route configured", "the HTTPRoute/VirtualService does not match this host or path"),
+    "URX": ("upstream retry limit exceeded", "every retry failed: look at the upstream's own errors"),
+    "NC": ("upstream cluster not found", "a route points at a backend that does not exist"),
+    "DT": ("max connection or stream duration reached", "check max_connection_duration settings"),
+    "DC": ("downstream connection terminated", "the client went away before the answer (timeouts on the client side)"),
+    "LH": ("local service failed its health check", "the sidecar's own application is unhealthy"),
+    "UT": (
+        "upstream request timeout",
+        "the upstream answered slower than the route timeout: its latency or the timeout",
+    ),
+    "LR": ("connection reset by the proxy itself", "look at the proxy's own resource limits and overload"),
+    "UR": ("upstream remote reset", "the upstream reset the stream: crash or abort in the application"),
+    "UC": (
+        "upstream connection terminated: the upstream closed a kept-alive connection",
+        "idle-timeout ordering: the proxy's idle timeout must be shorter than the upstream's keep-alive "
+        "(e.g. BackendTrafficPolicy connectionIdleTimeout below uvicorn's 5 s, or Istio idleTimeout below the "
+        "server's IdleTimeout)",
+    ),
+    "DI": ("fault-injection delay", "a fault-injection policy is active"),
+    "FI": ("fault-injection abort", "a fault-injection policy is active"),
+    "RL": ("rate limited", "the rate-limit policy rejected the request"),
+    "UAEX": ("denied by external authorization", "the ext_authz service refused"),
+    "RLSE": ("rate-limit service error", "the rate-limit service is failing"),
+    "IH": ("invalid x-envoy header", "a client sent an invalid strictly-checked x-envoy-* header"),
+    "SI": ("stream idle timeout", "the stream was idle longer than the idle timeout"),
+    "DPE": ("downstream protocol error", "a client sent malformed HTTP"),
+    "UPE": ("upstream protocol error", "the upstream answered malformed HTTP (wrong protocol or port?)"),
+    "UMSDR": ("upstream max stream duration reached", "the upstream stream exceeded max_stream_duration"),
+    "OM": ("overload manager terminated the request", "the proxy is out of resources"),
+    "DF": ("DNS resolution failed", "the dynamic forward proxy could not resolve the host"),
+    "DO": ("dropped by EDS drop_overload", "the control plane asked to shed load"),
+    "UDO": ("unconditional drop_overload", "the control plane drops all traffic to this cluster"),
+    "DR": ("downstream remote reset", "the client reset the stream"),
+    "NFCF": ("no filter config found", "a filter's configuration never arrived from the control plane"),
+    "RFCF": ("served from the cache filter", "not an error"),
+}
+
+
+@dataclass(frozen=True)
+class EnvoyFlagsPolicy:
+    """Where the access log is, its field names, and what flagged 5xx cost."""
+
+    enabled: bool = True
+    scope_filter: str = 'kubernetes.pod_namespace:="envoy-gateway-system" kubernetes.container_name:="envoy"'
+    code_field: str = "response_code"
+    flags_field: str = "response_flags"
+    upstream_field: str = "upstream_cluster"
+    use_istio_metrics: bool = True
+    uh_penalty: int = 2
+    warn_ratio: float = 0.0001
+    crit_ratio: float = 0.01
+    warn_penalty: int = 1
+    crit_penalty: int = 2
+    top: int = 5
+
+
+@dataclass
+class _Upstream:
+    requests: float = 0.0
+    server_errors: float = 0.0
+    flagged: dict[str, float] | None = None
+
+    def add_flagged(self, flag: str, count: float) -> None:
+        if self.flagged is None:
+            self.flagged = {}
+        self.flagged[flag] = self.flagged.get(flag, 0.0) + count
+
+
+@dataclass(frozen=True)
+class EnvoyFlagsCheck:
+    """Flagged 5xx per upstream from the gateway's access log and Istio metrics."""
+
+    policy: EnvoyFlagsPolicy
+    name: str = NAME
+
+    def log_query(self, window: Window) -> str:
+        """The LogsQL stats query over the gateway's access log."""
+        policy = self.policy
+        code, flags, upstream = (
+            field_name(policy.code_field),
+            field_name(policy.flags_field),
+            field_name(policy.upstream_field),
+        )
+        scope = f" {policy.scope_filter}" if policy.scope_filter else ""
+        return (
+            f"{window.logsql_time_filter()}{scope}"
+            f" | unpack_json from _msg fields ({code}, {flags}, {upstream}) keep_original_fields"
+            f" | stats by ({upstream}, {flags}) count() as requests,"
+            f' count() if ({code}:~"^5[0-9][0-9]$") as errors'
+        )
+
+    def istio_query(self, window: Window) -> str:
+        """The PromQL over Istio's request counter."""
+        return (
+            "sum by (reporter, destination_service_namespace, destination_service_name, response_code, "
+            f"response_flags) (increase(istio_requests_total[{window.promql_range()}]))"
+        )
+
+    async def __call__(self, sources: Sources, window: Window) -> Finding:
+        errors: list[str] = []
+        upstreams: dict[str, _Upstream] = defaultdict(_Upstream)
+        log_rows: Sequence[Sample] = ()
+        try:
+            log_rows = await sources.logs.stats(self.log_query(window), window.end)
+        except SourceError as exc:
+            errors.append(str(exc))
+        self._add_log_rows(upstreams, log_rows)
+        istio_rows: Sequence[Sample] = ()
+        if self.policy.use_istio_metrics:
+            try:
+                istio_rows = await sources.metrics.instant(self.istio_query(window), window.end)
+            except SourceError as exc:
+                errors.append(str(exc))
+            self._add_istio_rows(upstreams, istio_rows)
+
+        total_requests = sum(upstream.requests for upstream in upstreams.values())
+        if total_requests == 0:
+            if errors:
+                return unknown(NAME, "proxy answers not checked: the backends did not answer", "; ".join(errors))
+            return unknown(
+                NAME,
+                "proxy answers not checked: no Envoy access log and no istio_requests_total in the window",
+                "no access-log lines or Istio series in the window",
+                hint="Is the gateway's access log shipped? Set envoy_flags.scope_filter in the policy to where it "
+                "is, or disable the check on a cluster without Envoy.",
+            )
+        return self._finding(upstreams, total_requests, errors)
+
+    def _add_log_rows(self, upstreams: dict[str, _Upstream], rows: Sequence[Sample]) -> None:
+        policy = self.policy
+        for row in rows:
+            upstream = upstreams[_clean(row.labels.get(policy.upstream_field, ""))]
+            flags = _clean(row.labels.get(policy.flags_field, ""))
+            if row.labels.get("__name__") == "requests":
+                upstream.requests += row.value
+            elif row.value > 0:
+                upstream.server_errors += row.value
+                if flags != "-":
+                    upstream.add_flagged(flags, row.value)
+
+    def _add_istio_rows(self, upstreams: dict[str, _Upstream], rows: Sequence[Sample]) -> None:
+        # Keep, per service and (code, flags), the larger of the two reporters' counts: counted once, seen by either.
+        best: dict[tuple[str, str, str], float] = defaultdict(float)
+        for row in rows:
+            labels = row.labels
+            namespace = labels.get("destination_service_namespace", "?")
+            service = f"istio:{namespace}/{labels.get('destination_service_name', '?')}"
+            key = (service, labels.get("response_code", ""), labels.get("response_flags", "-") or "-")
+            best[key] = max(best[key], round(row.value))
+        for (service, code, flags), count in best.items():
+            upstream = upstreams[service]
+            upstream.requests += count
+            if code.startswith("5") and len(code) == 3:
+                upstream.server_errors += count
+                if flags != "-":
+                    upstream.add_flagged(flags, count)
+
+    def _finding(self, upstreams: dict[str, _Upstream], total_requests: float, errors: list[str]) -> Finding:
+        policy = self.policy
+        rows: list[tuple[float, str, str, float, float]] = []  # (count, flag, upstream, ratio, requests)
+        for name, upstream in upstreams.items():
+            for flags, count in (upstream.flagged or {}).items():
+                ratio = count / upstream.requests if upstream.requests else 1.0
+                rows.append((count, flags, name, ratio, upstream.requests))
+        rows.sort(key=lambda row: (-("UH" in _split(row[1])), -row[3], -row[0]))
+
+        has_uh = any("UH" in _split(flags) for _, flags, _, _, _ in rows)
+        worst_other = max((ratio for _, flags, _, ratio, _ in rows if "UH" not in _split(flags)), default=0.0)
+        level = 2 if worst_other >= policy.crit_ratio else 1 if worst_other >= policy.warn_ratio else 0
+        status, penalty = grade(level, policy.warn_penalty, policy.crit_penalty)
+        if has_uh and policy.uh_penalty >= penalty:
+            status, penalty = Status.CRIT, policy.uh_penalty
+
+        flagged_total = sum(row[0] for row in rows)
+        offenders = [
+            Offender(labels={"upstream": name, "flag": flags, "requests": str(round(requests))}, value=count)
+            for count, flags, name, _, requests in rows[: policy.top]
+        ]
+        evidence = [
+            f"{fmt_int(count)} × 5xx {flags} on {name} ({fmt_percent(ratio)} of {fmt_int(requests)}): {_meaning(flags)}"
+            for count, flags, name, ratio, requests in rows[: policy.top]
+        ]
+        unflagged = sum(upstream.server_errors for upstream in upstreams.values()) - flagged_total
+        if unflagged > 0:
+            evidence.append(f"{fmt_int(unflagged)} other 5xx came from the applications themselves (no proxy flag)")
+        if errors:
+            evidence.append("partly blind: " + "; ".join(errors))
+        if rows:
+            count, flags, name, ratio, requests = rows[0]
+            summary = f"{fmt_int(count)} × {flags} on {name} ({fmt_percent(ratio)} of {fmt_int(requests)} requests)" + (
+                f"; {fmt_int(flagged_total)} flagged 5xx in all" if flagged_total > count else ""
+            )
+            hint_flags = []
+            for _, row_flags, _, _, _ in rows[: policy.top]:
+                for flag in _split(row_flags):
+                    if flag not in hint_flags:
+                        hint_flags.append(flag)
+            hint = " ".join(f"{flag}: {FLAG_MEANINGS[flag][1]}." for flag in hint_flags if flag in FLAG_MEANINGS)
+        else:
+            summary = f"no flagged 5xx in {fmt_int(total_requests)} requests"
+            hint = ""
+        if errors and status is Status.OK:
+            status = Status.UNKNOWN
+        return Finding(
+            name=NAME,
+            status=status,
+            penalty=penalty,
+            value=flagged_total,
+            summary=summary,
+            offenders=offenders,
+            hint=hint,
+            error="; ".join(errors) or None,
+            evidence=evidence,
+        )
+
+
+def _clean(value: str) -> str:
+    """Access logs print unset values as ``-`` or null; both mean "none"."""
+    return value if value not in ("", "null") else "-"
+
+
+def _split(flags: str) -> list[str]:
+    """Envoy joins several flags with commas (``UF,URX``): compare whole flags, never substrings."""
+    return [flag for flag in flags.split(",") if flag]
+
+
+def _meaning(flags: str) -> str:
+    return "; ".join(FLAG_MEANINGS.get(flag, (f"flag {flag}", ""))[0] for flag in _split(flags))

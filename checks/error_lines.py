@@ -1,0 +1,189 @@
+"""error_lines: error lines per workload in the window, counted by VictoriaLogs.
+
+Signal: log lines that are errors, grouped by namespace and workload (the pod name without its ReplicaSet hash and
+pod suffix, so a crash-looping Deployment's pods add up), next to the workload's total lines.
+
+Query (one LogsQL stats query, counting done in the backend — no line is downloaded)::
+
+    _time:[start, end) <optional filter>
+      | stats by (kubernetes.pod_namespace, kubernetes.pod_name)
+          count() as total,
+          count() if (level:~"(?i)^(error|err|fatal|critical|panic)$" or (level:"" i(error))) as errors
+
+The default fields are those of Vector's ``kubernetes_logs`` source. An error line is one whose ``level`` is an
+error level (any case) or, for lines without a level field, whose message contains the word "error" (any case).
+
+Thresholds (the seed's rule, 2026-07-20 post-mortem): 50,000 error lines from one workload in 24 h cost one point,
+500,000 cost two. A normal workload writes a few thousand lines a day; 50,000 errors is already an order of magnitude
+beyond noise, 500,000 is a flood that loads the log pipeline and usually the node (07-20: 4.5 M lines, conntrack
+at 72 %). Windows shorter or longer than 24 h scale the thresholds proportionally.
+
+No log line at all in the window means the log pipeline (or the query) is blind: UNKNOWN, never "0 errors".
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+from checks.contract import (
+    Finding,
+    Offender,
+    SourceError,
+    Sources,
+    Status,
+    Window,
+    fmt_int,
+    fmt_percent,
+    grade,
+    unknown,
+)
+from checks.logsql import any_of_regex, field_name
+
+NAME = "error_lines"
+_DAY_SECONDS = 86_400
+
+# Kubernetes names generated suffixes with this alphabet (no vowels, no 0/1/3) — matching only it keeps a real
+# name segment such as "cache" or "redis" from being taken for a hash.
+_SAFE = "[bcdfghjklmnpqrstvwxz2456789]"
+_DEPLOYMENT_POD = re.compile(rf"^(?P<workload>.+)-{_SAFE}{{6,10}}-{_SAFE}{{5}}$")
+_GENERATED_POD = re.compile(rf"^(?P<workload>.+)-{_SAFE}{{5}}$")
+_STATEFUL_POD = re.compile(r"^(?P<workload>.+)-\d+$")
+
+
+def workload_of(pod: str) -> str:
+    """The workload a pod belongs to: Deployment pods lose the ReplicaSet hash and suffix, others their suffix."""
+    for pattern in (_DEPLOYMENT_POD, _GENERATED_POD, _STATEFUL_POD):
+        match = pattern.match(pod)
+        if match:
+            return match.group("workload")
+    return pod
+
+
+@dataclass(frozen=True)
+class ErrorLinesPolicy:
+    """Thresholds and log field names; every value can be overridden in the policy file."""
+
+    enabled: bool = True
+    warn_lines: int = 50_000
+    crit_lines: int = 500_000
+    warn_penalty: int = 1
+    crit_penalty: int = 2
+    namespace_field: str = "kubernetes.pod_namespace"
+    pod_field: str = "kubernetes.pod_name"
+    level_field: str = "level"
+    error_levels: tuple[str, ...] = ("error", "err", "fatal", "critical", "panic")
+    message_word: str = "error"
+    # A complete LogsQL filter replacing the level/word rule above, for pipelines with their own convention.
+    error_filter: str = ""
+    # An extra LogsQL filter applied to every line (e.g. a stream selector); empty means all logs.
+    scope_filter: str = ""
+    top: int = 5
+
+
+@dataclass(frozen=True)
+class ErrorLinesCheck:
+    """Counts error lines per workload in VictoriaLogs."""
+
+    policy: ErrorLinesPolicy
+    name: str = NAME
+
+    def error_predicate(self) -> str:
+        """The LogsQL filter that selects error lines."""
+        policy = self.policy
+        if policy.error_filter:
+            return policy.error_filter
+        level = field_name(policy.level_field)
+        word = policy.message_word.replace('"', "")
+        return f'{level}:~{any_of_regex(policy.error_levels)} or ({level}:"" i({word}))'
+
+    def query(self, window: Window) -> str:
+        """The one stats query this check sends."""
+        policy = self.policy
+        scope = f" {policy.scope_filter}" if policy.scope_filter else ""
+        by = f"{field_name(policy.namespace_field)}, {field_name(policy.pod_field)}"
+        return (
+            f"{window.logsql_time_filter()}{scope} | stats by ({by}) count() as total, "
+            f"count() if ({self.error_predicate()}) as errors"
+        )
+
+    def thresholds(self, window: Window) -> tuple[float, float]:
+        """The warn and crit thresholds scaled to the window's length."""
+        scale = window.seconds / _DAY_SECONDS
+        return self.policy.warn_lines * scale, self.policy.crit_lines * scale
+
+    async def __call__(self, sources: Sources, window: Window) -> Finding:
+        try:
+            rows = await sources.logs.stats(self.query(window), window.end)
+        except SourceError as exc:
+            return unknown(NAME, "error lines not counted: the log backend did not answer", str(exc))
+
+        policy = self.policy
+        totals: dict[tuple[str, str], float] = defaultdict(float)
+        errors: dict[tuple[str, str], float] = defaultdict(float)
+        for row in rows:
+            key = (row.labels.get(policy.namespace_field, ""), workload_of(row.labels.get(policy.pod_field, "")))
+            target = errors if row.labels.get("__name__") == "errors" else totals
+            target[key] += row.value
+
+        all_lines = sum(totals.values())
+        if all_lines == 0:
+            return unknown(
+                NAME,
+                "no log line at all in the window: the log pipeline or its field names are not what the policy says",
+                "no log lines in the window",
+                hint=f"Check that the log shipper runs and that pods carry {policy.namespace_field} / "
+                f"{policy.pod_field}.",
+            )
+
+        ranked = sorted(((count, key) for key, count in errors.items() if count > 0), reverse=True)
+        worst = ranked[0][0] if ranked else 0.0
+        warn_at, crit_at = self.thresholds(window)
+        status, penalty = grade(
+            2 if worst >= crit_at else 1 if worst >= warn_at else 0, policy.warn_penalty, policy.crit_penalty
+        )
+        offenders = [
+            Offender(
+                labels={
+                    "namespace": namespace,
+                    "workload": workload,
+                    "total_lines": str(round(totals[(namespace, workload)])),
+                },
+                value=count,
+            )
+            for count, (namespace, workload) in ranked[: policy.top]
+        ]
+        total_errors = sum(errors.values())
+        evidence = [
+            f"{offender.labels['namespace']}/{offender.labels['workload']}: {fmt_int(offender.value)} error lines "
+            f"of {fmt_int(float(offender.labels['total_lines']))}"
+            for offender in offenders
+        ]
+        if ranked:
+            count, (namespace, workload) = ranked[0]
+            share = count / totals[(namespace, workload)] if totals[(namespace, workload)] else 0.0
+            summary = (
+                f"{namespace}/{workload} wrote {fmt_int(count)} error lines ({fmt_percent(share)} of its "
+                f"{fmt_int(totals[(namespace, workload)])} lines); {fmt_int(total_errors)} in all"
+            )
+        else:
+            summary = f"no error lines in {fmt_int(all_lines)} log lines"
+        hint = ""
+        if status is not Status.OK:
+            namespace, workload = ranked[0][1]
+            hint = (
+                f"Read the first errors of {namespace}/{workload} (LogsQL: {window.logsql_time_filter()} "
+                f'{field_name(policy.namespace_field)}:="{namespace}" | sort by (_time) | limit 20) and look for a '
+                "retry loop without backoff; cap per-pod log volume in the shipper."
+            )
+        return Finding(
+            name=NAME,
+            status=status,
+            penalty=penalty,
+            value=worst,
+            summary=summary,
+            offenders=offenders,
+            hint=hint,
+            evidence=evidence,
+        )

@@ -1,0 +1,193 @@
+"""oom_kills: containers killed by the kernel's OOM killer in the window.
+
+Signal: kube-state-metrics restarts whose *fresh* last-terminated reason is ``OOMKilled`` (queries.md §1.2 B), so a
+later restart for another reason (07-20: the 17:03 liveness kill after the 06:15 OOM) is not counted as an OOM even
+though the old ``reason="OOMKilled"`` series lingers without a staleness marker. Portable PromQL (no MetricsQL-only
+function), evaluated at the window end with the window's length as range::
+
+    sum by (namespace, pod, container) (sum_over_time((
+        clamp_min(restarts_total - restarts_total offset 1m, 0)
+        * on (namespace, pod, container) group_left()
+        (timestamp(last_terminated_reason{reason="OOMKilled"})
+           >= bool on (namespace, pod, container) timestamp(restarts_total))
+    )[<window>:1m]))
+
+The kill time comes from ``kube_pod_container_status_last_terminated_timestamp`` (kube-state-metrics ≥ 2.12) under
+the same freshness check. ``node_vmstat_oom_kill`` (node_exporter) is the cross-check: the kernel counts every OOM
+kill on the node, including child processes that did not terminate the container — those are reported too.
+
+Threshold (the seed's rule): any OOM kill in the window costs one point; together with error lines at most two
+(the cap lives in the policy, not here). Without kube-state-metrics (no ``up`` series for its job, or ``up`` never 1)
+the check is UNKNOWN: no OOMKilled series means "healthy" only when the exporter was there to emit it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from checks.contract import (
+    Finding,
+    Offender,
+    Sample,
+    SourceError,
+    Sources,
+    Status,
+    Window,
+    fmt_int,
+    local_time,
+    node_name,
+    unknown,
+)
+
+NAME = "oom_kills"
+_KEY = ("namespace", "pod", "container")
+
+
+@dataclass(frozen=True)
+class OomKillsPolicy:
+    """Which job is kube-state-metrics and what an OOM kill costs."""
+
+    enabled: bool = True
+    penalty: int = 1
+    ksm_job: str = ".*kube-state-metrics.*"
+    node_exporter_job: str = ".*node.*exporter.*"
+    top: int = 5
+
+
+@dataclass(frozen=True)
+class OomKillsCheck:
+    """Counts OOM kills per container with the freshness-checked join, cross-checked with the node's kernel."""
+
+    policy: OomKillsPolicy
+    name: str = NAME
+
+    def queries(self, window: Window) -> dict[str, str]:
+        """The PromQL this check sends, by purpose."""
+        rng = window.promql_range()
+        fresh_oom = (
+            'timestamp(kube_pod_container_status_last_terminated_reason{reason="OOMKilled"}) '
+            ">= bool on (namespace, pod, container) timestamp(kube_pod_container_status_restarts_total)"
+        )
+        fresh_oom_filter = (
+            'timestamp(kube_pod_container_status_last_terminated_reason{reason="OOMKilled"}) '
+            ">= on (namespace, pod, container) timestamp(kube_pod_container_status_last_terminated_timestamp)"
+        )
+        job = self.policy.ksm_job.replace('"', "")
+        node_job = self.policy.node_exporter_job.replace('"', "")
+        return {
+            "ksm_up": f'max by (job) (max_over_time(up{{job=~"{job}"}}[{rng}]))',
+            "kills": (
+                "sum by (namespace, pod, container) (sum_over_time(("
+                "clamp_min(kube_pod_container_status_restarts_total - kube_pod_container_status_restarts_total "
+                "offset 1m, 0) * on (namespace, pod, container) group_left() "
+                f"({fresh_oom}))[{rng}:1m]))"
+            ),
+            "kill_times": (
+                "max by (namespace, pod, container) (max_over_time(("
+                "kube_pod_container_status_last_terminated_timestamp and on (namespace, pod, container) "
+                f"({fresh_oom_filter}))[{rng}:1m]))"
+            ),
+            "node_kills": f'sum by (instance) (increase(node_vmstat_oom_kill{{job=~"{node_job}"}}[{rng}]))',
+        }
+
+    async def __call__(self, sources: Sources, window: Window) -> Finding:
+        queries = self.queries(window)
+        try:
+            ksm_up = await sources.metrics.instant(queries["ksm_up"], window.end)
+        except SourceError as exc:
+            return unknown(NAME, "OOM kills not checked: the metrics backend did not answer", str(exc))
+        if not ksm_up or max(sample.value for sample in ksm_up) < 1:
+            return unknown(
+                NAME,
+                "OOM kills not checked: kube-state-metrics was not scraped in the window",
+                f'no up{{job=~"{self.policy.ksm_job}"}} = 1 in the window',
+                hint="Is kube-state-metrics running and scraped? Set oom_kills.ksm_job in the policy if its job "
+                "has another name.",
+            )
+        try:
+            kills = await sources.metrics.instant(queries["kills"], window.end)
+            kill_times = await sources.metrics.instant(queries["kill_times"], window.end)
+        except SourceError as exc:
+            return unknown(NAME, "OOM kills not checked: the metrics backend did not answer", str(exc))
+        node_error: str | None = None
+        try:
+            node_kills: Sequence[Sample] = await sources.metrics.instant(queries["node_kills"], window.end)
+        except SourceError as exc:
+            node_kills, node_error = (), str(exc)
+        return self._finding(window, kills, kill_times, node_kills, node_error)
+
+    def _finding(
+        self,
+        window: Window,
+        kills: Sequence[Sample],
+        kill_times: Sequence[Sample],
+        node_kills: Sequence[Sample],
+        node_error: str | None,
+    ) -> Finding:
+        start = window.start.timestamp()
+        times = {
+            tuple(sample.labels.get(key, "") for key in _KEY): sample.value
+            for sample in kill_times
+            if sample.value >= start
+        }
+        counted = sorted(
+            ((round(sample.value), tuple(sample.labels.get(key, "") for key in _KEY)) for sample in kills),
+            reverse=True,
+        )
+        counted = [(count, key) for count, key in counted if count > 0]
+        container_kills = sum(count for count, _ in counted)
+        kernel_kills = sum(round(sample.value) for sample in node_kills)
+        offenders: list[Offender] = []
+        evidence: list[str] = []
+        for count, key in counted[: self.policy.top]:
+            labels = dict(zip(_KEY, key, strict=True))
+            when = times.get(key)
+            if when is not None:
+                labels["time"] = local_time(when, window)
+            offenders.append(Offender(labels=labels, value=count))
+            at = f" at {labels['time']}" if "time" in labels else ""
+            times_word = "OOM kill" if count == 1 else f"{count} OOM kills"
+            evidence.append(f"{key[0]}/{key[1]} container {key[2]}: {times_word}{at}")
+
+        nodes = ", ".join(
+            f"{node_name(sample.labels.get('instance', '?'))} {fmt_int(sample.value)}"
+            for sample in sorted(node_kills, key=lambda sample: -sample.value)
+            if round(sample.value) > 0
+        )
+        unattributed = max(0, kernel_kills - container_kills)
+        if node_kills and nodes:
+            evidence.append(f"kernel OOM killer on the nodes: {nodes}")
+        if unattributed:
+            evidence.append(
+                f"{fmt_int(unattributed)} kernel OOM kill(s) not seen as a container termination "
+                "(a child process was killed, or the pod was deleted before the next scrape)"
+            )
+        if node_error:
+            evidence.append(f"node cross-check unavailable: {node_error}")
+
+        total = max(container_kills, kernel_kills)
+        if total == 0:
+            summary = "no OOM kill"
+            if not node_kills and not node_error:
+                summary += " (node_vmstat_oom_kill absent: kernel cross-check not possible)"
+            return Finding(name=NAME, status=Status.OK, penalty=0, value=0, summary=summary, evidence=evidence)
+
+        if counted:
+            count, key = counted[0]
+            at = f" at {local_time(times[key], window)}" if key in times else ""
+            more = f" ({fmt_int(container_kills)} container kills in all)" if container_kills > count else ""
+            summary = f"{key[0]}/{key[1]} ({key[2]}) OOM-killed{at}{more}"
+        else:
+            summary = f"{fmt_int(kernel_kills)} kernel OOM kill(s) on {nodes}, no container terminated by it"
+        return Finding(
+            name=NAME,
+            status=Status.WARN,
+            penalty=self.policy.penalty,
+            value=total,
+            summary=summary,
+            offenders=offenders,
+            hint="Compare the container's working set with its memory limit before the kill; a limit raise buys "
+            "time, a bound on the growth (queue, retries, cache) fixes it.",
+            evidence=evidence,
+        )

@@ -1,0 +1,1 @@
+"""digest: a daily cluster health digest."""

@@ -1,0 +1,144 @@
+"""The scoring policy: every threshold, penalty, cap and log field name, with the seed's rule as the default.
+
+Defaults reproduce the rule of the 2026-07-20 post-mortem: an OOM kill or 50,000 error lines from one workload cost
+one point, 500,000 error lines cost two, and OOM plus error lines together cost at most two; Envoy UH costs two,
+other flagged 5xx one from 0.01 % and two from 1 %; conntrack 80 % costs one, 95 % or drops two. 10 is OK, 9 is
+WARNING, 8 and below CRITICAL.
+
+``DIGEST_POLICY_FILE`` (YAML or TOML) overrides any of it::
+
+    checks:
+      error_lines: {warn_lines: 20000, level_field: severity}
+      envoy_flags: {enabled: false}        # a cluster without Envoy: listed as disabled, never as OK
+    caps:
+      - {checks: [oom_kills, error_lines], max_penalty: 2}
+    grade: {max_score: 10, ok_at: 10, warning_at: 9}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from checks.conntrack import ConntrackPolicy
+from checks.envoy_flags import EnvoyFlagsPolicy
+from checks.error_lines import ErrorLinesPolicy
+from checks.oom_kills import OomKillsPolicy
+
+CHECK_POLICIES: dict[str, type[Any]] = {
+    "oom_kills": OomKillsPolicy,
+    "error_lines": ErrorLinesPolicy,
+    "conntrack": ConntrackPolicy,
+    "envoy_flags": EnvoyFlagsPolicy,
+}
+
+
+class PolicyError(ValueError):
+    """The policy file is unreadable or names an unknown key or a bad value; the message says which."""
+
+
+@dataclass(frozen=True)
+class Cap:
+    """Several checks that together cost at most ``max_penalty`` (they measure one incident twice)."""
+
+    checks: tuple[str, ...]
+    max_penalty: int
+
+
+@dataclass(frozen=True)
+class Grade:
+    """How a score becomes a status."""
+
+    max_score: int = 10
+    ok_at: int = 10
+    warning_at: int = 9
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Every knob of the digest's judgement."""
+
+    oom_kills: OomKillsPolicy = field(default_factory=OomKillsPolicy)
+    error_lines: ErrorLinesPolicy = field(default_factory=ErrorLinesPolicy)
+    conntrack: ConntrackPolicy = field(default_factory=ConntrackPolicy)
+    envoy_flags: EnvoyFlagsPolicy = field(default_factory=EnvoyFlagsPolicy)
+    caps: tuple[Cap, ...] = (Cap(checks=("oom_kills", "error_lines"), max_penalty=2),)
+    grade: Grade = field(default_factory=Grade)
+
+    def enabled(self, name: str) -> bool:
+        """Whether the check called ``name`` runs."""
+        return bool(getattr(self, name).enabled)
+
+
+def load_policy(path: Path | None) -> Policy:
+    """The default policy, overridden by the YAML or TOML file at ``path`` if given."""
+    if path is None:
+        return Policy()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(f"cannot read {path} ({exc.strerror or type(exc).__name__})") from None
+    try:
+        raw = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise PolicyError(
+            f"{path.name} is not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {first_line}"
+        ) from None
+    return policy_from_mapping(raw or {})
+
+
+def policy_from_mapping(raw: object) -> Policy:
+    """Build a policy from parsed YAML/TOML, rejecting unknown keys and wrong types by their dotted path."""
+    if not isinstance(raw, Mapping):
+        raise PolicyError("the policy must be a mapping with keys checks, caps, grade")
+    _reject_unknown(raw, {"checks", "caps", "grade"}, "")
+    checks_raw = raw.get("checks") or {}
+    if not isinstance(checks_raw, Mapping):
+        raise PolicyError("checks: must be a mapping of check name to settings")
+    _reject_unknown(checks_raw, set(CHECK_POLICIES), "checks.")
+    values: dict[str, Any] = {}
+    for name, policy_type in CHECK_POLICIES.items():
+        values[name] = _dataclass_from(policy_type, checks_raw.get(name) or {}, f"checks.{name}")
+    if "caps" in raw:
+        caps_raw = raw["caps"] or []
+        if not isinstance(caps_raw, list):
+            raise PolicyError("caps: must be a list")
+        caps = tuple(_dataclass_from(Cap, item, f"caps[{index}]") for index, item in enumerate(caps_raw))
+        for index, cap in enumerate(caps):
+            unknown_names = [name for name in cap.checks if name not in CHECK_POLICIES]
+            if unknown_names:
+                raise PolicyError(f"caps[{index}].checks: unknown check {unknown_names[0]!r}")
+        values["caps"] = caps
+    if "grade" in raw:
+        grade = _dataclass_from(Grade, raw["grade"] or {}, "grade")
+        if not grade.max_score >= grade.ok_at >= grade.warning_at:
+            raise PolicyError("grade: needs max_score >= ok_at >= warning_at")
+        values["grade"] = grade
+    return Policy(**values)
+
+
+def _reject_unknown(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    for key in raw:
+        if key not in allowed:
+            raise PolicyError(f"{where}{key}: unknown key (known: {', '.join(sorted(allowed))})")
+
+
+def _dataclass_from(kind: type[Any], raw: object, where: str) -> Any:
+    if not isinstance(raw, Mapping):
+        raise PolicyError(f"{where}: must be a mapping")
+    _reject_unknown(raw, {item.name for item in dataclasses.fields(kind)}, f"{where}.")
+    defaults = dataclasses.asdict(kind()) if kind is not Cap else {}
+    try:
+        return TypeAdapter(kind).validate_python({**defaults, **raw}, strict=False)
+    except ValidationError as exc:
+        first = exc.errors(include_input=False, include_url=False)[0]
+        path = ".".join(str(part) for part in first.get("loc", ()))
+        raise PolicyError(f"{where}.{path}: {first.get('msg', 'invalid value')}") from None

@@ -1,0 +1,135 @@
+"""Rendering a `Digest` for people (plain text, Telegram HTML) and for programs (JSON).
+
+Text and HTML come from Jinja2 templates in ``templates/``; the HTML environment autoescapes, so pod names and log
+text such as ``<script>`` or ``&`` arrive as ``&lt;script&gt;`` and ``&amp;``, and the templates use only tags that
+Telegram's HTML parse mode accepts (``b``, ``i``, ``code``). The headline comes first because the message is read
+on a phone: status, score, cluster, window — then what could not be checked, then one line per deduction with its
+evidence, then the healthy checks, then the hints.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+
+import jinja2
+
+from checks.contract import Finding, Status
+from digest.score import Digest, DigestStatus
+
+FORMATS = ("text", "html", "json")
+_MARKS = {Status.OK: "✓", Status.WARN: "▲", Status.CRIT: "✖", Status.UNKNOWN: "?"}
+
+
+def _environment(autoescape: bool) -> jinja2.Environment:
+    folder = resources.files("templates")
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(folder)),
+        autoescape=autoescape,  # noqa: S701  # on for HTML; the plain-text output is not markup
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=False,
+        undefined=jinja2.StrictUndefined,
+    )
+
+
+class Renderer:
+    """Holds the two template environments; build once, render many digests."""
+
+    def __init__(self) -> None:
+        self._text = _environment(autoescape=False).get_template("digest.txt.j2")
+        self._html = _environment(autoescape=True).get_template("digest.html.j2")
+
+    def render(self, digest: Digest, fmt: str) -> str:
+        """The digest in ``fmt`` (text, html or json)."""
+        if fmt == "json":
+            return json.dumps(to_json(digest), ensure_ascii=False, indent=2)
+        template = self._html if fmt == "html" else self._text
+        return template.render(**_context(digest)).strip() + "\n"
+
+
+def headline(digest: Digest) -> str:
+    """``CRITICAL 8/10 · homelab · 2026-07-20``; UNKNOWN carries no score, since part of the day was not seen."""
+    if digest.status is DigestStatus.UNKNOWN:
+        return f"UNKNOWN · {digest.cluster} · {digest.window.label}"
+    return f"{digest.status.value} {digest.score}/{digest.max_score} · {digest.cluster} · {digest.window.label}"
+
+
+def _context(digest: Digest) -> dict[str, Any]:
+    deductions = digest.deductions
+    return {
+        "headline": headline(digest),
+        "digest": digest,
+        "not_checked": [(finding.name, finding.error or finding.summary) for finding in digest.unknown],
+        "deductions": [_line(finding, digest) for finding in deductions],
+        "caps": [
+            {"checks": " + ".join(cap.checks), "max": cap.max_penalty, "raw": cap.raw_penalty} for cap in digest.caps
+        ],
+        "healthy": [_line(finding, digest) for finding in digest.healthy],
+        "unknown": [_line(finding, digest) for finding in digest.unknown],
+        "disabled": list(digest.disabled),
+        "hints": [(finding.name, finding.hint) for finding in (*deductions, *digest.unknown) if finding.hint],
+        "score_note": _score_note(digest),
+    }
+
+
+def _score_note(digest: Digest) -> str:
+    if digest.status is not DigestStatus.UNKNOWN:
+        return ""
+    seen = len(digest.findings) - len(digest.unknown)
+    return f"score {digest.score}/{digest.max_score} on the {seen} of {len(digest.findings)} checks that could run"
+
+
+def _line(finding: Finding, digest: Digest) -> dict[str, Any]:
+    return {
+        "name": finding.name,
+        "mark": _MARKS[finding.status],
+        "status": finding.status.value,
+        "penalty": finding.penalty,
+        "applied": digest.applied.get(finding.name, 0),
+        "summary": finding.summary,
+        "evidence": list(finding.evidence),
+        "error": finding.error,
+    }
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def to_json(digest: Digest) -> dict[str, Any]:
+    """The JSON contract: one object per digest."""
+    return {
+        "cluster": digest.cluster,
+        "window": {"start": _rfc3339(digest.window.start), "end": _rfc3339(digest.window.end)},
+        "timezone": str(digest.window.zone),
+        "score": digest.score,
+        "max_score": digest.max_score,
+        "status": digest.status.value,
+        "headline": headline(digest),
+        "checks": [
+            {
+                "name": finding.name,
+                "status": finding.status.value,
+                "penalty": finding.penalty,
+                "penalty_applied": digest.applied.get(finding.name, 0),
+                "value": finding.value,
+                "summary": finding.summary,
+                "offenders": [
+                    {"labels": dict(offender.labels), "value": offender.value} for offender in finding.offenders
+                ],
+                "hint": finding.hint,
+                "error": finding.error,
+                "evidence": list(finding.evidence),
+            }
+            for finding in digest.findings
+        ],
+        "not_checked": [finding.name for finding in digest.unknown],
+        "disabled": list(digest.disabled),
+        "caps": [
+            {"checks": list(cap.checks), "max_penalty": cap.max_penalty, "raw_penalty": cap.raw_penalty}
+            for cap in digest.caps
+        ],
+    }

@@ -1,0 +1,110 @@
+"""From findings to a grade: penalties, caps, the 10-point score and the digest's status.
+
+The status follows the score (10 OK, 9 WARNING, 8 and below CRITICAL by default), with one law on top: when any
+check is UNKNOWN the digest is never OK — it says UNKNOWN when nothing else is wrong, and the headline names what
+could not be checked. A disabled check is listed as disabled, never counted as OK.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from checks.contract import Finding, Status, Window
+from digest.policy import Policy
+
+
+class DigestStatus(enum.StrEnum):
+    """The digest's headline status."""
+
+    OK = "OK"
+    WARNING = "WARNING"
+    CRITICAL = "CRITICAL"
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass(frozen=True)
+class CapApplied:
+    """A cap that lowered the sum of its checks' penalties."""
+
+    checks: tuple[str, ...]
+    max_penalty: int
+    raw_penalty: int
+
+
+@dataclass(frozen=True)
+class Digest:
+    """Everything a renderer needs: the judged window and each check's finding with the points it cost."""
+
+    cluster: str
+    window: Window
+    findings: tuple[Finding, ...]
+    applied: dict[str, int]  # check name → points actually deducted after caps
+    disabled: tuple[str, ...]
+    caps: tuple[CapApplied, ...]
+    score: int
+    max_score: int
+    status: DigestStatus
+
+    @property
+    def unknown(self) -> tuple[Finding, ...]:
+        return tuple(finding for finding in self.findings if finding.status is Status.UNKNOWN)
+
+    @property
+    def deductions(self) -> tuple[Finding, ...]:
+        """Findings that cost points, largest first (the order a reader needs them)."""
+        costly = [finding for finding in self.findings if finding.penalty > 0]
+        return tuple(sorted(costly, key=lambda finding: -finding.penalty))
+
+    @property
+    def healthy(self) -> tuple[Finding, ...]:
+        return tuple(
+            finding for finding in self.findings if finding.penalty == 0 and finding.status is not Status.UNKNOWN
+        )
+
+
+def apply_caps(findings: Sequence[Finding], policy: Policy) -> tuple[dict[str, int], tuple[CapApplied, ...]]:
+    """Points deducted per check after the caps; the larger penalties keep their points first."""
+    applied = {finding.name: finding.penalty for finding in findings}
+    caps: list[CapApplied] = []
+    for cap in policy.caps:
+        members = sorted((name for name in cap.checks if name in applied), key=lambda name: -applied[name])
+        raw = sum(applied[name] for name in members)
+        if raw <= cap.max_penalty:
+            continue
+        budget = cap.max_penalty
+        for name in members:
+            applied[name] = min(applied[name], budget)
+            budget -= applied[name]
+        caps.append(CapApplied(checks=tuple(members), max_penalty=cap.max_penalty, raw_penalty=raw))
+    return applied, tuple(caps)
+
+
+def grade(cluster: str, window: Window, findings: Sequence[Finding], disabled: Sequence[str], policy: Policy) -> Digest:
+    """Score the findings under the policy."""
+    applied, caps = apply_caps(findings, policy)
+    rules = policy.grade
+    score = max(0, rules.max_score - sum(applied.values()))
+    if score >= rules.ok_at:
+        status = DigestStatus.OK
+    elif score >= rules.warning_at:
+        status = DigestStatus.WARNING
+    else:
+        status = DigestStatus.CRITICAL
+    if status is DigestStatus.OK and any(finding.status is Status.UNKNOWN for finding in findings):
+        status = DigestStatus.UNKNOWN
+    if status is DigestStatus.OK and any(finding.status is not Status.OK for finding in findings):
+        # A WARN/CRIT finding whose penalty is configured to 0 still keeps the digest from a clean OK.
+        status = DigestStatus.WARNING
+    return Digest(
+        cluster=cluster,
+        window=window,
+        findings=tuple(findings),
+        applied=applied,
+        disabled=tuple(disabled),
+        caps=caps,
+        score=score,
+        max_score=rules.max_score,
+        status=status,
+    )

@@ -1,0 +1,228 @@
+"""HTTP clients of the two backends, and the one place where their failures become `SourceError`.
+
+VictoriaMetrics is spoken to through the Prometheus HTTP API (`/api/v1/query` with `time=`, `/api/v1/query_range`),
+so vmselect (with its `/select/<tenant>/prometheus` prefix) and Prometheus work too. VictoriaLogs is spoken to
+through `/select/logsql/stats_query` and `/select/logsql/stats_query_range`: every count is computed by the backend,
+no log line is ever downloaded. Tenants go in `AccountID`/`ProjectID` headers.
+
+Each source bounds its concurrent queries with a semaphore and each query with a timeout. Whatever goes wrong
+(refused connection, DNS, timeout, HTTP error, an HTML error page, malformed JSON) is translated here, once, into
+`SourceError`; messages never contain credentials, query strings or response bodies beyond the backend's own short
+error text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from checks.contract import RangeSeries, Sample, SourceError, SourceErrorKind
+
+_MAX_ERROR_TEXT = 300
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a backend lives and how to authenticate to it."""
+
+    name: str  # "VictoriaMetrics" / "VictoriaLogs": used in messages
+    url: str  # base URL including any path prefix
+    headers: Mapping[str, str] = field(default_factory=dict)
+    basic_auth: tuple[str, str] | None = None
+    timeout_seconds: float = 30.0
+    max_concurrency: int = 4
+
+    @property
+    def display_url(self) -> str:
+        """The base URL without user info, safe for logs and messages."""
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+        return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class _HttpSource:
+    """Shared transport: one httpx client, a concurrency bound, and the error translation."""
+
+    def __init__(self, endpoint: Endpoint, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._endpoint = endpoint
+        auth = httpx.BasicAuth(*endpoint.basic_auth) if endpoint.basic_auth else None
+        self._client = httpx.AsyncClient(
+            headers=dict(endpoint.headers),
+            auth=auth,
+            timeout=httpx.Timeout(endpoint.timeout_seconds),
+            transport=transport,
+            follow_redirects=False,
+        )
+        self._semaphore = asyncio.Semaphore(max(1, endpoint.max_concurrency))
+        self._base = endpoint.url.rstrip("/")
+        self.queries_sent = 0
+
+    @property
+    def name(self) -> str:
+        return self._endpoint.name
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def _error(self, kind: SourceErrorKind, message: str) -> SourceError:
+        return SourceError(self._endpoint.name, kind, message)
+
+    async def _post_json(self, path: str, form: Mapping[str, str]) -> Any:
+        async with self._semaphore:
+            self.queries_sent += 1
+            try:
+                # asyncio.timeout bounds the whole exchange, httpx's timeout only each network phase.
+                async with asyncio.timeout(self._endpoint.timeout_seconds):
+                    response = await self._client.post(self._base + path, data=dict(form))
+            except (TimeoutError, httpx.TimeoutException):
+                raise self._error(
+                    SourceErrorKind.TIMEOUT, f"no answer within {self._endpoint.timeout_seconds:g} s"
+                ) from None
+            except httpx.InvalidURL:
+                raise self._error(SourceErrorKind.UNREACHABLE, f"invalid URL {self._endpoint.display_url}") from None
+            except httpx.TransportError as exc:
+                raise self._error(
+                    SourceErrorKind.UNREACHABLE,
+                    f"cannot reach {self._endpoint.display_url} ({type(exc).__name__})",
+                ) from None
+        return self._decode(response)
+
+    def _decode(self, response: httpx.Response) -> Any:
+        content_type = response.headers.get("content-type", "")
+        text = response.text
+        if response.status_code in (400, 422):
+            raise self._error(SourceErrorKind.QUERY, f"query rejected: {_short_error(text)}")
+        if response.status_code >= 300:
+            raise self._error(
+                SourceErrorKind.HTTP, f"HTTP {response.status_code} from {self._endpoint.display_url}{_body_hint(text)}"
+            )
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            what = "an HTML page" if "html" in content_type or text.lstrip().startswith("<") else "malformed JSON"
+            raise self._error(SourceErrorKind.BAD_RESPONSE, f"expected JSON, got {what}") from None
+        if not isinstance(payload, dict):
+            raise self._error(SourceErrorKind.BAD_RESPONSE, "expected a JSON object")
+        if payload.get("status") != "success":
+            raise self._error(SourceErrorKind.QUERY, f"query failed: {_short_error(str(payload.get('error', '')))}")
+        if payload.get("isPartial") is True:
+            # vmselect marks answers missing some storage nodes; a partial count must not pass for a full one.
+            raise self._error(SourceErrorKind.BAD_RESPONSE, "partial response (some storage nodes did not answer)")
+        return payload.get("data")
+
+    def _vector(self, data: Any) -> list[Sample]:
+        if not isinstance(data, dict) or data.get("resultType") != "vector":
+            raise self._error(SourceErrorKind.BAD_RESPONSE, "expected an instant vector")
+        samples: list[Sample] = []
+        for item in _result_list(data, self):
+            value = _parse_value(item.get("value"), self)
+            if math.isnan(value):
+                continue
+            samples.append(Sample(labels=_labels(item, self), value=value))
+        return samples
+
+    def _matrix(self, data: Any) -> list[RangeSeries]:
+        if not isinstance(data, dict) or data.get("resultType") != "matrix":
+            raise self._error(SourceErrorKind.BAD_RESPONSE, "expected a range matrix")
+        result: list[RangeSeries] = []
+        for item in _result_list(data, self):
+            raw_values = item.get("values")
+            if not isinstance(raw_values, list):
+                raise self._error(SourceErrorKind.BAD_RESPONSE, "range series without values")
+            points = [(_parse_timestamp(pair, self), _parse_value(pair, self)) for pair in raw_values]
+            result.append(RangeSeries(labels=_labels(item, self), points=points))
+        return result
+
+
+def _body_hint(text: str) -> str:
+    """A short reason from an error body, if the body is short plain text (never an HTML page)."""
+    stripped = text.strip()
+    if not stripped or stripped.startswith("<") or len(stripped) > _MAX_ERROR_TEXT:
+        return ""
+    return f": {stripped.splitlines()[0]}"
+
+
+def _short_error(text: str) -> str:
+    line = " ".join(text.split())
+    if line.startswith("<"):
+        return "an HTML page"
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
+        line = " ".join(parsed["error"].split())
+    return line[:_MAX_ERROR_TEXT] or "no reason given"
+
+
+def _result_list(data: Mapping[str, Any], source: _HttpSource) -> list[Mapping[str, Any]]:
+    result = data.get("result")
+    if not isinstance(result, list) or not all(isinstance(item, dict) for item in result):
+        raise source._error(SourceErrorKind.BAD_RESPONSE, "result is not a list of series")
+    return result
+
+
+def _labels(item: Mapping[str, Any], source: _HttpSource) -> dict[str, str]:
+    metric = item.get("metric", {})
+    if not isinstance(metric, dict):
+        raise source._error(SourceErrorKind.BAD_RESPONSE, "series labels are not an object")
+    return {str(key): str(value) for key, value in metric.items()}
+
+
+def _parse_value(pair: Any, source: _HttpSource) -> float:
+    if not isinstance(pair, list) or len(pair) != 2:
+        raise source._error(SourceErrorKind.BAD_RESPONSE, "sample is not a [time, value] pair")
+    try:
+        return float(pair[1])
+    except (TypeError, ValueError):
+        raise source._error(
+            SourceErrorKind.BAD_RESPONSE, f"sample value {str(pair[1])[:40]!r} is not a number"
+        ) from None
+
+
+def _parse_timestamp(pair: Any, source: _HttpSource) -> float:
+    if not isinstance(pair, list) or len(pair) != 2:
+        raise source._error(SourceErrorKind.BAD_RESPONSE, "sample is not a [time, value] pair")
+    try:
+        return float(pair[0])
+    except (TypeError, ValueError):
+        raise source._error(SourceErrorKind.BAD_RESPONSE, "sample time is not a number") from None
+
+
+class PrometheusSource(_HttpSource):
+    """VictoriaMetrics, vmselect or Prometheus through the Prometheus query API."""
+
+    async def instant(self, query: str, at: datetime) -> list[Sample]:
+        data = await self._post_json("/api/v1/query", {"query": query, "time": _rfc3339(at)})
+        return self._vector(data)
+
+    async def range(self, query: str, start: datetime, end: datetime, step_seconds: int) -> list[RangeSeries]:
+        form = {"query": query, "start": _rfc3339(start), "end": _rfc3339(end), "step": f"{step_seconds}s"}
+        return self._matrix(await self._post_json("/api/v1/query_range", form))
+
+
+class VictoriaLogsSource(_HttpSource):
+    """VictoriaLogs through its LogsQL stats endpoints (server-side aggregation only)."""
+
+    async def stats(self, query: str, at: datetime) -> list[Sample]:
+        # `time` only anchors relative _time filters; every query carries an absolute _time filter as well.
+        data = await self._post_json("/select/logsql/stats_query", {"query": query, "time": _rfc3339(at)})
+        return self._vector(data)
+
+    async def stats_range(self, query: str, start: datetime, end: datetime, step_seconds: int) -> list[RangeSeries]:
+        form = {"query": query, "start": _rfc3339(start), "end": _rfc3339(end), "step": f"{step_seconds}s"}
+        return self._matrix(await self._post_json("/select/logsql/stats_query_range", form))
