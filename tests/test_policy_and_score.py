@@ -1,0 +1,102 @@
+"""Policy files and scoring: the seed's rule by default, overrides by file, UNKNOWN never graded OK."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from checks.contract import Finding, Status, Window
+from digest.policy import Policy, PolicyError, load_policy
+from digest.score import DigestStatus, grade
+
+WINDOW = Window(datetime(2026, 7, 20, tzinfo=UTC), datetime(2026, 7, 21, tzinfo=UTC), ZoneInfo("UTC"), "2026-07-20")
+
+
+def finding(name: str, status: Status, penalty: int = 0) -> Finding:
+    return Finding(name=name, status=status, penalty=penalty, value=0, summary="s", error="e" if status is
+                   Status.UNKNOWN else None)
+
+
+def test_oom_and_error_flood_cost_at_most_two() -> None:
+    """07-20: error lines −2 and an OOM −1 are capped at 2, giving CRITICAL 8/10."""
+    digest = grade(
+        "homelab",
+        WINDOW,
+        [finding("oom_kills", Status.WARN, 1), finding("error_lines", Status.CRIT, 2), finding("conntrack", Status.OK)],
+        [],
+        Policy(),
+    )
+    assert (digest.status, digest.score) == (DigestStatus.CRITICAL, 8)
+    assert digest.applied == {"oom_kills": 0, "error_lines": 2, "conntrack": 0}
+    assert digest.caps[0].raw_penalty == 3
+
+
+def test_one_point_is_warning_and_ten_is_ok() -> None:
+    """9/10 is WARNING and 10/10 with every check seen is OK."""
+    warning = grade("c", WINDOW, [finding("envoy_flags", Status.WARN, 1)], [], Policy())
+    assert (warning.status, warning.score) == (DigestStatus.WARNING, 9)
+    ok = grade("c", WINDOW, [finding("envoy_flags", Status.OK)], [], Policy())
+    assert (ok.status, ok.score) == (DigestStatus.OK, 10)
+
+
+def test_unknown_is_never_ok() -> None:
+    """A blind check turns a perfect score into UNKNOWN, and does not hide a WARNING either."""
+    blind = grade("c", WINDOW, [finding("error_lines", Status.UNKNOWN), finding("conntrack", Status.OK)], [], Policy())
+    assert blind.status is DigestStatus.UNKNOWN
+    worse = grade("c", WINDOW, [finding("error_lines", Status.UNKNOWN), finding("conntrack", Status.WARN, 1)], [],
+                  Policy())
+    assert worse.status is DigestStatus.WARNING
+
+
+def test_disabled_check_is_listed_not_ok() -> None:
+    """A check disabled by policy is carried as disabled, not as a finding."""
+    digest = grade("c", WINDOW, [finding("conntrack", Status.OK)], ["envoy_flags"], Policy())
+    assert digest.disabled == ("envoy_flags",)
+    assert all(item.name != "envoy_flags" for item in digest.findings)
+
+
+def test_score_floor_is_zero() -> None:
+    """Penalties beyond 10 points stop at 0."""
+    findings = [finding(f"c{index}", Status.CRIT, 4) for index in range(4)]
+    assert grade("c", WINDOW, findings, [], Policy()).score == 0
+
+
+def test_yaml_policy_overrides_thresholds(tmp_path: Path) -> None:
+    """A YAML file overrides a threshold, a field name and disables a check."""
+    path = tmp_path / "policy.yaml"
+    path.write_text("checks:\n  error_lines: {warn_lines: 100, level_field: severity}\n  envoy_flags: {enabled: false}\n")
+    policy = load_policy(path)
+    assert policy.error_lines.warn_lines == 100
+    assert policy.error_lines.level_field == "severity"
+    assert policy.error_lines.crit_lines == 500_000
+    assert not policy.enabled("envoy_flags")
+
+
+def test_toml_policy_and_caps(tmp_path: Path) -> None:
+    """A TOML file can change the caps and the grade bands."""
+    path = tmp_path / "policy.toml"
+    path.write_text('[[caps]]\nchecks = ["oom_kills", "error_lines"]\nmax_penalty = 3\n[grade]\nwarning_at = 8\n')
+    policy = load_policy(path)
+    assert policy.caps[0].max_penalty == 3
+    assert policy.grade.warning_at == 8
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("checks:\n  error_lines: {warn_lines: lots}\n", "checks.error_lines.warn_lines"),
+        ("checks:\n  error_line: {}\n", "checks.error_line: unknown key"),
+        ("checks:\n  conntrack: {warn_ratoi: 0.5}\n", "checks.conntrack.warn_ratoi: unknown key"),
+        ("caps:\n  - {checks: [nope], max_penalty: 1}\n", "caps[0].checks: unknown check"),
+        ("checks: [1, 2\n", "not valid YAML"),
+    ],
+)
+def test_bad_policy_names_the_key(tmp_path: Path, text: str, where: str) -> None:
+    """A bad policy file fails with the dotted path of the bad key."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    with pytest.raises(PolicyError, match=__import__("re").escape(where)):
+        load_policy(path)
