@@ -100,3 +100,9 @@ def test_bad_policy_names_the_key(tmp_path: Path, text: str, where: str) -> None
     path.write_text(text)
     with pytest.raises(PolicyError, match=__import__("re").escape(where)):
         load_policy(path)
+
+
+def test_example_policy_documents_the_defaults() -> None:
+    """deploy/policy.example.yaml spells out exactly the default policy (the docs cannot drift)."""
+    example = Path(__file__).parent.parent / "deploy" / "policy.example.yaml"
+    assert load_policy(example) == Policy()

@@ -1,0 +1,112 @@
+"""A digest never says OK about what it could not see: real backends stopped, slowed, or replaced by bad ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+from digest.cli import Config, make_digest
+from digest.corpus import DAYS
+from digest.embedded import EmbeddedBackends, free_port, load_corpus_day
+from digest.policy import Policy
+from digest.render import Renderer, to_json
+from digest.settings import load_settings
+from digest.window import day_window
+from tests.misbehaving_server import Behaviour, misbehaving_server
+
+CALM_FIXED_DAY = date(2026, 8, 17)
+
+
+def _config(vm_url: str, vl_url: str, timeout: float = 5.0) -> Config:
+    settings = load_settings(vm_url=vm_url, vl_url=vl_url, cluster="homelab", timezone="UTC", policy_file=None,
+                             query_timeout=timeout)
+    return Config(settings=settings, policy=Policy())
+
+
+async def test_logs_down_then_metrics_down(own_backends: EmbeddedBackends) -> None:
+    """VictoriaLogs stopped: log checks UNKNOWN with their error, status UNKNOWN; then VictoriaMetrics too: all UNKNOWN."""
+    load_corpus_day(own_backends, DAYS[CALM_FIXED_DAY])
+    config = _config(own_backends.metrics.url, own_backends.logs.url)
+    window = day_window(CALM_FIXED_DAY, config.settings.zone)
+    healthy = to_json(await make_digest(config, window))
+    assert (healthy["status"], healthy["score"]) == ("OK", 10)
+
+    own_backends.logs.stop()
+    payload = to_json(await make_digest(config, window))
+    assert payload["status"] == "UNKNOWN"
+    statuses = {item["name"]: item["status"] for item in payload["checks"]}
+    assert statuses == {"oom_kills": "OK", "error_lines": "UNKNOWN", "conntrack": "OK", "envoy_flags": "UNKNOWN"}
+    errors = {item["name"]: item["error"] for item in payload["checks"]}
+    assert "VictoriaLogs unreachable" in errors["error_lines"]
+    text = Renderer().render(await make_digest(config, window), "text")
+    assert text.splitlines()[0] == "UNKNOWN · homelab · 2026-08-17"
+    assert "error_lines not checked" in text
+
+    own_backends.metrics.stop()
+    payload = to_json(await make_digest(config, window))
+    assert payload["status"] == "UNKNOWN"
+    assert {item["status"] for item in payload["checks"]} == {"UNKNOWN"}
+    assert all("unreachable" in item["error"] for item in payload["checks"])
+
+
+async def test_log_outage_does_not_hide_a_metrics_problem(corpus_backends: EmbeddedBackends) -> None:
+    """07-20 with VictoriaLogs unreachable: the OOM still costs its point (WARNING 9/10), the log checks are named."""
+    config = _config(corpus_backends.metrics.url, f"http://127.0.0.1:{free_port()}")
+    payload = to_json(await make_digest(config, day_window(date(2026, 7, 20), config.settings.zone)))
+    assert payload["status"] == "WARNING"
+    assert payload["score"] == 9
+    assert payload["not_checked"] == ["error_lines", "envoy_flags"]
+
+
+async def test_backends_answering_html_or_garbage() -> None:
+    """A proxy's HTML error page and malformed JSON in place of both backends: every check UNKNOWN, no crash."""
+    page = Behaviour(status=200, content_type="text/html", body=b"<html>login</html>")
+    garbage = Behaviour(body=b'{"status":"success","data":{')
+    with misbehaving_server(page) as vm_url, misbehaving_server(garbage) as vl_url:
+        config = _config(vm_url, vl_url)
+        payload = to_json(await make_digest(config, day_window(CALM_FIXED_DAY, config.settings.zone)))
+    assert payload["status"] == "UNKNOWN"
+    assert {item["status"] for item in payload["checks"]} == {"UNKNOWN"}
+
+
+async def test_slow_backends_give_unknown_within_the_timeout() -> None:
+    """Backends slower than the query timeout yield UNKNOWN checks, not silence."""
+    slow = Behaviour(delay_seconds=5.0, body=b"{}")
+    with misbehaving_server(slow) as vm_url, misbehaving_server(slow) as vl_url:
+        config = _config(vm_url, vl_url, timeout=0.5)
+        payload = to_json(await make_digest(config, day_window(CALM_FIXED_DAY, config.settings.zone)))
+    assert payload["status"] == "UNKNOWN"
+    assert all("timeout" in item["error"] for item in payload["checks"])
+
+
+def test_cli_run_prints_json_and_exits_0(corpus_backends: EmbeddedBackends, tmp_path: Path) -> None:
+    """`digest run --date 2026-07-20 --format json` against real backends prints the contract and exits 0."""
+    env = {
+        **os.environ,
+        "DIGEST_VM_URL": corpus_backends.metrics.url,
+        "DIGEST_VL_URL": corpus_backends.logs.url,
+        "DIGEST_CLUSTER": "homelab",
+        "DIGEST_TIMEZONE": "UTC",
+    }
+    env.pop("DIGEST_POLICY_FILE", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "digest.cli", "run", "--date", "2026-07-20", "--format", "json"],
+        env=env, capture_output=True, text=True, check=False, cwd=tmp_path, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert (payload["status"], payload["score"]) == ("CRITICAL", 8)
+
+
+def test_cli_bad_arguments_exit_2(tmp_path: Path) -> None:
+    """A malformed date gets a one-line usage error and exit 2."""
+    result = subprocess.run(
+        [sys.executable, "-m", "digest.cli", "run", "--date", "20-07-2026"],
+        capture_output=True, text=True, check=False, cwd=tmp_path, timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == "digest: '20-07-2026' is not a date like 2026-07-20"

@@ -1,0 +1,98 @@
+"""Rendering: headline first, Telegram-safe HTML with hostile strings escaped, and the JSON contract."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from html.parser import HTMLParser
+from zoneinfo import ZoneInfo
+
+from checks.contract import Finding, Offender, Status, Window
+from digest.policy import Policy
+from digest.render import Renderer, to_json
+from digest.score import grade
+
+WINDOW = Window(datetime(2026, 7, 20, tzinfo=UTC), datetime(2026, 7, 21, tzinfo=UTC), ZoneInfo("UTC"), "2026-07-20")
+HOSTILE = '<script>alert("x")</script> & a_b *c*'
+TELEGRAM_TAGS = {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "a", "code", "pre", "blockquote",
+                 "tg-spoiler", "span"}
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=False)
+        self.tags: list[str] = []
+        self.open: list[str] = []
+        self.entities: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.open.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.open and self.open[-1] == tag, f"unbalanced </{tag}>"
+        self.open.pop()
+
+    def handle_entityref(self, name: str) -> None:
+        self.entities.append(name)
+
+
+def _hostile_digest():
+    findings = [
+        Finding(
+            name="error_lines",
+            status=Status.CRIT,
+            penalty=2,
+            value=600_000,
+            summary=f"{HOSTILE} wrote 600,000 error lines",
+            offenders=[Offender(labels={"namespace": HOSTILE, "workload": "w"}, value=600_000)],
+            hint=f"look at {HOSTILE}",
+            evidence=[f"{HOSTILE}: 600,000"],
+        ),
+        Finding(name="conntrack", status=Status.UNKNOWN, penalty=0, value=None, summary="no series", error=HOSTILE),
+    ]
+    return grade("prod <&>", WINDOW, findings, ["envoy_flags"], Policy())
+
+
+def test_html_uses_only_telegram_tags_and_escapes_hostile_text() -> None:
+    """Pod names and log text with <script>, & and quotes are escaped; only Telegram's tags remain, balanced."""
+    html = Renderer().render(_hostile_digest(), "html")
+    parser = _Tags()
+    parser.feed(html)
+    parser.close()
+    assert set(parser.tags) <= TELEGRAM_TAGS
+    assert not parser.open
+    assert "<script>" not in html
+    assert "&lt;script&gt;" in html
+    assert set(parser.entities) <= {"lt", "gt", "amp", "quot"}
+
+
+def test_headline_comes_first_and_names_what_was_not_checked() -> None:
+    """The first line is the grade; the next lines say what could not be checked and why."""
+    text = Renderer().render(_hostile_digest(), "text")
+    lines = text.splitlines()
+    assert lines[0] == "CRITICAL 8/10 · prod <&> · 2026-07-20"
+    assert lines[1].startswith("? conntrack not checked · ")
+    assert "– envoy_flags · disabled by policy" in text
+
+
+def test_unknown_headline_carries_no_clean_score() -> None:
+    """When nothing is wrong but a check was blind, the headline says UNKNOWN, not 10/10."""
+    digest = grade("prod", WINDOW, [Finding(name="conntrack", status=Status.UNKNOWN, penalty=0, value=None,
+                                            summary="s", error="VictoriaMetrics unreachable")], [], Policy())
+    text = Renderer().render(digest, "text")
+    assert text.splitlines()[0] == "UNKNOWN · prod · 2026-07-20"
+    assert "10/10 ·" not in text
+
+
+def test_json_contract() -> None:
+    """The JSON object carries the contract's fields with the right types."""
+    payload = json.loads(Renderer().render(_hostile_digest(), "json"))
+    assert payload == to_json(_hostile_digest())
+    assert set(payload) >= {"cluster", "window", "score", "max_score", "status", "checks"}
+    assert payload["window"] == {"start": "2026-07-20T00:00:00Z", "end": "2026-07-21T00:00:00Z"}
+    assert payload["max_score"] == 10
+    check = payload["checks"][0]
+    assert set(check) >= {"name", "status", "penalty", "value", "summary", "offenders", "hint", "error"}
+    assert check["offenders"][0] == {"labels": {"namespace": HOSTILE, "workload": "w"}, "value": 600_000}
+    assert payload["disabled"] == ["envoy_flags"]
