@@ -241,9 +241,11 @@ class EnvoyFlagsCheck:
             Offender(labels={"upstream": name, "flag": flags, "requests": str(round(requests))}, value=count)
             for count, flags, name, _, requests in rows[: policy.top]
         ]
+        # The summary explains the worst flag; the evidence lines list the next ones.
         evidence = [
-            f"{fmt_int(count)} × 5xx {flags} on {name} ({fmt_percent(ratio)} of {fmt_int(requests)}): {_meaning(flags)}"
-            for count, flags, name, ratio, requests in rows[: policy.top]
+            f"then {fmt_int(count)} × {flags} on {name} ({fmt_percent(ratio)} of {fmt_int(requests)}): "
+            f"{_meaning(flags)}"
+            for count, flags, name, ratio, requests in rows[1 : policy.top]
         ]
         unflagged = sum(upstream.server_errors for upstream in upstreams.values()) - flagged_total
         if unflagged > 0:
@@ -252,8 +254,10 @@ class EnvoyFlagsCheck:
             evidence.append("partly blind: " + "; ".join(errors))
         if rows:
             count, flags, name, ratio, requests = rows[0]
-            summary = f"{fmt_int(count)} × {flags} on {name} ({fmt_percent(ratio)} of {fmt_int(requests)} requests)" + (
-                f"; {fmt_int(flagged_total)} flagged 5xx in all" if flagged_total > count else ""
+            summary = (
+                f"{fmt_int(count)} × {flags} ({_meaning(flags)}) on {name}: {fmt_percent(ratio)} of "
+                f"{fmt_int(requests)} requests"
+                + (f"; {fmt_int(flagged_total)} flagged 5xx in all" if flagged_total > count else "")
             )
             hint_flags = []
             for _, row_flags, _, _, _ in rows[: policy.top]:

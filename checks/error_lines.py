@@ -155,17 +155,19 @@ class ErrorLinesCheck:
             for count, (namespace, workload) in ranked[: policy.top]
         ]
         total_errors = sum(errors.values())
+        # The summary names the worst workload; the evidence lines name the next ones.
         evidence = [
-            f"{offender.labels['namespace']}/{offender.labels['workload']}: {fmt_int(offender.value)} error lines "
-            f"of {fmt_int(float(offender.labels['total_lines']))}"
-            for offender in offenders
+            f"then {offender.labels['namespace']}/{offender.labels['workload']}: {fmt_int(offender.value)} error "
+            f"lines of {fmt_int(float(offender.labels['total_lines']))}"
+            for offender in offenders[1:]
         ]
         if ranked:
             count, (namespace, workload) = ranked[0]
             share = count / totals[(namespace, workload)] if totals[(namespace, workload)] else 0.0
             summary = (
                 f"{namespace}/{workload} wrote {fmt_int(count)} error lines ({fmt_percent(share)} of its "
-                f"{fmt_int(totals[(namespace, workload)])} lines); {fmt_int(total_errors)} in all"
+                f"{fmt_int(totals[(namespace, workload)])} lines)"
+                + (f"; {fmt_int(total_errors)} in the cluster" if total_errors > count else "")
             )
         else:
             summary = f"no error lines in {fmt_int(all_lines)} log lines"

@@ -146,18 +146,23 @@ class OomKillsCheck:
             if when is not None:
                 labels["time"] = local_time(when, window)
             offenders.append(Offender(labels=labels, value=count))
-            at = f" at {labels['time']}" if "time" in labels else ""
-            times_word = "OOM kill" if count == 1 else f"{count} OOM kills"
-            evidence.append(f"{key[0]}/{key[1]} container {key[2]}: {times_word}{at}")
+        # The summary names the first container; the evidence lines name the others.
+        for offender in offenders[1:]:
+            at = f" at {offender.labels['time']}" if "time" in offender.labels else ""
+            kills_word = "OOM kill" if offender.value == 1 else f"{fmt_int(offender.value)} OOM kills"
+            evidence.append(
+                f"then {offender.labels['namespace']}/{offender.labels['pod']}/{offender.labels['container']}: "
+                f"{kills_word}{at}"
+            )
 
         nodes = ", ".join(
-            f"{node_name(sample.labels.get('instance', '?'))} {fmt_int(sample.value)}"
+            f"{node_name(sample.labels.get('instance', '?'))} +{fmt_int(sample.value)}"
             for sample in sorted(node_kills, key=lambda sample: -sample.value)
             if round(sample.value) > 0
         )
         unattributed = max(0, kernel_kills - container_kills)
         if node_kills and nodes:
-            evidence.append(f"kernel OOM killer on the nodes: {nodes}")
+            evidence.append(f"node_vmstat_oom_kill: {nodes}")
         if unattributed:
             evidence.append(
                 f"{fmt_int(unattributed)} kernel OOM kill(s) not seen as a container termination "
@@ -176,8 +181,9 @@ class OomKillsCheck:
         if counted:
             count, key = counted[0]
             at = f" at {local_time(times[key], window)}" if key in times else ""
+            times_word = "" if count == 1 else f" {fmt_int(count)} times"
             more = f" ({fmt_int(container_kills)} container kills in all)" if container_kills > count else ""
-            summary = f"{key[0]}/{key[1]} ({key[2]}) OOM-killed{at}{more}"
+            summary = f"{key[0]}/{key[1]}/{key[2]} OOM-killed{times_word}{at}{more}"
         else:
             summary = f"{fmt_int(kernel_kills)} kernel OOM kill(s) on {nodes}, no container terminated by it"
         return Finding(

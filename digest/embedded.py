@@ -18,11 +18,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import httpx
 
-from digest.corpus.model import CorpusDay
+if TYPE_CHECKING:
+    from digest.corpus.model import CorpusDay
 
 LOG_STREAM_FIELDS = "kubernetes.pod_namespace,kubernetes.pod_name,kubernetes.container_name,stream"
 _RETENTION = "100y"

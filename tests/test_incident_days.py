@@ -109,7 +109,7 @@ async def test_uh_days_read_critical(corpus_backends: EmbeddedBackends) -> None:
         assert payload["status"] == "CRITICAL", day
         envoy = check(payload, "envoy_flags")
         assert envoy["offenders"][0]["labels"]["flag"] == "UH", day
-        assert "no ready endpoint" in envoy["evidence"][0], day
+        assert "no ready endpoint" in envoy["summary"], day
 
 
 async def test_recreate_day_counts_840_uh(corpus_backends: EmbeddedBackends) -> None:
