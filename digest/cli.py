@@ -11,62 +11,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from checks.contract import Sources, Window
-from digest.collect import build_checks, collect
-from digest.policy import Policy, PolicyError, load_policy
+from checks.contract import Window
+from digest.engine import Config, load_config, make_digest
+from digest.logs import configure_logging
+from digest.policy import Policy
 from digest.render import FORMATS, Renderer
-from digest.score import Digest, grade
 from digest.settings import ConfigError, Settings, load_settings
-from digest.sources import PrometheusSource, VictoriaLogsSource
 from digest.window import WindowError, day_window, last_window, parse_date, parse_duration, parse_moment
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 DEMO_DAY = "2026-07-20"
-
-log = logging.getLogger("digest")
-
-
-@dataclass(frozen=True)
-class Config:
-    """Settings and policy, read once at start and passed down."""
-
-    settings: Settings
-    policy: Policy
-
-
-def load_config() -> Config:
-    """Settings from the environment, then the policy file they name; `ConfigError` names what is wrong."""
-    settings = load_settings()
-    try:
-        policy = load_policy(settings.policy_file)
-    except PolicyError as exc:
-        raise ConfigError(f"DIGEST_POLICY_FILE: {exc}") from None
-    return Config(settings=settings, policy=policy)
-
-
-async def make_digest(config: Config, window: Window) -> Digest:
-    """Query the backends for ``window`` and grade it. Never raises for a backend failure."""
-    settings = config.settings
-    metrics = PrometheusSource(settings.vm_endpoint())
-    logs = VictoriaLogsSource(settings.vl_endpoint())
-    try:
-        sources = Sources(metrics=metrics, logs=logs)
-        # A check's deadline leaves room for its few sequential queries, each bounded by the query timeout.
-        collected = await collect(
-            build_checks(config.policy), sources, window, config.policy, deadline_seconds=settings.query_timeout * 4
-        )
-    finally:
-        await metrics.aclose()
-        await logs.aclose()
-    return grade(settings.cluster, window, collected.findings, collected.disabled, config.policy)
 
 
 def window_from_args(args: argparse.Namespace, settings: Settings, now: datetime) -> Window:
@@ -93,6 +53,13 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--last", metavar="DURATION", help="a window ending at --at or now, e.g. 24h (default), 6h")
     run.add_argument("--at", metavar="RFC3339", help="end of a --last window, e.g. 2026-07-21T12:00:00Z")
     run.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
+    run.add_argument(
+        "--post",
+        action="store_true",
+        help="also post the digest to DIGEST_TELEGRAM_CHAT_IDS, once per chat and window (for a CronJob)",
+    )
+
+    commands.add_parser("serve", help="run the Telegram bot: the daily post, /digest, /status, /help")
 
     demo = commands.add_parser("demo", help=f"load {DEMO_DAY} into embedded backends and print its digest")
     demo.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
@@ -109,25 +76,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `digest` console script."""
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # httpx logs every request URL at INFO; URLs are not secret here but stay quiet unless asked.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    configure_logging(args.verbose)
     if args.command == "demo":
         return _demo(args)
-    if args.at and args.date:
+    if args.command == "run" and args.at and args.date:
         return _fail("--at goes with --last, not --date")
     try:
         config = load_config()
+        token = config.settings.require_telegram() if args.command == "serve" or args.post else None
     except ConfigError as exc:
         return _fail(str(exc))
+    # Secrets are known now: every later log line goes through the redacting formatter.
+    configure_logging(args.verbose, config.settings.secrets())
+    if args.command == "serve":
+        from digest.serve import serve
+
+        return serve(config, token or "")
     try:
         window = window_from_args(args, config.settings, datetime.now(UTC))
     except WindowError as exc:
         return _fail(str(exc))
+    if args.post:
+        from digest.serve import post_window
+
+        return asyncio.run(post_window(config, token or "", window, args.format))
     digest = asyncio.run(make_digest(config, window))
     sys.stdout.write(Renderer().render(digest, args.format))
     return EXIT_OK

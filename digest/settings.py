@@ -7,13 +7,14 @@ A bad value fails at start with `ConfigError`, whose message is one line naming 
 
 from __future__ import annotations
 
+from datetime import time
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from digest.sources import Endpoint
 
@@ -61,6 +62,50 @@ class Settings(BaseSettings):
     max_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
     policy_file: Path | None = None
 
+    # Telegram: only `digest serve` and `digest run --post` need these.
+    telegram_token: SecretStr | None = None
+    telegram_token_file: Path | None = None
+    telegram_api_url: str = "https://api.telegram.org"
+    telegram_chat_ids: Annotated[tuple[int, ...], NoDecode] = ()
+    telegram_admin_ids: Annotated[tuple[int, ...], NoDecode] = ()
+    telegram_webhook_url: str | None = None
+    telegram_webhook_listen: str = "0.0.0.0"  # noqa: S104  # a webhook must be reachable from outside the pod
+    telegram_webhook_port: Annotated[int, Field(ge=1, le=65535)] = 8443
+    telegram_webhook_secret: SecretStr | None = None
+    post_at: str = "12:00"
+    late_grace_hours: Annotated[float, Field(ge=0, le=24)] = 6.0
+    state_path: Path = Path("digest-state.sqlite")
+    command_cooldown_seconds: Annotated[float, Field(ge=0, le=3600)] = 20.0
+    digest_deadline_seconds: Annotated[float, Field(gt=0, le=600)] = 90.0
+    health_port: Annotated[int, Field(ge=0, le=65535)] = 8080
+
+    @field_validator("telegram_chat_ids", "telegram_admin_ids", mode="before")
+    @classmethod
+    def _ids(cls, value: object) -> object:
+        if isinstance(value, str):
+            parts = [part.strip() for part in value.replace(";", ",").split(",") if part.strip()]
+            try:
+                return tuple(int(part) for part in parts)
+            except ValueError:
+                raise ValueError("must be comma-separated integer chat ids, e.g. -1001234567890,42") from None
+        return value
+
+    @field_validator("telegram_api_url")
+    @classmethod
+    def _api_url(cls, value: str) -> str:
+        return _check_url(value)
+
+    @field_validator("post_at")
+    @classmethod
+    def _post_at(cls, value: str) -> str:
+        try:
+            hours, minutes = (int(part) for part in value.strip().split(":"))
+        except ValueError:
+            raise ValueError("must be HH:MM, e.g. 12:00") from None
+        if not (0 <= hours < 24 and 0 <= minutes < 60):
+            raise ValueError("must be HH:MM between 00:00 and 23:59")
+        return f"{hours:02d}:{minutes:02d}"
+
     @field_validator("vm_url", "vl_url")
     @classmethod
     def _url(cls, value: str) -> str:
@@ -84,7 +129,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _secret_files(self) -> Settings:
-        for name in ("vm_bearer_token", "vm_password", "vl_bearer_token", "vl_password"):
+        for name in ("vm_bearer_token", "vm_password", "vl_bearer_token", "vl_password", "telegram_token"):
             path: Path | None = getattr(self, f"{name}_file")
             if path is None:
                 continue
@@ -108,6 +153,32 @@ class Settings(BaseSettings):
     @property
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
+
+    @property
+    def post_time(self) -> time:
+        """The daily post time, in DIGEST_TIMEZONE."""
+        hours, minutes = (int(part) for part in self.post_at.split(":"))
+        return time(hours, minutes, tzinfo=self.zone)
+
+    def secrets(self) -> list[str]:
+        """Every secret value, for the log redactor."""
+        values = [
+            self.vm_bearer_token,
+            self.vm_password,
+            self.vl_bearer_token,
+            self.vl_password,
+            self.telegram_token,
+            self.telegram_webhook_secret,
+        ]
+        return [value.get_secret_value() for value in values if value is not None]
+
+    def require_telegram(self) -> str:
+        """The bot token; `ConfigError` naming the variables when it or the chats are missing."""
+        if self.telegram_token is None or not self.telegram_token.get_secret_value():
+            raise ConfigError(f"{ENV_PREFIX}TELEGRAM_TOKEN: not set (or set {ENV_PREFIX}TELEGRAM_TOKEN_FILE)")
+        if not self.telegram_chat_ids:
+            raise ConfigError(f"{ENV_PREFIX}TELEGRAM_CHAT_IDS: not set (comma-separated chat ids to post to)")
+        return self.telegram_token.get_secret_value()
 
     def vm_endpoint(self) -> Endpoint:
         """How to reach VictoriaMetrics (or vmselect / Prometheus)."""

@@ -1,0 +1,348 @@
+"""`digest serve`: the Telegram bot — the noon digest exactly once, `/digest` on demand, `/status`, `/help`.
+
+One python-telegram-bot Application; its JobQueue (APScheduler 3 inside, no second scheduler) runs `post_due` at
+``DIGEST_POST_AT`` in ``DIGEST_TIMEZONE``, once at start-up and every few minutes. `post_due` is idempotent: it
+posts the digest of the most recent scheduled moment to every chat that has not had it, if that moment is within
+the grace period — so the noon post, the late post after downtime, the retry of a failed delivery and a restart at
+12:01 are one code path, and the SQLite claim makes a second instance harmless.
+
+The noon digest covers the 24 h ending at the scheduled moment (not at the moment it is sent), so a late post says
+exactly what the on-time one would have said.
+
+Only the allowlisted chats (and admin users) get answers; any other chat gets one short, rate-limited refusal,
+nothing is computed, and the attempt is logged with its chat id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from telegram import BotCommand, Update
+from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
+
+from checks.contract import Window
+from digest.delivery import Outcome, Poster, PostResult, Sender
+from digest.engine import Config, make_digest
+from digest.render import Renderer
+from digest.score import Digest
+from digest.settings import Settings
+from digest.sources import Endpoint
+from digest.state import DeliveryState, StateError
+from digest.window import WindowError, day_window, last_window, parse_date, parse_duration
+
+log = logging.getLogger(__name__)
+
+USAGE = "Usage: /digest [YYYY-MM-DD | yesterday | 6h] — a day, or the last hours (up to 7d); no argument: last 24h."
+HELP = (
+    "I post the cluster's health digest every day and answer:\n"
+    "/digest — the last 24 h\n"
+    "/digest 2026-07-20 — that calendar day\n"
+    "/digest yesterday — yesterday\n"
+    "/digest 6h — the last 6 hours (up to 7d)\n"
+    "/status — last posts, failures, sources, next post\n"
+    "/help — this message"
+)
+COMMANDS = [
+    BotCommand("digest", "Health digest: last 24h, a date, yesterday or e.g. 6h"),
+    BotCommand("status", "Last posts, failures, sources and next post time"),
+    BotCommand("help", "How to use this bot"),
+]
+_REFUSAL = "This bot only answers the chats it is configured for."
+_REFUSAL_EVERY_SECONDS = 3600.0
+_RECHECK_EVERY_SECONDS = 300.0
+_LATE_AFTER = timedelta(minutes=2)
+
+Clock = Callable[[], datetime]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def daily_key(moment: datetime, config: Config) -> str:
+    """The delivery key of the scheduled post at ``moment``: one per local calendar day."""
+    return f"daily:{moment.astimezone(config.settings.zone).date().isoformat()}"
+
+
+def last_scheduled(now: datetime, config: Config) -> datetime:
+    """The most recent scheduled post moment at or before ``now`` (today's or yesterday's), in UTC."""
+    zone = config.settings.zone
+    local_now = now.astimezone(zone)
+    post = config.settings.post_time.replace(tzinfo=None)
+    today = datetime.combine(local_now.date(), post, tzinfo=zone)
+    moment = today if today <= local_now else datetime.combine(local_now.date() - timedelta(days=1), post, tzinfo=zone)
+    return moment.astimezone(UTC)
+
+
+def parse_digest_arguments(arguments: list[str], now: datetime, config: Config) -> Window:
+    """The window a /digest command asks for; `WindowError` (→ usage reply) for anything else."""
+    zone = config.settings.zone
+    # "now" rounded down to the minute: requests in the same minute share one window, hence one computation.
+    minute = now.astimezone(UTC).replace(second=0, microsecond=0)
+    if len(arguments) > 1:
+        raise WindowError("one argument at most")
+    if not arguments:
+        return last_window(timedelta(hours=24), minute, zone)
+    argument = arguments[0].strip().lower()
+    if argument == "yesterday":
+        return day_window(minute.astimezone(zone).date() - timedelta(days=1), zone)
+    if argument[:1].isdigit() and "-" in argument:
+        day = parse_date(argument)
+        if day > minute.astimezone(zone).date():
+            raise WindowError(f"{day} has not happened yet")
+        return day_window(day, zone)
+    return last_window(parse_duration(argument), minute, zone)
+
+
+@dataclass
+class DigestService:
+    """Computes digests with single flight: concurrent requests for one window share one computation."""
+
+    config: Config
+    renderer: Renderer = field(default_factory=Renderer)
+    _in_flight: dict[tuple[datetime, datetime], asyncio.Task[Digest]] = field(default_factory=dict)
+    computations: int = 0
+
+    async def digest(self, window: Window) -> Digest:
+        """The digest of ``window``, joining a computation already running for it."""
+        key = (window.start, window.end)
+        task = self._in_flight.get(key)
+        if task is None:
+            self.computations += 1
+            task = asyncio.create_task(make_digest(self.config, window, self.config.settings.digest_deadline_seconds))
+            self._in_flight[key] = task
+            task.add_done_callback(lambda _: self._in_flight.pop(key, None))
+        return await asyncio.shield(task)
+
+    async def html(self, window: Window) -> str:
+        """The digest of ``window`` as Telegram HTML."""
+        return self.renderer.render(await self.digest(window), "html")
+
+
+@dataclass
+class DigestBot:
+    """The bot's behaviour, independent of how updates arrive (polling or webhook)."""
+
+    config: Config
+    state: DeliveryState
+    service: DigestService
+    clock: Clock = _utc_now
+    poster: Poster | None = None
+    last_results: dict[int, PostResult] = field(default_factory=dict)
+    _refused_at: dict[int, float] = field(default_factory=dict)
+    _asked_at: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> Settings:
+        return self.config.settings
+
+    @property
+    def _poster(self) -> Poster:
+        if self.poster is None:
+            raise RuntimeError("the bot's poster is set when its application is built")
+        return self.poster
+
+    def allowed(self, update: Update) -> bool:
+        """Whether the update comes from a digest chat or an admin user."""
+        chat = update.effective_chat
+        user = update.effective_user
+        if chat is not None and chat.id in self.settings.telegram_chat_ids:
+            return True
+        return user is not None and user.id in self.settings.telegram_admin_ids
+
+    async def refuse(self, update: Update) -> None:
+        """One short refusal per chat and hour; the attempt is logged with its chat id."""
+        chat_id = update.effective_chat.id if update.effective_chat else 0
+        user_id = update.effective_user.id if update.effective_user else 0
+        log.warning("refused a command from chat %s (user %s): not in the allowlist", chat_id, user_id)
+        now = time.monotonic()
+        if now - self._refused_at.get(chat_id, -_REFUSAL_EVERY_SECONDS) < _REFUSAL_EVERY_SECONDS:
+            return
+        self._refused_at[chat_id] = now
+        if update.effective_message is not None:
+            await update.effective_message.reply_text(_REFUSAL)
+
+    # Handlers -----------------------------------------------------------------------------------------------------
+
+    async def on_digest(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if not self.allowed(update):
+            await self.refuse(update)
+            return
+        message = update.effective_message
+        chat = update.effective_chat
+        if message is None or chat is None:
+            return
+        try:
+            window = parse_digest_arguments(list(context.args or []), self.clock(), self.config)
+        except WindowError as exc:
+            await message.reply_text(f"{exc}. {USAGE}")
+            return
+        now = time.monotonic()
+        cooldown = self.settings.command_cooldown_seconds
+        waited = now - self._asked_at.get(chat.id, -cooldown - 1)
+        if waited < cooldown:
+            await message.reply_text(f"Please wait {cooldown - waited:.0f} s before asking again.")
+            return
+        self._asked_at[chat.id] = now
+        html = await self.service.html(window)
+        try:
+            await self._poster.sender.send(chat.id, html)
+        except Exception as exc:  # a failed answer is logged; the user sees nothing to retry on
+            log.error("answer to /digest in chat %s failed: %s", chat.id, exc)
+
+    async def on_status(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if not self.allowed(update):
+            await self.refuse(update)
+            return
+        if update.effective_message is None:
+            return
+        text = await self.status_text(context.application if context else None)
+        await update.effective_message.reply_text(text)
+
+    async def on_help(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if not self.allowed(update):
+            await self.refuse(update)
+            return
+        if update.effective_message is not None:
+            await update.effective_message.reply_text(HELP)
+
+    async def on_other(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Any other command: refusal for strangers, usage for the allowed chats."""
+        if not self.allowed(update):
+            await self.refuse(update)
+            return
+        if update.effective_message is not None:
+            await update.effective_message.reply_text(f"Unknown command. {USAGE}")
+
+    # Scheduled posts ----------------------------------------------------------------------------------------------
+
+    async def post_due(self, _context: Any = None) -> list[PostResult]:
+        """Post the most recent scheduled digest to every chat that has not had it, within the grace period."""
+        now = self.clock()
+        moment = last_scheduled(now, self.config)
+        if now - moment > timedelta(hours=self.settings.late_grace_hours):
+            return []
+        late = now - moment > _LATE_AFTER
+        window = last_window(timedelta(hours=24), moment, self.settings.zone)
+        key = daily_key(moment, self.config)
+        results: list[PostResult] = []
+        for chat_id in self.settings.telegram_chat_ids:
+            try:
+                result = await self._poster.post_once(chat_id, key, lambda: self.service.html(window), late=late)
+            except StateError as exc:
+                log.error("cannot post %s to chat %s: %s", key, chat_id, exc)
+                result = PostResult(Outcome.FAILED, chat_id, error=str(exc))
+            if result.outcome is not Outcome.ALREADY_SENT:
+                log.info("post %s to chat %s: %s%s", key, chat_id, result.outcome.value, " (late)" if late else "")
+            self.last_results[chat_id] = result
+            results.append(result)
+        return results
+
+    def next_post(self, now: datetime) -> datetime:
+        """The next scheduled post moment after ``now``."""
+        return last_scheduled(now, self.config) + timedelta(days=1)
+
+    async def status_text(self, application: Application[Any, Any, Any, Any, Any, Any] | None) -> str:
+        """What /status answers: posts per chat, failures, sources, next post."""
+        now = self.clock()
+        zone = self.settings.zone
+        lines = [f"digest status · {self.settings.cluster}"]
+        nxt = self.next_post(now).astimezone(zone)
+        lines.append(f"Next post: {nxt:%Y-%m-%d %H:%M} {zone}")
+        for chat_id in self.settings.telegram_chat_ids:
+            try:
+                deliveries = self.state.latest(self.state.current_chat(chat_id))
+            except StateError as exc:
+                lines.append(f"Chat {chat_id}: state unreadable ({exc})")
+                continue
+            daily = [delivery for delivery in deliveries if delivery.key.startswith("daily:")]
+            if not daily:
+                lines.append(f"Chat {chat_id}: nothing posted yet")
+                continue
+            last = daily[0]
+            when = datetime.fromtimestamp(last.sent_at or last.updated_at, tz=zone)
+            if last.status == "sent":
+                lines.append(f"Chat {chat_id}: {last.key} sent {when:%m-%d %H:%M}{' (late)' if last.late else ''}")
+            else:
+                kind = "failed for good" if last.permanent else "failed, will retry"
+                lines.append(f"Chat {chat_id}: {last.key} {kind} after {last.attempts} attempt(s): {last.error}")
+        lines.extend(await source_status(self.config))
+        return "\n".join(lines)
+
+
+async def source_status(config: Config) -> list[str]:
+    """Whether each backend answers a trivial query, with its latency."""
+    settings = config.settings
+    probes = [
+        ("VictoriaMetrics", settings.vm_endpoint(), "/api/v1/query", {"query": "1"}),
+        ("VictoriaLogs", settings.vl_endpoint(), "/select/logsql/stats_query", {"query": "_time:1m | stats count()"}),
+    ]
+
+    async def probe(name: str, endpoint: Endpoint, path: str, form: dict[str, str]) -> str:
+        started = time.monotonic()
+        try:
+            async with httpx.AsyncClient(headers=dict(endpoint.headers), timeout=5.0) as client:
+                response = await client.post(endpoint.url.rstrip("/") + path, data=form)
+            ok = response.status_code == 200
+            reason = "" if ok else f" (HTTP {response.status_code})"
+        except httpx.HTTPError as exc:
+            ok, reason = False, f" ({type(exc).__name__})"
+        elapsed = (time.monotonic() - started) * 1000
+        return f"{name}: {'reachable' if ok else 'UNREACHABLE'}{reason}, {elapsed:.0f} ms"
+
+    return list(await asyncio.gather(*(probe(*item) for item in probes)))
+
+
+def build_application(bot: DigestBot, token: str) -> Application[Any, Any, Any, Any, Any, Any]:
+    """The python-telegram-bot Application wired to ``bot``: handlers, commands and the daily jobs."""
+    settings = bot.settings
+    root = settings.telegram_api_url.rstrip("/")
+    application = (
+        ApplicationBuilder()
+        .token(token)
+        .base_url(f"{root}/bot")
+        .base_file_url(f"{root}/file/bot")
+        .concurrent_updates(True)
+        .post_init(lambda app: _post_init(app, bot))
+        .build()
+    )
+    bot.poster = Poster(sender=Sender(application.bot, state=bot.state), state=bot.state)
+    application.add_handler(CommandHandler("digest", bot.on_digest))
+    application.add_handler(CommandHandler("status", bot.on_status))
+    application.add_handler(CommandHandler(["help", "start"], bot.on_help))
+    application.add_handler(MessageHandler(filters.COMMAND, bot.on_other))
+    application.add_error_handler(_on_error)
+    job_queue = application.job_queue
+    if job_queue is None:
+        raise RuntimeError("python-telegram-bot was installed without its job-queue extra")
+    job_queue.run_daily(_job(bot.post_due), time=settings.post_time, name="daily-digest")
+    job_queue.run_repeating(_job(bot.post_due), interval=_RECHECK_EVERY_SECONDS, first=0, name="due-digest")
+    return application
+
+
+def _job(function: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Coroutine[Any, Any, None]]:
+    async def run(context: Any) -> None:
+        await function(context)
+
+    return run
+
+
+async def _post_init(application: Application[Any, Any, Any, Any, Any, Any], bot: DigestBot) -> None:
+    await application.bot.set_my_commands(COMMANDS)
+    log.info(
+        "bot ready; posting at %s %s to %d chat(s)",
+        bot.settings.post_at,
+        bot.settings.timezone,
+        len(bot.settings.telegram_chat_ids),
+    )
+
+
+async def _on_error(update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+    log.error("error while handling an update: %s", type(context.error).__name__ if context.error else "unknown")

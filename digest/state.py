@@ -1,0 +1,215 @@
+"""Delivery state in SQLite: each (chat, digest key) is posted once, across restarts, crashes and a second instance.
+
+Protocol: a sender first *claims* the delivery (an atomic insert-or-take-over under ``BEGIN IMMEDIATE``), then
+computes and sends, then records the outcome. A claim is a lease: if its holder dies, the lease expires and another
+run may take the delivery over; a delivery already ``sent`` is never claimed again. The one window that cannot be
+closed without help from Telegram is a crash between Telegram accepting the message and the ``sent`` write — the
+lease makes that a rare duplicate after a crash, never a silent loss.
+
+SQLite runs in WAL mode (readers never block the writer) with ``synchronous=NORMAL``; each write is its own short
+transaction, and no transaction is ever held across network I/O (the lesson of seed 001's lock cascade).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS deliveries (
+    chat_id      INTEGER NOT NULL,
+    key          TEXT    NOT NULL,
+    status       TEXT    NOT NULL,
+    owner        TEXT    NOT NULL,
+    lease_until  REAL    NOT NULL,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    updated_at   REAL    NOT NULL,
+    sent_at      REAL,
+    late         INTEGER NOT NULL DEFAULT 0,
+    error        TEXT,
+    permanent    INTEGER NOT NULL DEFAULT 0,
+    message_ids  TEXT,
+    PRIMARY KEY (chat_id, key)
+);
+CREATE TABLE IF NOT EXISTS chat_moves (
+    old_chat_id INTEGER PRIMARY KEY,
+    new_chat_id INTEGER NOT NULL,
+    moved_at    REAL    NOT NULL
+);
+"""
+_BUSY_TIMEOUT_SECONDS = 30.0
+
+
+class DeliveryStatus(StrEnum):
+    """Where one delivery stands."""
+
+    SENDING = "sending"
+    SENT = "sent"
+    FAILED = "failed"
+
+
+class StateError(RuntimeError):
+    """The state file cannot be opened, read or written (locked, corrupt, read-only)."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One row of the delivery table."""
+
+    chat_id: int
+    key: str
+    status: DeliveryStatus
+    attempts: int
+    updated_at: float
+    sent_at: float | None
+    late: bool
+    error: str | None
+    permanent: bool
+
+
+class DeliveryState:
+    """The SQLite delivery table. One instance per process; every method is a short transaction of its own."""
+
+    def __init__(self, path: Path, owner: str) -> None:
+        self._path = path
+        self._owner = owner
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._connection = sqlite3.connect(
+                path, timeout=_BUSY_TIMEOUT_SECONDS, isolation_level=None, check_same_thread=False
+            )
+            self._connection.execute("PRAGMA journal_mode=WAL")
+            self._connection.execute("PRAGMA synchronous=NORMAL")
+            self._connection.executescript(_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise StateError(f"state file {path}: {exc}") from None
+
+    def close(self) -> None:
+        self._connection.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        try:
+            self._connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._connection
+            except BaseException:
+                self._connection.execute("ROLLBACK")
+                raise
+            self._connection.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StateError(f"state file {self._path}: {exc}") from None
+
+    def claim(self, chat_id: int, key: str, lease_seconds: float, now: float | None = None) -> bool:
+        """Take the delivery of ``key`` to ``chat_id``; False if it was sent, or another live owner holds it."""
+        moment = time.time() if now is None else now
+        with self._write() as db:
+            row = db.execute(
+                "SELECT status, owner, lease_until, permanent FROM deliveries WHERE chat_id = ? AND key = ?",
+                (chat_id, key),
+            ).fetchone()
+            if row is None:
+                db.execute(
+                    "INSERT INTO deliveries (chat_id, key, status, owner, lease_until, attempts, updated_at) "
+                    "VALUES (?, ?, 'sending', ?, ?, 1, ?)",
+                    (chat_id, key, self._owner, moment + lease_seconds, moment),
+                )
+                return True
+            status, owner, lease_until, permanent = row
+            if status == DeliveryStatus.SENT or permanent:
+                return False
+            if status == DeliveryStatus.SENDING and owner != self._owner and lease_until > moment:
+                return False
+            db.execute(
+                "UPDATE deliveries SET status = 'sending', owner = ?, lease_until = ?, attempts = attempts + 1, "
+                "updated_at = ? WHERE chat_id = ? AND key = ?",
+                (self._owner, moment + lease_seconds, moment, chat_id, key),
+            )
+            return True
+
+    def mark_sent(self, chat_id: int, key: str, message_ids: list[int], late: bool, now: float | None = None) -> None:
+        """Record that Telegram accepted every part of the delivery."""
+        moment = time.time() if now is None else now
+        with self._write() as db:
+            db.execute(
+                "UPDATE deliveries SET status = 'sent', sent_at = ?, updated_at = ?, late = ?, error = NULL, "
+                "message_ids = ? WHERE chat_id = ? AND key = ?",
+                (moment, moment, int(late), ",".join(map(str, message_ids)), chat_id, key),
+            )
+
+    def mark_failed(self, chat_id: int, key: str, error: str, permanent: bool, now: float | None = None) -> None:
+        """Record a failed delivery; a transient one is retried by a later run, a permanent one is not."""
+        moment = time.time() if now is None else now
+        with self._write() as db:
+            db.execute(
+                "UPDATE deliveries SET status = 'failed', updated_at = ?, error = ?, permanent = ?, lease_until = 0 "
+                "WHERE chat_id = ? AND key = ?",
+                (moment, error[:500], int(permanent), chat_id, key),
+            )
+
+    def record_move(self, old_chat_id: int, new_chat_id: int, now: float | None = None) -> None:
+        """Remember that a group became a supergroup, so later posts go to the new id."""
+        moment = time.time() if now is None else now
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO chat_moves (old_chat_id, new_chat_id, moved_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(old_chat_id) DO UPDATE SET new_chat_id = excluded.new_chat_id, "
+                "moved_at = excluded.moved_at",
+                (old_chat_id, new_chat_id, moment),
+            )
+
+    def current_chat(self, chat_id: int) -> int:
+        """The id a chat has now, following recorded migrations."""
+        seen = {chat_id}
+        current = chat_id
+        while True:
+            row = self._read("SELECT new_chat_id FROM chat_moves WHERE old_chat_id = ?", (current,))
+            if not row or row[0][0] in seen:
+                return current
+            current = int(row[0][0])
+            seen.add(current)
+
+    def get(self, chat_id: int, key: str) -> Delivery | None:
+        """The delivery of ``key`` to ``chat_id``, if any."""
+        rows = self._read(
+            "SELECT chat_id, key, status, attempts, updated_at, sent_at, late, error, permanent FROM deliveries "
+            "WHERE chat_id = ? AND key = ?",
+            (chat_id, key),
+        )
+        return _delivery(rows[0]) if rows else None
+
+    def latest(self, chat_id: int) -> list[Delivery]:
+        """The chat's ten most recent deliveries, newest first."""
+        rows = self._read(
+            "SELECT chat_id, key, status, attempts, updated_at, sent_at, late, error, permanent FROM deliveries "
+            "WHERE chat_id = ? ORDER BY updated_at DESC LIMIT 10",
+            (chat_id,),
+        )
+        return [_delivery(row) for row in rows]
+
+    def _read(self, sql: str, parameters: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        try:
+            return list(self._connection.execute(sql, parameters).fetchall())
+        except sqlite3.Error as exc:
+            raise StateError(f"state file {self._path}: {exc}") from None
+
+
+def _delivery(row: tuple[Any, ...]) -> Delivery:
+    chat_id, key, status, attempts, updated_at, sent_at, late, error, permanent = row
+    return Delivery(
+        chat_id=int(chat_id),
+        key=str(key),
+        status=DeliveryStatus(status),
+        attempts=int(attempts),
+        updated_at=float(updated_at),
+        sent_at=float(sent_at) if sent_at is not None else None,
+        late=bool(late),
+        error=str(error) if error is not None else None,
+        permanent=bool(permanent),
+    )

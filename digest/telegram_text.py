@@ -1,0 +1,98 @@
+"""Fitting a rendered digest into Telegram messages.
+
+Telegram limits a message to 4,096 characters of *visible* text (after entity parsing: tags do not count, ``&amp;``
+counts as one character) and counts in UTF-16 code units (an emoji outside the BMP counts two). The digest's HTML
+template keeps every tag inside one line, so a cut between lines always leaves balanced tags; this module packs lines
+into parts, preferring to cut at blank lines (section boundaries), marks each part "(1/3)", and turns a single line
+that is longer than a whole message into escaped plain text cut at the limit.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+MAX_TEXT = 4096
+MAX_CAPTION = 1024
+_TAG = re.compile(r"<[^>]*>")
+
+
+def utf16_length(text: str) -> int:
+    """Length as Telegram counts it: UTF-16 code units."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def visible(html_text: str) -> str:
+    """The text a reader sees: tags removed, entities decoded."""
+    return html.unescape(_TAG.sub("", html_text))
+
+
+def visible_length(html_text: str) -> int:
+    """Telegram's length of an HTML message."""
+    return utf16_length(visible(html_text))
+
+
+def plain_from_html(html_text: str) -> str:
+    """The message as plain text, for resending a part whose entities Telegram rejected."""
+    return visible(html_text)
+
+
+def split_html(message: str, limit: int = MAX_TEXT) -> list[str]:
+    """Parts of at most ``limit`` visible UTF-16 units each, cut between lines, each marked (i/n) if several."""
+    if visible_length(message) <= limit:
+        return [message]
+    # Room for the "\n(12/12)" marker.
+    budget = limit - 10
+    lines: list[str] = []
+    for line in message.split("\n"):
+        lines.extend(_cut_long_line(line, budget))
+    parts: list[list[str]] = [[]]
+    size = 0
+    last_blank = -1  # index in the current part of its last blank line, to cut at a section boundary
+    for line in lines:
+        cost = visible_length(line) + 1
+        if parts[-1] and size + cost > budget:
+            current = parts[-1]
+            if 0 < last_blank < len(current) - 1 and _sum_cost(current[last_blank + 1 :]) + cost <= budget:
+                # Move the unfinished section to the next part instead of splitting it.
+                carried = current[last_blank + 1 :]
+                del current[last_blank:]
+                parts.append(carried)
+                size = _sum_cost(carried)
+            else:
+                parts.append([])
+                size = 0
+            last_blank = -1
+        if not parts[-1] and not line.strip():
+            continue  # a part never starts with a blank line
+        parts[-1].append(line)
+        size += cost
+        if not line.strip():
+            last_blank = len(parts[-1]) - 1
+    texts = ["\n".join(part).strip("\n") for part in parts if any(line.strip() for line in part)]
+    total = len(texts)
+    return [f"{text}\n({index}/{total})" for index, text in enumerate(texts, start=1)]
+
+
+def _sum_cost(lines: list[str]) -> int:
+    return sum(visible_length(line) + 1 for line in lines)
+
+
+def _cut_long_line(line: str, budget: int) -> list[str]:
+    """A line longer than a message becomes escaped plain text in budget-sized pieces (no tag can be cut)."""
+    if visible_length(line) <= budget:
+        return [line]
+    text = visible(line)
+    pieces: list[str] = []
+    current: list[str] = []
+    size = 0
+    for char in text:
+        width = utf16_length(char)
+        if size + width > budget:
+            pieces.append(html.escape("".join(current), quote=False))
+            current, size = [], 0
+        current.append(char)
+        size += width
+    if current:
+        pieces.append(html.escape("".join(current), quote=False))
+    return pieces
