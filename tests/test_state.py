@@ -1,0 +1,96 @@
+"""Delivery state: one post per (chat, key) across restarts and a second instance; failures recorded."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from digest.state import DeliveryState, DeliveryStatus, StateError
+
+
+def test_sent_delivery_is_never_claimed_again(tmp_path: Path) -> None:
+    """After mark_sent, neither this process nor a restarted one can claim the same delivery."""
+    path = tmp_path / "state.sqlite"
+    first = DeliveryState(path, "a")
+    assert first.claim(1, "daily:2026-07-20", lease_seconds=60)
+    first.mark_sent(1, "daily:2026-07-20", [10, 11], late=False)
+    assert not first.claim(1, "daily:2026-07-20", lease_seconds=60)
+    first.close()
+    restarted = DeliveryState(path, "b")
+    assert not restarted.claim(1, "daily:2026-07-20", lease_seconds=60)
+    delivery = restarted.get(1, "daily:2026-07-20")
+    assert delivery is not None
+    assert delivery.status is DeliveryStatus.SENT
+
+
+def test_second_instance_cannot_take_a_live_lease(tmp_path: Path) -> None:
+    """A delivery being sent by one instance is not claimable by another until its lease expires."""
+    path = tmp_path / "state.sqlite"
+    one, two = DeliveryState(path, "one"), DeliveryState(path, "two")
+    assert one.claim(5, "k", lease_seconds=60, now=1000.0)
+    assert not two.claim(5, "k", lease_seconds=60, now=1010.0)
+    # The holder died: after the lease, the other instance takes over.
+    assert two.claim(5, "k", lease_seconds=60, now=1061.0)
+
+
+def test_concurrent_claims_have_one_winner(tmp_path: Path) -> None:
+    """Eight instances racing for one delivery: exactly one wins."""
+    path = tmp_path / "state.sqlite"
+    DeliveryState(path, "init").close()
+    wins: list[bool] = []
+    barrier = threading.Barrier(8)
+
+    def race(index: int) -> None:
+        state = DeliveryState(path, f"owner-{index}")
+        barrier.wait()
+        wins.append(state.claim(7, "daily:2026-07-20", lease_seconds=60))
+        state.close()
+
+    threads = [threading.Thread(target=race, args=(index,)) for index in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wins.count(True) == 1
+
+
+def test_transient_failure_is_retried_permanent_is_not(tmp_path: Path) -> None:
+    """A transient failure can be claimed again; a permanent one cannot."""
+    state = DeliveryState(tmp_path / "state.sqlite", "a")
+    assert state.claim(1, "k1", lease_seconds=60)
+    state.mark_failed(1, "k1", "timeout", permanent=False)
+    assert state.claim(1, "k1", lease_seconds=60)
+    assert state.claim(2, "k2", lease_seconds=60)
+    state.mark_failed(2, "k2", "Forbidden: bot was blocked by the user", permanent=True)
+    assert not state.claim(2, "k2", lease_seconds=60)
+    failed = state.get(2, "k2")
+    assert failed is not None
+    assert failed.permanent
+    assert failed.error == "Forbidden: bot was blocked by the user"
+
+
+def test_chat_migration_is_followed(tmp_path: Path) -> None:
+    """A recorded group → supergroup move redirects later posts to the new id."""
+    state = DeliveryState(tmp_path / "state.sqlite", "a")
+    state.record_move(-100, -1001234)
+    assert state.current_chat(-100) == -1001234
+    assert state.current_chat(42) == 42
+
+
+def test_wal_mode(tmp_path: Path) -> None:
+    """The state file runs in WAL mode, so readers never block the writer."""
+    path = tmp_path / "state.sqlite"
+    DeliveryState(path, "a").close()
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_corrupt_state_file_is_a_clear_error(tmp_path: Path) -> None:
+    """A file that is not SQLite raises StateError naming the file."""
+    path = tmp_path / "state.sqlite"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StateError, match="state.sqlite"):
+        DeliveryState(path, "a")
