@@ -130,11 +130,13 @@ class ConntrackCheck:
             )
         else:
             summary += ", no drops"
+        # The summary names the worst node; other nodes are worth a line only when they crossed a threshold too.
         evidence = [
-            f"{offender.labels['node']}: peak {fmt_percent(offender.value)} "
+            f"then {offender.labels['node']}: peak {fmt_percent(offender.value)} "
             f"({fmt_int(float(offender.labels['entries']))} / {fmt_int(float(offender.labels['limit']))})"
             + (f", {fmt_int(float(offender.labels['drops']))} drops" if offender.labels["drops"] != "0" else "")
-            for offender in offenders
+            for offender in offenders[1:]
+            if offender.value >= self.policy.warn_ratio or offender.labels["drops"] != "0"
         ]
         error = None
         if blind_nodes:

@@ -12,6 +12,7 @@ on the checks and never the other way round.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -204,7 +205,8 @@ def fmt_percent(ratio: float) -> str:
     """A ratio as a percentage with the precision its size deserves: 72 %, 0.017 %."""
     percent = ratio * 100
     if percent >= 10:
-        return f"{percent:.0f} %"
+        # Half up, as people round: 96.5 % reads "97 %", not the banker's "96 %".
+        return f"{math.floor(percent + 0.5)} %"
     if percent >= 1:
         return f"{percent:.1f} %"
     if percent >= 0.01:

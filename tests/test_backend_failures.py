@@ -9,7 +9,7 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from digest.cli import Config, make_digest
+from digest.engine import Config, make_digest
 from digest.corpus import DAYS
 from digest.embedded import EmbeddedBackends, free_port, load_corpus_day
 from digest.policy import Policy

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from digest.cli import Config, make_digest
+from digest.engine import Config, make_digest
 from digest.corpus import DAYS
 from digest.embedded import EmbeddedBackends
 from digest.policy import Policy
