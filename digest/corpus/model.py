@@ -35,6 +35,7 @@ class Series:
     values: Sequence[float]
 
     def __post_init__(self) -> None:
+        """Reject a series without a name or with unpaired samples."""
         if "__name__" not in self.labels:
             raise ValueError(f"series labels need __name__: {dict(self.labels)!r}")
         if len(self.timestamps_ms) != len(self.values):
@@ -61,6 +62,7 @@ class Expected:
     facts: Mapping[str, object]
 
     def __post_init__(self) -> None:
+        """Reject an unknown status or a score outside 0-10."""
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
         if not 0 <= self.score <= 10:
