@@ -57,6 +57,8 @@ COMMANDS = [
 _REFUSAL = "This bot only answers the chats it is configured for."
 _REFUSAL_EVERY_SECONDS = 3600.0
 _RECHECK_EVERY_SECONDS = 300.0
+# python-telegram-bot reads first=0 as "not given" (one interval from now); a small positive delay means "at start".
+_FIRST_CHECK_SECONDS = 0.5
 _LATE_AFTER = timedelta(minutes=2)
 
 Clock = Callable[[], datetime]
@@ -322,8 +324,16 @@ def build_application(bot: DigestBot, token: str) -> Application[Any, Any, Any, 
     job_queue = application.job_queue
     if job_queue is None:
         raise RuntimeError("python-telegram-bot was installed without its job-queue extra")
-    job_queue.run_daily(_job(bot.post_due), time=settings.post_time, name="daily-digest")
-    job_queue.run_repeating(_job(bot.post_due), interval=_RECHECK_EVERY_SECONDS, first=0, name="due-digest")
+    # APScheduler drops a run that starts more than 1 s late by default; a late post is still owed, so never drop.
+    late_ok = {"misfire_grace_time": None, "coalesce": True}
+    job_queue.run_daily(_job(bot.post_due), time=settings.post_time, name="daily-digest", job_kwargs=late_ok)
+    job_queue.run_repeating(
+        _job(bot.post_due),
+        interval=_RECHECK_EVERY_SECONDS,
+        first=_FIRST_CHECK_SECONDS,
+        name="due-digest",
+        job_kwargs=late_ok,
+    )
     return application
 
 

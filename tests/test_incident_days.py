@@ -22,6 +22,7 @@ from digest.render import Renderer, to_json
 from digest.score import Digest
 from digest.settings import load_settings
 from digest.window import day_window
+from tests.fake_telegram import parse_html
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("DIGEST_UPDATE_GOLDENS") == "1"
@@ -54,15 +55,21 @@ async def test_day_matches_golden(corpus_backends: EmbeddedBackends, day: date) 
     digest = await digest_of(corpus_backends, day)
     payload = to_json(digest)
     text = Renderer().render(digest, "text")
-    json_path, text_path = GOLDEN / f"{day}.json", GOLDEN / f"{day}.txt"
+    html = Renderer().render(digest, "html")
+    json_path, text_path, html_path = (GOLDEN / f"{day}.{suffix}" for suffix in ("json", "txt", "html"))
     if UPDATE:
         GOLDEN.mkdir(exist_ok=True)
         json_path.write_text(json.dumps(payload, ensure_ascii=False, indent=2) + "\n")
         text_path.write_text(text)
+        html_path.write_text(html)
     expected = DAYS[day].expected
     assert (payload["status"], payload["score"]) == (expected.status, expected.score)
     assert payload == json.loads(json_path.read_text())
     assert text == text_path.read_text()
+    assert html == html_path.read_text()
+    # The message Telegram would receive parses under its HTML rules and keeps the headline first.
+    visible_text, _ = parse_html(html, strict=True)
+    assert visible_text.splitlines()[0] == payload["headline"]
 
 
 async def test_reconnect_storm_reads_critical_8(corpus_backends: EmbeddedBackends) -> None:

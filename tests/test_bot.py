@@ -1,0 +1,361 @@
+"""The Telegram bot end to end: python-telegram-bot against a Bot-API-shaped server on loopback, digests computed
+from the incident corpus in real VictoriaMetrics + VictoriaLogs, delivery state in a real SQLite file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from telegram import Bot
+
+from digest.bot import DigestBot, DigestService, build_application
+from digest.delivery import Outcome, Poster, Sender
+from digest.embedded import EmbeddedBackends
+from digest.engine import Config
+from digest.logs import RedactingFormatter
+from digest.policy import Policy
+from digest.render import Renderer
+from digest.settings import load_settings
+from digest.state import DeliveryState
+from digest.telegram_text import MAX_TEXT
+from digest.window import day_window
+from tests.fake_telegram import FakeTelegram, parse_html
+from tests.test_render import _hostile_digest
+
+ALLOWED = -1001234567890
+STRANGER = 777
+TOKEN = "123456:AAE-secret-token-for-tests"
+
+
+@dataclass
+class Clock:
+    """A settable clock for the bot (the only thing that reads "now")."""
+
+    now: datetime
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def tg() -> Iterator[FakeTelegram]:
+    """A Telegram lookalike that knows the allowed chat and reports no bug of its own."""
+    with FakeTelegram(TOKEN, known_chats={ALLOWED, STRANGER}) as server:
+        yield server
+        assert server.internal_errors == []
+
+
+def make_config(backends: EmbeddedBackends, tg: FakeTelegram, state_path: Path, **overrides: object) -> Config:
+    settings = load_settings(
+        vm_url=backends.metrics.url,
+        vl_url=backends.logs.url,
+        cluster="homelab",
+        timezone="UTC",
+        policy_file=None,
+        telegram_token=TOKEN,
+        telegram_api_url=tg.root,
+        telegram_chat_ids=str(ALLOWED),
+        state_path=state_path,
+        command_cooldown_seconds=0,
+        **overrides,
+    )
+    return Config(settings=settings, policy=Policy())
+
+
+@asynccontextmanager
+async def running(config: Config, clock: Clock, owner: str = "test") -> AsyncIterator[DigestBot]:
+    """The bot's application polling the fake server, stopped (and its state closed) at the end."""
+    state = DeliveryState(config.settings.state_path, owner)
+    bot = DigestBot(config=config, state=state, service=DigestService(config), clock=clock)
+    application = build_application(bot, TOKEN)
+    try:
+        async with application:
+            # run_polling() calls post_init after initialize(); this harness drives the same steps by hand.
+            if application.post_init is not None:
+                await application.post_init(application)
+            await application.start()
+            assert application.updater is not None
+            await application.updater.start_polling(timeout=1, poll_interval=0)
+            try:
+                yield bot
+            finally:
+                await application.updater.stop()
+                await application.stop()
+    finally:
+        state.close()
+
+
+def visible(call: object) -> str:
+    return str(getattr(call, "visible", ""))
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Bounded wait for a condition the bot makes true asynchronously."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+QUIET = Clock(datetime(2026, 7, 21, 9, 0, tzinfo=UTC))  # 21 h after the last noon: outside the grace period
+
+
+async def test_digest_command_from_allowed_chat(corpus_backends: EmbeddedBackends, tg: FakeTelegram,
+                                                tmp_path: Path) -> None:
+    """/digest 2026-07-20 in an allowed chat answers CRITICAL 8/10, in HTML Telegram accepts; commands registered."""
+    config = make_config(corpus_backends, tg, tmp_path / "state.sqlite")
+    async with running(config, QUIET):
+        tg.push_message(ALLOWED, "/digest 2026-07-20", chat_type="supergroup")
+        [reply] = await tg.wait_for_sent_async(1, timeout=30)
+    assert reply.chat_id == ALLOWED
+    assert reply.parse_mode == "HTML"
+    assert visible(reply).splitlines()[0] == "CRITICAL 8/10 · homelab · 2026-07-20"
+    assert "4,539,734 error lines" in visible(reply)
+    assert {command["command"] for command in tg.commands} == {"digest", "status", "help"}
+
+
+async def test_stranger_is_refused_once_and_logged(corpus_backends: EmbeddedBackends, tg: FakeTelegram,
+                                                   tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Another chat gets one short refusal (rate-limited), nothing is computed, the attempt is logged with its id."""
+    config = make_config(corpus_backends, tg, tmp_path / "state.sqlite")
+    caplog.set_level(logging.WARNING, logger="digest")
+    async with running(config, QUIET) as bot:
+        tg.push_message(STRANGER, "/digest 2026-07-20")
+        tg.push_message(STRANGER, "/status")
+        await tg.wait_for_sent_async(1, timeout=10)
+        await wait_until(lambda: sum("refused" in record.message for record in caplog.records) >= 2)
+        assert bot.service.computations == 0
+    assert [visible(call) for call in tg.sent_to(STRANGER)] == ["This bot only answers the chats it is configured for."]
+    assert any(str(STRANGER) in record.getMessage() for record in caplog.records)
+
+
+async def test_bad_arguments_get_a_usage_reply(corpus_backends: EmbeddedBackends, tg: FakeTelegram,
+                                               tmp_path: Path) -> None:
+    """A bad date, a future date and a too-long window each get a one-line usage reply, never a traceback."""
+    config = make_config(corpus_backends, tg, tmp_path / "state.sqlite")
+    async with running(config, QUIET):
+        for text in ("/digest 2026-13-45", "/digest 2027-01-01", "/digest 30d", "/digest a b"):
+            tg.push_message(ALLOWED, text, chat_type="supergroup")
+        replies = await tg.wait_for_sent_async(4, timeout=10)
+    for reply in replies:
+        assert "Usage: /digest" in visible(reply)
+        assert "Traceback" not in visible(reply)
+
+
+async def test_yesterday_and_hours(corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path) -> None:
+    """/digest yesterday is the previous calendar day; /digest 6h a 6-hour window ending now."""
+    config = make_config(corpus_backends, tg, tmp_path / "state.sqlite")
+    async with running(config, QUIET):
+        tg.push_message(ALLOWED, "/digest yesterday", chat_type="supergroup")
+        [first] = await tg.wait_for_sent_async(1, timeout=30)
+        tg.push_message(ALLOWED, "/digest 6h", chat_type="supergroup")
+        second = (await tg.wait_for_sent_async(2, timeout=30))[1]
+    assert visible(first).splitlines()[0] == "CRITICAL 8/10 · homelab · 2026-07-20"
+    assert "6h to 2026-07-21 09:00" in visible(second).splitlines()[0]
+
+
+async def test_noon_post_once_across_restart(corpus_backends: EmbeddedBackends, tg: FakeTelegram,
+                                             tmp_path: Path) -> None:
+    """At 12:00 the digest is posted; a restart at 12:01 and a second instance post nothing more."""
+    config = make_config(corpus_backends, tg, tmp_path / "state.sqlite")
+    noon = Clock(datetime(2026, 7, 20, 12, 0, 5, tzinfo=UTC))
+    async with running(config, noon) as bot:
+        await wait_until(lambda: ALLOWED in bot.last_results)
+    assert len(tg.sent_to(ALLOWED)) == 1
+    assert visible(tg.sent_to(ALLOWED)[0]).startswith("CRITICAL 8/10 · homelab · 24h to 2026-07-20 12:00")
+    after = Clock(datetime(2026, 7, 20, 12, 1, tzinfo=UTC))
+    async with running(config, after, owner="restarted") as bot, running(config, after, owner="second") as other:
+        await wait_until(lambda: ALLOWED in bot.last_results and ALLOWED in other.last_results)
+        assert bot.last_results[ALLOWED].outcome is Outcome.ALREADY_SENT
+        assert other.last_results[ALLOWED].outcome is Outcome.ALREADY_SENT
+    assert len(tg.sent_to(ALLOWED)) == 1
+
+
+async def test_bot_down_at_noon_posts_once_late(corpus_backends: EmbeddedBackends, tg: FakeTelegram,
+                                                tmp_path: Path) -> None:
+    """Started at 14:30 (down at noon), the bot posts the noon digest once, marked late; outside grace it does not."""
+    config = make_config(corpus_backends, tg, tmp_path / "state.sqlite")
+    async with running(config, Clock(datetime(2026, 7, 20, 14, 30, tzinfo=UTC))) as bot:
+        await wait_until(lambda: ALLOWED in bot.last_results)
+        assert bot.last_results[ALLOWED].outcome is Outcome.SENT
+        delivery = bot.state.get(ALLOWED, "daily:2026-07-20")
+        assert delivery is not None
+        assert delivery.late
+    assert len(tg.sent_to(ALLOWED)) == 1
+    # 19:00 is beyond the 6 h grace after 12:00: a bot started then posts nothing for that day (a new state file).
+    late_config = make_config(corpus_backends, tg, tmp_path / "other.sqlite")
+    async with running(late_config, Clock(datetime(2026, 7, 20, 19, 0, tzinfo=UTC))) as bot:
+        await asyncio.sleep(0.5)  # give the start-up job its chance; nothing is expected to happen
+        assert bot.last_results == {}
+    assert len(tg.sent_to(ALLOWED)) == 1
+
+
+async def test_status_shows_posts_failures_and_sources(corpus_backends: EmbeddedBackends, tg: FakeTelegram,
+                                                       tmp_path: Path) -> None:
+    """/status names the last post per chat, the failed one, each source's reachability and the next post."""
+    config = make_config(corpus_backends, tg, tmp_path / "state.sqlite")
+    async with running(config, Clock(datetime(2026, 7, 20, 12, 0, 5, tzinfo=UTC))) as bot:
+        await wait_until(lambda: ALLOWED in bot.last_results)
+        tg.push_message(ALLOWED, "/status", chat_type="supergroup")
+        status = (await tg.wait_for_sent_async(2, timeout=10))[1]
+    text = visible(status)
+    assert "daily:2026-07-20 sent" in text
+    assert "VictoriaMetrics: reachable" in text
+    assert "VictoriaLogs: reachable" in text
+    assert "Next post: 2026-07-21 12:00" in text
+    assert TOKEN not in text
+
+
+async def test_429_delays_but_delivers(tg: FakeTelegram, tmp_path: Path) -> None:
+    """A 429 with retry_after is waited out and the message then delivered, once."""
+    tg.fail_next("sendMessage", status=429, retry_after=1)
+    state = DeliveryState(tmp_path / "state.sqlite", "t")
+    async with Bot(TOKEN, base_url=tg.base_url, base_file_url=tg.base_file_url) as bot:
+        poster = Poster(Sender(bot, state=state), state)
+        started = asyncio.get_running_loop().time()
+        result = await poster.post_once(ALLOWED, "k", _text("<b>OK 10/10</b>"))
+        waited = asyncio.get_running_loop().time() - started
+    assert result.outcome is Outcome.SENT
+    assert waited >= 1.0
+    assert len(tg.sent_to(ALLOWED)) == 1
+    assert [call.status for call in tg.calls if call.method == "sendMessage"] == [429, 200]
+
+
+async def test_hostile_strings_arrive_escaped_and_accepted(tg: FakeTelegram) -> None:
+    """Pod names and log text with <script>, &, _ and * are escaped; Telegram's HTML rules accept the message."""
+    html = Renderer().render(_hostile_digest(), "html")
+    async with Bot(TOKEN, base_url=tg.base_url, base_file_url=tg.base_file_url) as bot:
+        await Sender(bot).send(ALLOWED, html)
+    [sent] = tg.sent_to(ALLOWED)
+    assert sent.parse_mode == "HTML"
+    assert '<script>alert("x")</script> & a_b *c*' in sent.visible
+    parse_html(sent.text or "", strict=True)
+
+
+async def test_long_digest_is_split_and_every_part_valid(tg: FakeTelegram) -> None:
+    """A digest longer than 4096 characters arrives in several valid parts marked (i/n)."""
+    html = Renderer().render(_hostile_digest(), "html")
+    long_html = html + "\n\n" + "\n".join(f"• <code>pod-{index}</code>: {'&lt;x&gt; ' * 30}" for index in range(60))
+    async with Bot(TOKEN, base_url=tg.base_url, base_file_url=tg.base_file_url) as bot:
+        await Sender(bot).send(ALLOWED, long_html)
+    parts = tg.sent_to(ALLOWED)
+    assert len(parts) >= 2
+    for index, part in enumerate(parts, start=1):
+        assert part.parse_mode == "HTML"
+        assert len(part.visible) <= MAX_TEXT
+        assert part.visible.endswith(f"({index}/{len(parts)})")
+
+
+async def test_unparseable_html_is_resent_as_plain_text(tg: FakeTelegram) -> None:
+    """If Telegram rejects a part's entities, the part is resent as plain text instead of being lost."""
+    async with Bot(TOKEN, base_url=tg.base_url, base_file_url=tg.base_file_url) as bot:
+        await Sender(bot).send(ALLOWED, "<b>CRITICAL</b> <blink>x</blink>")
+    [sent] = tg.sent_to(ALLOWED)
+    assert sent.parse_mode is None
+    assert sent.text == "CRITICAL x"
+
+
+async def test_blocked_chat_is_permanent_and_not_retried(tg: FakeTelegram, tmp_path: Path) -> None:
+    """403 (bot blocked) is recorded as a permanent failure, tried once, and never claimed again."""
+    tg.block(ALLOWED)
+    state = DeliveryState(tmp_path / "state.sqlite", "t")
+    async with Bot(TOKEN, base_url=tg.base_url, base_file_url=tg.base_file_url) as bot:
+        poster = Poster(Sender(bot, state=state), state)
+        first = await poster.post_once(ALLOWED, "daily:2026-07-20", _text("x"))
+        again = await poster.post_once(ALLOWED, "daily:2026-07-20", _text("x"))
+    assert first.outcome is Outcome.FAILED_PERMANENT
+    assert again.outcome is Outcome.FAILED_PERMANENT
+    assert len([call for call in tg.calls if call.method == "sendMessage"]) == 1
+
+
+async def test_supergroup_migration_is_followed(tg: FakeTelegram, tmp_path: Path) -> None:
+    """A group that became a supergroup: the message goes to the new id, and later posts go there directly."""
+    new_id = -1009999
+    tg.add_chat(new_id, "supergroup")
+    tg.migrate(ALLOWED, new_id)
+    state = DeliveryState(tmp_path / "state.sqlite", "t")
+    async with Bot(TOKEN, base_url=tg.base_url, base_file_url=tg.base_file_url) as bot:
+        poster = Poster(Sender(bot, state=state), state)
+        result = await poster.post_once(ALLOWED, "k1", _text("one"))
+        await poster.post_once(ALLOWED, "k2", _text("two"))
+    assert result.outcome is Outcome.SENT
+    assert [visible(call) for call in tg.sent_to(new_id)] == ["one", "two"]
+    assert state.current_chat(ALLOWED) == new_id
+
+
+async def test_concurrent_requests_share_one_computation(corpus_backends: EmbeddedBackends, tg: FakeTelegram,
+                                                         tmp_path: Path) -> None:
+    """Twenty simultaneous digests of one window run one computation."""
+    config = make_config(corpus_backends, tg, tmp_path / "state.sqlite")
+    service = DigestService(config)
+    window = day_window(datetime(2026, 7, 20).date(), config.settings.zone)
+    digests = await asyncio.gather(*(service.digest(window) for _ in range(20)))
+    assert service.computations == 1
+    assert {digest.score for digest in digests} == {8}
+
+
+def test_token_is_redacted_from_log_lines() -> None:
+    """The formatter masks the token wherever it appears: httpx's URL lines and exception text alike."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(RedactingFormatter("%(message)s", [TOKEN]))
+    logger = logging.getLogger("redaction-test")
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.warning("HTTP Request: POST https://api.telegram.org/bot%s/getUpdates", TOKEN)
+    try:
+        raise RuntimeError(f"failed https://api.telegram.org/bot{TOKEN}/sendMessage")
+    except RuntimeError:
+        logger.exception("boom")
+    assert TOKEN not in stream.getvalue()
+    assert "[redacted]" in stream.getvalue()
+
+
+def test_run_post_cronjob_path_posts_once_and_keeps_the_token_out_of_logs(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """`digest run --post` posts the window's digest once per chat; a second run posts nothing; stderr has no token."""
+    env = {
+        **os.environ,
+        "DIGEST_VM_URL": corpus_backends.metrics.url,
+        "DIGEST_VL_URL": corpus_backends.logs.url,
+        "DIGEST_CLUSTER": "homelab",
+        "DIGEST_TIMEZONE": "UTC",
+        "DIGEST_TELEGRAM_API_URL": tg.root,
+        "DIGEST_TELEGRAM_CHAT_IDS": str(ALLOWED),
+        "DIGEST_STATE_PATH": str(tmp_path / "state.sqlite"),
+    }
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    env["DIGEST_TELEGRAM_TOKEN_FILE"] = str(token_file)
+    env.pop("DIGEST_POLICY_FILE", None)
+    env.pop("DIGEST_TELEGRAM_TOKEN", None)
+    command = [sys.executable, "-m", "digest.cli", "-v", "run", "--date", "2026-07-20", "--post"]
+    first = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=120)
+    second = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr
+    assert "chat -1001234567890: sent" in first.stderr
+    assert "chat -1001234567890: already_sent" in second.stderr
+    assert len(tg.sent_to(ALLOWED)) == 1
+    assert TOKEN not in first.stderr + second.stderr + first.stdout
+    assert "HTTP Request" in first.stderr  # verbose logging ran, with the token masked
+
+
+def _text(value: str) -> Callable[[], object]:
+    async def message() -> str:
+        return value
+
+    return message
