@@ -43,7 +43,7 @@ def misbehaving_server(behaviour: Behaviour) -> Iterator[str]:
         do_GET = _answer  # noqa: N815  # http.server dispatches on these exact names
         do_POST = _answer  # noqa: N815
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002  # signature of the base class
+        def log_message(self, format: str, *args: object) -> None:  # signature of the base class
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

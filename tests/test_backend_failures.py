@@ -9,9 +9,9 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from digest.engine import Config, make_digest
 from digest.corpus import DAYS
 from digest.embedded import EmbeddedBackends, free_port, load_corpus_day
+from digest.engine import Config, make_digest
 from digest.policy import Policy
 from digest.render import Renderer, to_json
 from digest.settings import load_settings
@@ -22,13 +22,14 @@ CALM_FIXED_DAY = date(2026, 8, 17)
 
 
 def _config(vm_url: str, vl_url: str, timeout: float = 5.0) -> Config:
-    settings = load_settings(vm_url=vm_url, vl_url=vl_url, cluster="homelab", timezone="UTC", policy_file=None,
-                             query_timeout=timeout)
+    settings = load_settings(
+        vm_url=vm_url, vl_url=vl_url, cluster="homelab", timezone="UTC", policy_file=None, query_timeout=timeout
+    )
     return Config(settings=settings, policy=Policy())
 
 
 async def test_logs_down_then_metrics_down(own_backends: EmbeddedBackends) -> None:
-    """VictoriaLogs stopped: log checks UNKNOWN with their error, status UNKNOWN; then VictoriaMetrics too: all UNKNOWN."""
+    """VictoriaLogs stopped: log checks UNKNOWN with their error; then VictoriaMetrics too: every check UNKNOWN."""
     load_corpus_day(own_backends, DAYS[CALM_FIXED_DAY])
     config = _config(own_backends.metrics.url, own_backends.logs.url)
     window = day_window(CALM_FIXED_DAY, config.settings.zone)
@@ -95,7 +96,12 @@ def test_cli_run_prints_json_and_exits_0(corpus_backends: EmbeddedBackends, tmp_
     env.pop("DIGEST_POLICY_FILE", None)
     result = subprocess.run(
         [sys.executable, "-m", "digest.cli", "run", "--date", "2026-07-20", "--format", "json"],
-        env=env, capture_output=True, text=True, check=False, cwd=tmp_path, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
@@ -106,7 +112,11 @@ def test_cli_bad_arguments_exit_2(tmp_path: Path) -> None:
     """A malformed date gets a one-line usage error and exit 2."""
     result = subprocess.run(
         [sys.executable, "-m", "digest.cli", "run", "--date", "20-07-2026"],
-        capture_output=True, text=True, check=False, cwd=tmp_path, timeout=60,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        timeout=60,
     )
     assert result.returncode == 2
     assert result.stderr.strip() == "digest: '20-07-2026' is not a date like 2026-07-20"

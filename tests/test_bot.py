@@ -1,5 +1,7 @@
-"""The Telegram bot end to end: python-telegram-bot against a Bot-API-shaped server on loopback, digests computed
-from the incident corpus in real VictoriaMetrics + VictoriaLogs, delivery state in a real SQLite file.
+"""The Telegram bot end to end, against a Bot-API-shaped server on loopback.
+
+Digests are computed from the incident corpus in real VictoriaMetrics + VictoriaLogs; the delivery state is a
+real SQLite file.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from tests.test_render import _hostile_digest
 
 ALLOWED = -1001234567890
 STRANGER = 777
-TOKEN = "123456:AAE-secret-token-for-tests"
+TOKEN = "123456:AAE-secret-token-for-tests"  # noqa: S105  # a test token, the one the log check hunts for
 
 
 @dataclass
@@ -100,9 +102,9 @@ def visible(call: object) -> str:
     return str(getattr(call, "visible", ""))
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+async def wait_until(predicate: Callable[[], bool], within: float = 20.0) -> None:
     """Bounded wait for a condition the bot makes true asynchronously."""
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + within
     while not predicate():
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not met in time")
@@ -112,8 +114,9 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 20.0) -> No
 QUIET = Clock(datetime(2026, 7, 21, 9, 0, tzinfo=UTC))  # 21 h after the last noon: outside the grace period
 
 
-async def test_digest_command_from_allowed_chat(corpus_backends: EmbeddedBackends, tg: FakeTelegram,
-                                                tmp_path: Path) -> None:
+async def test_digest_command_from_allowed_chat(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
     """/digest 2026-07-20 in an allowed chat answers CRITICAL 8/10, in HTML Telegram accepts; commands registered."""
     config = make_config(corpus_backends, tg, tmp_path / "state.sqlite")
     async with running(config, QUIET):
@@ -126,8 +129,9 @@ async def test_digest_command_from_allowed_chat(corpus_backends: EmbeddedBackend
     assert {command["command"] for command in tg.commands} == {"digest", "status", "help"}
 
 
-async def test_stranger_is_refused_once_and_logged(corpus_backends: EmbeddedBackends, tg: FakeTelegram,
-                                                   tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_stranger_is_refused_once_and_logged(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Another chat gets one short refusal (rate-limited), nothing is computed, the attempt is logged with its id."""
     config = make_config(corpus_backends, tg, tmp_path / "state.sqlite")
     caplog.set_level(logging.WARNING, logger="digest")
@@ -141,8 +145,9 @@ async def test_stranger_is_refused_once_and_logged(corpus_backends: EmbeddedBack
     assert any(str(STRANGER) in record.getMessage() for record in caplog.records)
 
 
-async def test_bad_arguments_get_a_usage_reply(corpus_backends: EmbeddedBackends, tg: FakeTelegram,
-                                               tmp_path: Path) -> None:
+async def test_bad_arguments_get_a_usage_reply(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
     """A bad date, a future date and a too-long window each get a one-line usage reply, never a traceback."""
     config = make_config(corpus_backends, tg, tmp_path / "state.sqlite")
     async with running(config, QUIET):
@@ -166,8 +171,9 @@ async def test_yesterday_and_hours(corpus_backends: EmbeddedBackends, tg: FakeTe
     assert "6h to 2026-07-21 09:00" in visible(second).splitlines()[0]
 
 
-async def test_noon_post_once_across_restart(corpus_backends: EmbeddedBackends, tg: FakeTelegram,
-                                             tmp_path: Path) -> None:
+async def test_noon_post_once_across_restart(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
     """At 12:00 the digest is posted; a restart at 12:01 and a second instance post nothing more."""
     config = make_config(corpus_backends, tg, tmp_path / "state.sqlite")
     noon = Clock(datetime(2026, 7, 20, 12, 0, 5, tzinfo=UTC))
@@ -183,8 +189,9 @@ async def test_noon_post_once_across_restart(corpus_backends: EmbeddedBackends, 
     assert len(tg.sent_to(ALLOWED)) == 1
 
 
-async def test_bot_down_at_noon_posts_once_late(corpus_backends: EmbeddedBackends, tg: FakeTelegram,
-                                                tmp_path: Path) -> None:
+async def test_bot_down_at_noon_posts_once_late(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
     """Started at 14:30 (down at noon), the bot posts the noon digest once, marked late; outside grace it does not."""
     config = make_config(corpus_backends, tg, tmp_path / "state.sqlite")
     async with running(config, Clock(datetime(2026, 7, 20, 14, 30, tzinfo=UTC))) as bot:
@@ -202,8 +209,9 @@ async def test_bot_down_at_noon_posts_once_late(corpus_backends: EmbeddedBackend
     assert len(tg.sent_to(ALLOWED)) == 1
 
 
-async def test_status_shows_posts_failures_and_sources(corpus_backends: EmbeddedBackends, tg: FakeTelegram,
-                                                       tmp_path: Path) -> None:
+async def test_status_shows_posts_failures_and_sources(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
     """/status names the last post per chat, the failed one, each source's reachability and the next post."""
     config = make_config(corpus_backends, tg, tmp_path / "state.sqlite")
     async with running(config, Clock(datetime(2026, 7, 20, 12, 0, 5, tzinfo=UTC))) as bot:
@@ -295,8 +303,9 @@ async def test_supergroup_migration_is_followed(tg: FakeTelegram, tmp_path: Path
     assert state.current_chat(ALLOWED) == new_id
 
 
-async def test_concurrent_requests_share_one_computation(corpus_backends: EmbeddedBackends, tg: FakeTelegram,
-                                                         tmp_path: Path) -> None:
+async def test_concurrent_requests_share_one_computation(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
     """Twenty simultaneous digests of one window run one computation."""
     config = make_config(corpus_backends, tg, tmp_path / "state.sqlite")
     service = DigestService(config)

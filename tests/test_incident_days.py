@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from digest.engine import Config, make_digest
 from digest.corpus import DAYS
 from digest.embedded import EmbeddedBackends
+from digest.engine import Config, make_digest
 from digest.policy import Policy
 from digest.render import Renderer, to_json
 from digest.score import Digest

@@ -16,8 +16,9 @@ WINDOW = Window(datetime(2026, 7, 20, tzinfo=UTC), datetime(2026, 7, 21, tzinfo=
 
 
 def finding(name: str, status: Status, penalty: int = 0) -> Finding:
-    return Finding(name=name, status=status, penalty=penalty, value=0, summary="s", error="e" if status is
-                   Status.UNKNOWN else None)
+    return Finding(
+        name=name, status=status, penalty=penalty, value=0, summary="s", error="e" if status is Status.UNKNOWN else None
+    )
 
 
 def test_oom_and_error_flood_cost_at_most_two() -> None:
@@ -46,8 +47,9 @@ def test_unknown_is_never_ok() -> None:
     """A blind check turns a perfect score into UNKNOWN, and does not hide a WARNING either."""
     blind = grade("c", WINDOW, [finding("error_lines", Status.UNKNOWN), finding("conntrack", Status.OK)], [], Policy())
     assert blind.status is DigestStatus.UNKNOWN
-    worse = grade("c", WINDOW, [finding("error_lines", Status.UNKNOWN), finding("conntrack", Status.WARN, 1)], [],
-                  Policy())
+    worse = grade(
+        "c", WINDOW, [finding("error_lines", Status.UNKNOWN), finding("conntrack", Status.WARN, 1)], [], Policy()
+    )
     assert worse.status is DigestStatus.WARNING
 
 
@@ -67,7 +69,9 @@ def test_score_floor_is_zero() -> None:
 def test_yaml_policy_overrides_thresholds(tmp_path: Path) -> None:
     """A YAML file overrides a threshold, a field name and disables a check."""
     path = tmp_path / "policy.yaml"
-    path.write_text("checks:\n  error_lines: {warn_lines: 100, level_field: severity}\n  envoy_flags: {enabled: false}\n")
+    path.write_text(
+        "checks:\n  error_lines: {warn_lines: 100, level_field: severity}\n  envoy_flags: {enabled: false}\n"
+    )
     policy = load_policy(path)
     assert policy.error_lines.warn_lines == 100
     assert policy.error_lines.level_field == "severity"

@@ -14,8 +14,23 @@ from digest.score import grade
 
 WINDOW = Window(datetime(2026, 7, 20, tzinfo=UTC), datetime(2026, 7, 21, tzinfo=UTC), ZoneInfo("UTC"), "2026-07-20")
 HOSTILE = '<script>alert("x")</script> & a_b *c*'
-TELEGRAM_TAGS = {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "a", "code", "pre", "blockquote",
-                 "tg-spoiler", "span"}
+TELEGRAM_TAGS = {
+    "b",
+    "strong",
+    "i",
+    "em",
+    "u",
+    "ins",
+    "s",
+    "strike",
+    "del",
+    "a",
+    "code",
+    "pre",
+    "blockquote",
+    "tg-spoiler",
+    "span",
+}
 
 
 class _Tags(HTMLParser):
@@ -30,7 +45,8 @@ class _Tags(HTMLParser):
         self.open.append(tag)
 
     def handle_endtag(self, tag: str) -> None:
-        assert self.open and self.open[-1] == tag, f"unbalanced </{tag}>"
+        assert self.open, f"unbalanced </{tag}>"
+        assert self.open[-1] == tag, f"unbalanced </{tag}>"
         self.open.pop()
 
     def handle_entityref(self, name: str) -> None:
@@ -78,8 +94,22 @@ def test_headline_comes_first_and_names_what_was_not_checked() -> None:
 
 def test_unknown_headline_carries_no_clean_score() -> None:
     """When nothing is wrong but a check was blind, the headline says UNKNOWN, not 10/10."""
-    digest = grade("prod", WINDOW, [Finding(name="conntrack", status=Status.UNKNOWN, penalty=0, value=None,
-                                            summary="s", error="VictoriaMetrics unreachable")], [], Policy())
+    digest = grade(
+        "prod",
+        WINDOW,
+        [
+            Finding(
+                name="conntrack",
+                status=Status.UNKNOWN,
+                penalty=0,
+                value=None,
+                summary="s",
+                error="VictoriaMetrics unreachable",
+            )
+        ],
+        [],
+        Policy(),
+    )
     text = Renderer().render(digest, "text")
     assert text.splitlines()[0] == "UNKNOWN · prod · 2026-07-20"
     assert "10/10 ·" not in text

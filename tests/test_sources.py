@@ -15,8 +15,8 @@ AT = datetime(2026, 7, 21, tzinfo=UTC)
 HTML_PAGE = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
 
 
-async def _query(url: str, timeout: float = 2.0, logs: bool = False) -> None:
-    endpoint = Endpoint(name="VictoriaLogs" if logs else "VictoriaMetrics", url=url, timeout_seconds=timeout)
+async def _query(url: str, timeout_seconds: float = 2.0, logs: bool = False) -> None:
+    endpoint = Endpoint(name="VictoriaLogs" if logs else "VictoriaMetrics", url=url, timeout_seconds=timeout_seconds)
     source = VictoriaLogsSource(endpoint) if logs else PrometheusSource(endpoint)
     try:
         if isinstance(source, VictoriaLogsSource):
@@ -34,21 +34,34 @@ async def _query(url: str, timeout: float = 2.0, logs: bool = False) -> None:
         (Behaviour(status=502, content_type="text/html", body=HTML_PAGE), SourceErrorKind.HTTP, "HTTP 502"),
         (Behaviour(status=200, content_type="text/html", body=HTML_PAGE), SourceErrorKind.BAD_RESPONSE, "HTML page"),
         (Behaviour(body=b'{"status":"success","data":{"resultType":'), SourceErrorKind.BAD_RESPONSE, "malformed"),
-        (Behaviour(body=b'{"status":"success","data":{"resultType":"matrix","result":[]}}'),
-         SourceErrorKind.BAD_RESPONSE, "instant vector"),
-        (Behaviour(body=b'{"status":"success","isPartial":true,"data":{"resultType":"vector","result":[]}}'),
-         SourceErrorKind.BAD_RESPONSE, "partial"),
-        (Behaviour(status=400, body=b'{"status":"error","errorType":"bad_data","error":"cannot parse query"}'),
-         SourceErrorKind.QUERY, "cannot parse query"),
-        (Behaviour(body=b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"x"]}]}}'),
-         SourceErrorKind.BAD_RESPONSE, "not a number"),
+        (
+            Behaviour(body=b'{"status":"success","data":{"resultType":"matrix","result":[]}}'),
+            SourceErrorKind.BAD_RESPONSE,
+            "instant vector",
+        ),
+        (
+            Behaviour(body=b'{"status":"success","isPartial":true,"data":{"resultType":"vector","result":[]}}'),
+            SourceErrorKind.BAD_RESPONSE,
+            "partial",
+        ),
+        (
+            Behaviour(status=400, body=b'{"status":"error","errorType":"bad_data","error":"cannot parse query"}'),
+            SourceErrorKind.QUERY,
+            "cannot parse query",
+        ),
+        (
+            Behaviour(
+                body=b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"x"]}]}}'
+            ),
+            SourceErrorKind.BAD_RESPONSE,
+            "not a number",
+        ),
     ],
 )
 async def test_bad_answers_become_one_error_type(behaviour: Behaviour, kind: SourceErrorKind, fragment: str) -> None:
     """HTTP errors, HTML pages, malformed JSON, wrong shapes and partial answers raise SourceError of the right kind."""
-    with misbehaving_server(behaviour) as url:
-        with pytest.raises(SourceError) as caught:
-            await _query(url)
+    with misbehaving_server(behaviour) as url, pytest.raises(SourceError) as caught:
+        await _query(url)
     assert caught.value.kind is kind
     assert fragment in str(caught.value)
     assert "<html" not in str(caught.value)
@@ -56,9 +69,8 @@ async def test_bad_answers_become_one_error_type(behaviour: Behaviour, kind: Sou
 
 async def test_slow_backend_times_out() -> None:
     """A backend slower than the query timeout raises a TIMEOUT error, within a bounded time."""
-    with misbehaving_server(Behaviour(delay_seconds=3.0, body=b"{}")) as url:
-        with pytest.raises(SourceError) as caught:
-            await _query(url, timeout=0.5, logs=True)
+    with misbehaving_server(Behaviour(delay_seconds=3.0, body=b"{}")) as url, pytest.raises(SourceError) as caught:
+        await _query(url, timeout_seconds=0.5, logs=True)
     assert caught.value.kind is SourceErrorKind.TIMEOUT
 
 

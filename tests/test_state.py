@@ -92,5 +92,5 @@ def test_corrupt_state_file_is_a_clear_error(tmp_path: Path) -> None:
     """A file that is not SQLite raises StateError naming the file."""
     path = tmp_path / "state.sqlite"
     path.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(StateError, match="state.sqlite"):
+    with pytest.raises(StateError, match=r"state\.sqlite"):
         DeliveryState(path, "a")
