@@ -1,0 +1,102 @@
+"""Real upstream records and responses (tests/fixtures, with attribution) go through the real code paths."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from checks.contract import Sources
+from checks.envoy_flags import EnvoyFlagsCheck, EnvoyFlagsPolicy
+from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from digest.embedded import EmbeddedBackends
+from digest.sources import Endpoint, PrometheusSource, VictoriaLogsSource
+from digest.window import day_window
+from tests.misbehaving_server import Behaviour, misbehaving_server
+
+FIXTURES = Path(__file__).parent / "fixtures"
+AT = datetime(2024, 1, 2, tzinfo=UTC)
+
+
+def _fixture(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
+
+
+async def test_victorialogs_stats_response_parses() -> None:
+    """The VictoriaLogs docs' stats_query answer parses into one sample per level with its count."""
+    with misbehaving_server(Behaviour(body=_fixture("victorialogs_stats_query_response_example.fixed.json"))) as url:
+        source = VictoriaLogsSource(Endpoint(name="VictoriaLogs", url=url))
+        samples = await source.stats("_time:1d | stats by (level) count(*)", AT)
+        await source.aclose()
+    assert {sample.labels["level"]: sample.value for sample in samples} == {
+        "info": 20395342,
+        "warn": 1239222,
+        "error": 832,
+    }
+    assert {sample.labels["__name__"] for sample in samples} == {"count(*)"}
+
+
+async def test_victorialogs_stats_range_response_parses() -> None:
+    """The VictoriaLogs docs' stats_query_range answer parses into series of (time, value) points."""
+    body = _fixture("victorialogs_stats_query_range_response_example.json")
+    with misbehaving_server(Behaviour(body=body)) as url:
+        source = VictoriaLogsSource(Endpoint(name="VictoriaLogs", url=url))
+        series = await source.stats_range("_time:1d | stats by (level) count(*)", AT, AT, 21600)
+        await source.aclose()
+    errors = next(item for item in series if item.labels["level"] == "error")
+    assert [value for _, value in errors.points] == [31, 25, 31, 125]
+    assert errors.points[0][0] == 1704067200
+
+
+def _ingest(backends: EmbeddedBackends, records: list[dict[str, object]]) -> None:
+    backends.ingest_logs([("\n".join(json.dumps(record) for record in records) + "\n").encode()])
+
+
+async def test_vector_sample_record_counts_as_an_error_line(own_backends: EmbeddedBackends) -> None:
+    """Vector's own kubernetes_logs sample (a klog "error getting server version" line) is one error line."""
+    record = json.loads(_fixture("vector_kubernetes_logs_sample_output.json"))
+    _ingest(own_backends, [record])
+    window = day_window(date(2020, 10, 15), ZoneInfo("UTC"))
+    own_backends.wait_for_logs(window.start, window.end, 1)
+    sources = _sources(own_backends)
+    finding = await ErrorLinesCheck(ErrorLinesPolicy())(sources, window)
+    await _close(sources)
+    assert finding.value == 1
+    assert finding.offenders[0].labels["namespace"] == "kube-system"
+    assert finding.offenders[0].labels["workload"] == "storage-provisioner"
+
+
+async def test_envoy_gateway_record_read_as_text_or_as_fields(own_backends: EmbeddedBackends) -> None:
+    """Envoy Gateway's documented record counts as an unflagged 5xx whether shipped as JSON text or parsed fields."""
+    record = json.loads(_fixture("envoy_gateway_access_log_example.json"))
+    pod = {"pod_namespace": "envoy-gateway-system", "pod_name": "envoy-default-eg-bcdfg", "container_name": "envoy"}
+    as_text = {"timestamp": record["start_time"], "message": json.dumps(record), "stream": "stdout", "kubernetes": pod}
+    as_fields = {
+        **record,
+        "timestamp": record["start_time"],
+        "message": "access",
+        "stream": "stdout",
+        "kubernetes": pod,
+    }
+    _ingest(own_backends, [as_text, as_fields])
+    window = day_window(date(2025, 3, 8), ZoneInfo("UTC"))
+    own_backends.wait_for_logs(window.start, window.end, 2)
+    sources = _sources(own_backends)
+    finding = await EnvoyFlagsCheck(EnvoyFlagsPolicy(use_istio_metrics=False))(sources, window)
+    await _close(sources)
+    assert finding.status.value == "OK"
+    assert finding.summary == "no flagged 5xx in 2 requests"
+    assert list(finding.evidence) == ["2 other 5xx came from the applications themselves (no proxy flag)"]
+
+
+def _sources(backends: EmbeddedBackends) -> Sources:
+    metrics = PrometheusSource(Endpoint(name="VictoriaMetrics", url=backends.metrics.url))
+    logs = VictoriaLogsSource(Endpoint(name="VictoriaLogs", url=backends.logs.url))
+    return Sources(metrics=metrics, logs=logs)
+
+
+async def _close(sources: Sources) -> None:
+    for source in (sources.metrics, sources.logs):
+        if isinstance(source, PrometheusSource | VictoriaLogsSource):
+            await source.aclose()
