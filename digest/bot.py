@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 from telegram import BotCommand, Update
+from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
 
 from checks.contract import Window
@@ -345,7 +346,11 @@ def _job(function: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Coroutine
 
 
 async def _post_init(application: Application[Any, Any, Any, Any, Any, Any], bot: DigestBot) -> None:
-    await application.bot.set_my_commands(COMMANDS)
+    try:
+        await application.bot.set_my_commands(COMMANDS)
+    except TelegramError as exc:
+        # The command menu is a convenience: the bot still answers typed commands without it.
+        log.warning("could not register the command menu: %s", exc)
     log.info(
         "bot ready; posting at %s %s to %d chat(s)",
         bot.settings.post_at,

@@ -1,4 +1,4 @@
-"""A loopback HTTP server that answers every request the same bad way, to inject backend faults."""
+"""A loopback HTTP server that answers every request the same (bad) way, and records what it was asked."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -20,18 +20,50 @@ class Behaviour:
     delay_seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class Request:
+    """One request as received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Served:
+    """The server's URL and what it saw: the requests and the most that were in flight at once."""
+
+    url: str
+    requests: list[Request] = field(default_factory=list)
+    max_in_flight: int = 0
+    _in_flight: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def enter(self, request: Request) -> None:
+        with self._lock:
+            self.requests.append(request)
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+
+    def leave(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+
 @contextmanager
-def misbehaving_server(behaviour: Behaviour) -> Iterator[str]:
-    """Serve ``behaviour`` on 127.0.0.1 until the block ends; yields the base URL."""
+def recording_server(behaviour: Behaviour) -> Iterator[Served]:
+    """Serve ``behaviour`` on 127.0.0.1 until the block ends, recording every request."""
+    served = Served(url="")
 
     class Handler(BaseHTTPRequestHandler):
         def _answer(self) -> None:
             length = int(self.headers.get("Content-Length", "0") or 0)
-            if length:
-                self.rfile.read(length)
-            if behaviour.delay_seconds:
-                time.sleep(behaviour.delay_seconds)
+            body = self.rfile.read(length) if length else b""
+            served.enter(Request(self.command, self.path, dict(self.headers.items()), body))
             try:
+                if behaviour.delay_seconds:
+                    time.sleep(behaviour.delay_seconds)
                 self.send_response(behaviour.status)
                 self.send_header("Content-Type", behaviour.content_type)
                 self.send_header("Content-Length", str(len(behaviour.body)))
@@ -39,6 +71,8 @@ def misbehaving_server(behaviour: Behaviour) -> Iterator[str]:
                 self.wfile.write(behaviour.body)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up first, as a timeout test wants
+            finally:
+                served.leave()
 
         do_GET = _answer  # noqa: N815  # http.server dispatches on these exact names
         do_POST = _answer  # noqa: N815
@@ -48,11 +82,19 @@ def misbehaving_server(behaviour: Behaviour) -> Iterator[str]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
+    served.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield served
     finally:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@contextmanager
+def misbehaving_server(behaviour: Behaviour) -> Iterator[str]:
+    """Serve ``behaviour`` on 127.0.0.1 until the block ends; yields the base URL."""
+    with recording_server(behaviour) as served:
+        yield served.url

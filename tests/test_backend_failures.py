@@ -120,3 +120,58 @@ def test_cli_bad_arguments_exit_2(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert result.stderr.strip() == "digest: '20-07-2026' is not a date like 2026-07-20"
+
+
+def test_policy_file_disables_a_check(corpus_backends: EmbeddedBackends, tmp_path: Path) -> None:
+    """A cluster without Envoy disables envoy_flags in its policy file: listed as disabled, never as OK."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[checks.envoy_flags]\nenabled = false\n")
+    env = {
+        **os.environ,
+        "DIGEST_VM_URL": corpus_backends.metrics.url,
+        "DIGEST_VL_URL": corpus_backends.logs.url,
+        "DIGEST_POLICY_FILE": str(policy),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "digest.cli", "run", "--date", "2026-08-17", "--format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["disabled"] == ["envoy_flags"]
+    assert [check["name"] for check in payload["checks"]] == ["oom_kills", "error_lines", "conntrack"]
+    text = subprocess.run(
+        [sys.executable, "-m", "digest.cli", "run", "--date", "2026-08-17"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        timeout=120,
+    ).stdout
+    assert "– envoy_flags · disabled by policy" in text
+
+
+def test_bad_policy_file_exits_2_naming_the_key(tmp_path: Path) -> None:
+    """A policy file with a wrong key stops `digest run` with one line naming the file variable and the key."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("checks:\n  conntrack: {warn_ratoi: 0.5}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "digest.cli", "run", "--date", "2026-08-17"],
+        env={**os.environ, "DIGEST_POLICY_FILE": str(policy)},
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "digest: DIGEST_POLICY_FILE: checks.conntrack.warn_ratoi: unknown key "
+        "(known: crit_penalty, crit_ratio, enabled, top, warn_penalty, warn_ratio)"
+    ]

@@ -33,6 +33,7 @@ from digest.state import DeliveryState
 from digest.telegram_text import MAX_TEXT
 from digest.window import day_window
 from tests.fake_telegram import FakeTelegram, parse_html
+from tests.misbehaving_server import Behaviour, misbehaving_server
 from tests.test_render import _hostile_digest
 
 ALLOWED = -1001234567890
@@ -59,19 +60,19 @@ def tg() -> Iterator[FakeTelegram]:
 
 
 def make_config(backends: EmbeddedBackends, tg: FakeTelegram, state_path: Path, **overrides: object) -> Config:
-    settings = load_settings(
-        vm_url=backends.metrics.url,
-        vl_url=backends.logs.url,
-        cluster="homelab",
-        timezone="UTC",
-        policy_file=None,
-        telegram_token=TOKEN,
-        telegram_api_url=tg.root,
-        telegram_chat_ids=str(ALLOWED),
-        state_path=state_path,
-        command_cooldown_seconds=0,
-        **overrides,
-    )
+    values: dict[str, object] = {
+        "vm_url": backends.metrics.url,
+        "vl_url": backends.logs.url,
+        "cluster": "homelab",
+        "timezone": "UTC",
+        "policy_file": None,
+        "telegram_token": TOKEN,
+        "telegram_api_url": tg.root,
+        "telegram_chat_ids": str(ALLOWED),
+        "state_path": state_path,
+        "command_cooldown_seconds": 0,
+    }
+    settings = load_settings(**{**values, **overrides})
     return Config(settings=settings, policy=Policy())
 
 
@@ -368,3 +369,84 @@ def _text(value: str) -> Callable[[], object]:
         return value
 
     return message
+
+
+async def test_cooldown_per_chat(corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path) -> None:
+    """A second /digest from the same chat within the cooldown gets a short wait message, not a second digest."""
+    config = make_config(corpus_backends, tg, tmp_path / "state.sqlite", command_cooldown_seconds=600)
+    async with running(config, QUIET) as bot:
+        tg.push_message(ALLOWED, "/digest 2026-07-20", chat_type="supergroup")
+        await tg.wait_for_sent_async(1, timeout=30)
+        tg.push_message(ALLOWED, "/digest 2026-07-19", chat_type="supergroup")
+        replies = await tg.wait_for_sent_async(2, timeout=10)
+        assert bot.service.computations == 1
+    assert visible(replies[1]).startswith("Please wait")
+
+
+async def test_slow_backends_yield_unknown_not_silence(tg: FakeTelegram, tmp_path: Path) -> None:
+    """With both backends hanging, /digest answers within the deadline with UNKNOWN checks, never OK."""
+    hang = Behaviour(delay_seconds=30.0, body=b"{}")
+    with misbehaving_server(hang) as vm_url, misbehaving_server(hang) as vl_url:
+        settings = load_settings(
+            vm_url=vm_url,
+            vl_url=vl_url,
+            cluster="homelab",
+            timezone="UTC",
+            policy_file=None,
+            telegram_token=TOKEN,
+            telegram_api_url=tg.root,
+            telegram_chat_ids=str(ALLOWED),
+            state_path=tmp_path / "state.sqlite",
+            command_cooldown_seconds=0,
+            query_timeout=60,
+            digest_deadline_seconds=2,
+        )
+        config = Config(settings=settings, policy=Policy())
+        async with running(config, QUIET):
+            tg.push_message(ALLOWED, "/digest", chat_type="supergroup")
+            [reply] = await tg.wait_for_sent_async(1, timeout=20)
+    headline = visible(reply).splitlines()[0]
+    assert headline.startswith("UNKNOWN · homelab · 24h to 2026-07-21 09:00")
+    assert "not checked" in visible(reply)
+
+
+def test_serve_command_answers_and_never_logs_the_token(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """`digest serve`, as shipped, answers /digest in an allowed chat, refuses a stranger, and logs no token."""
+    env = {
+        **os.environ,
+        "DIGEST_VM_URL": corpus_backends.metrics.url,
+        "DIGEST_VL_URL": corpus_backends.logs.url,
+        "DIGEST_CLUSTER": "homelab",
+        "DIGEST_TIMEZONE": "UTC",
+        "DIGEST_TELEGRAM_API_URL": tg.root,
+        "DIGEST_TELEGRAM_TOKEN": TOKEN,
+        "DIGEST_TELEGRAM_CHAT_IDS": str(ALLOWED),
+        "DIGEST_STATE_PATH": str(tmp_path / "state.sqlite"),
+    }
+    env.pop("DIGEST_POLICY_FILE", None)
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "digest.cli", "-v", "serve"], env=env, stdout=log_file, stderr=subprocess.STDOUT
+        )
+        try:
+            tg.wait_for_poller(timeout=30)
+            tg.push_message(ALLOWED, "/digest 2026-07-20", chat_type="supergroup")
+            tg.push_message(STRANGER, "/digest 2026-07-20")
+            tg.push_message(ALLOWED, "/digest 2026-02-30", chat_type="supergroup")
+            tg.wait_for_sent(3, timeout=60)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    answers = {call.chat_id: [] for call in tg.sent}
+    for call in tg.sent:
+        answers[call.chat_id].append(visible(call))
+    assert any(text.startswith("CRITICAL 8/10 · homelab · 2026-07-20") for text in answers[ALLOWED])
+    assert any("Usage: /digest" in text for text in answers[ALLOWED])
+    assert answers[STRANGER] == ["This bot only answers the chats it is configured for."]
+    log_text = log_path.read_text()
+    assert "HTTP Request" in log_text
+    assert TOKEN not in log_text
+    assert f"chat {STRANGER}" in log_text

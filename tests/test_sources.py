@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from checks.contract import SourceError, SourceErrorKind
 from digest.embedded import free_port
 from digest.sources import Endpoint, PrometheusSource, VictoriaLogsSource
-from tests.misbehaving_server import Behaviour, misbehaving_server
+from tests.misbehaving_server import Behaviour, misbehaving_server, recording_server
 
 AT = datetime(2026, 7, 21, tzinfo=UTC)
 HTML_PAGE = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
@@ -95,3 +96,34 @@ async def test_credentials_never_appear_in_errors() -> None:
         await _query(f"http://reader:hunter2@127.0.0.1:{port}/select/0/prometheus")
     assert "hunter2" not in str(caught.value)
     assert f"127.0.0.1:{port}/select/0/prometheus" in str(caught.value)
+
+
+EMPTY_VECTOR = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+
+
+async def test_path_prefix_and_tenant_headers_reach_the_backend() -> None:
+    """A vmselect-style path prefix is kept, VictoriaLogs tenants travel as AccountID/ProjectID, queries are pinned."""
+    with recording_server(Behaviour(body=EMPTY_VECTOR)) as served:
+        metrics = PrometheusSource(Endpoint(name="VictoriaMetrics", url=f"{served.url}/select/0/prometheus/"))
+        logs = VictoriaLogsSource(
+            Endpoint(name="VictoriaLogs", url=served.url, headers={"AccountID": "12", "ProjectID": "3"})
+        )
+        await metrics.instant("up", AT)
+        await logs.stats("_time:[2026-07-20T00:00:00Z, 2026-07-21T00:00:00Z) | stats count()", AT)
+        await metrics.aclose()
+        await logs.aclose()
+    first, second = served.requests
+    assert first.path == "/select/0/prometheus/api/v1/query"
+    assert b"time=2026-07-21T00%3A00%3A00Z" in first.body
+    assert second.path == "/select/logsql/stats_query"
+    assert (second.headers["AccountID"], second.headers["ProjectID"]) == ("12", "3")
+
+
+async def test_concurrency_is_bounded() -> None:
+    """Twenty queries at once never put more than max_concurrency requests in flight."""
+    with recording_server(Behaviour(body=EMPTY_VECTOR, delay_seconds=0.05)) as served:
+        source = PrometheusSource(Endpoint(name="VictoriaMetrics", url=served.url, max_concurrency=3))
+        await asyncio.gather(*(source.instant(f"up{{n='{index}'}}", AT) for index in range(20)))
+        await source.aclose()
+    assert len(served.requests) == 20
+    assert served.max_in_flight == 3
