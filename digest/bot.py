@@ -31,6 +31,7 @@ from telegram.ext import Application, ApplicationBuilder, CommandHandler, Contex
 from checks.contract import Window
 from digest.delivery import Outcome, Poster, PostResult, Sender
 from digest.engine import Config, make_digest
+from digest.health import DigestMetrics, HealthServer
 from digest.render import Renderer
 from digest.score import Digest
 from digest.settings import Settings
@@ -110,6 +111,7 @@ class DigestService:
 
     config: Config
     renderer: Renderer = field(default_factory=Renderer)
+    metrics: DigestMetrics | None = None
     _in_flight: dict[tuple[datetime, datetime], asyncio.Task[Digest]] = field(default_factory=dict)
     computations: int = 0
 
@@ -119,10 +121,17 @@ class DigestService:
         task = self._in_flight.get(key)
         if task is None:
             self.computations += 1
-            task = asyncio.create_task(make_digest(self.config, window, self.config.settings.digest_deadline_seconds))
+            task = asyncio.create_task(self._compute(window))
             self._in_flight[key] = task
             task.add_done_callback(lambda _: self._in_flight.pop(key, None))
         return await asyncio.shield(task)
+
+    async def _compute(self, window: Window) -> Digest:
+        started = time.monotonic()
+        digest = await make_digest(self.config, window, self.config.settings.digest_deadline_seconds)
+        if self.metrics is not None:
+            self.metrics.observe_digest(digest, time.monotonic() - started)
+        return digest
 
     async def html(self, window: Window) -> str:
         """The digest of ``window`` as Telegram HTML."""
@@ -139,6 +148,7 @@ class DigestBot:
     clock: Clock = _utc_now
     poster: Poster | None = None
     last_results: dict[int, PostResult] = field(default_factory=dict)
+    health: HealthServer | None = None
     _refused_at: dict[int, float] = field(default_factory=dict)
     _asked_at: dict[int, float] = field(default_factory=dict)
 
@@ -244,9 +254,32 @@ class DigestBot:
                 result = PostResult(Outcome.FAILED, chat_id, error=str(exc))
             if result.outcome is not Outcome.ALREADY_SENT:
                 log.info("post %s to chat %s: %s%s", key, chat_id, result.outcome.value, " (late)" if late else "")
+            self._record(chat_id, result)
             self.last_results[chat_id] = result
             results.append(result)
         return results
+
+    def _record(self, chat_id: int, result: PostResult) -> None:
+        metrics = self.service.metrics
+        if metrics is None:
+            return
+        metrics.deliveries.labels(outcome=result.outcome.value).inc()
+        if result.outcome is Outcome.SENT:
+            metrics.last_delivery.labels(chat=str(chat_id)).set(time.time())
+
+    def seed_metrics(self) -> None:
+        """Start the dead man's switch from the state file, so a restart does not look like a silent bot."""
+        metrics = self.service.metrics
+        if metrics is None:
+            return
+        for chat_id in self.settings.telegram_chat_ids:
+            try:
+                sent = [d.sent_at for d in self.state.latest(self.state.current_chat(chat_id)) if d.sent_at]
+            except StateError as exc:
+                log.error("cannot read the state file for chat %s: %s", chat_id, exc)
+                continue
+            if sent:
+                metrics.last_delivery.labels(chat=str(chat_id)).set(max(sent))
 
     def next_post(self, now: datetime) -> datetime:
         """The next scheduled post moment after ``now``."""
@@ -314,6 +347,7 @@ def build_application(bot: DigestBot, token: str) -> Application[Any, Any, Any, 
         .base_file_url(f"{root}/file/bot")
         .concurrent_updates(True)
         .post_init(lambda app: _post_init(app, bot))
+        .post_shutdown(lambda app: _post_shutdown(app, bot))
         .build()
     )
     bot.poster = Poster(sender=Sender(application.bot, state=bot.state), state=bot.state)
@@ -346,6 +380,10 @@ def _job(function: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Coroutine
 
 
 async def _post_init(application: Application[Any, Any, Any, Any, Any, Any], bot: DigestBot) -> None:
+    bot.seed_metrics()
+    if bot.service.metrics is not None and bot.settings.health_port:
+        bot.health = HealthServer(bot.service.metrics, lambda: _ready(application), bot.settings.health_port)
+        await bot.health.start()
     try:
         await application.bot.set_my_commands(COMMANDS)
     except TelegramError as exc:
@@ -357,6 +395,21 @@ async def _post_init(application: Application[Any, Any, Any, Any, Any, Any], bot
         bot.settings.timezone,
         len(bot.settings.telegram_chat_ids),
     )
+
+
+async def _post_shutdown(application: Application[Any, Any, Any, Any, Any, Any], bot: DigestBot) -> None:
+    if bot.health is not None:
+        await bot.health.stop()
+        bot.health = None
+
+
+def _ready(application: Application[Any, Any, Any, Any, Any, Any]) -> bool:
+    """Alive for the noon post: updates arrive (polling or webhook) and the scheduler runs."""
+    updater = application.updater
+    job_queue = application.job_queue
+    polling = updater is not None and updater.running
+    scheduling = job_queue is not None and job_queue.scheduler.running
+    return bool(application.running and polling and scheduling)
 
 
 async def _on_error(update: object, context: ContextTypes.DEFAULT_TYPE) -> None:

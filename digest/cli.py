@@ -61,6 +61,18 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("serve", help="run the Telegram bot: the daily post, /digest, /status, /help")
 
+    replay = commands.add_parser("replay", help="one digest per calendar day over a range of past days")
+    replay.add_argument("--from", dest="first", metavar="YYYY-MM-DD", required=True, help="first day")
+    replay.add_argument("--to", dest="last_day", metavar="YYYY-MM-DD", required=True, help="last day (inclusive)")
+    replay.add_argument(
+        "--format",
+        choices=("summary", "text", "json"),
+        default="summary",
+        help="summary: one line per day (default); text: each full digest; json: JSON lines, summaries on stderr",
+    )
+    replay.add_argument("--concurrency", type=int, default=2, help="days computed at once (default 2)")
+    replay.add_argument("--post", action="store_true", help="post each day's digest once per chat")
+
     demo = commands.add_parser("demo", help=f"load {DEMO_DAY} into embedded backends and print its digest")
     demo.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
     demo.add_argument("--date", metavar="YYYY-MM-DD", default=DEMO_DAY, help="a corpus day (default %(default)s)")
@@ -83,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail("--at goes with --last, not --date")
     try:
         config = load_config()
-        token = config.settings.require_telegram() if args.command == "serve" or args.post else None
+        wants_telegram = args.command == "serve" or getattr(args, "post", False)
+        token = config.settings.require_telegram() if wants_telegram else None
     except ConfigError as exc:
         return _fail(str(exc))
     # Secrets are known now: every later log line goes through the redacting formatter.
@@ -92,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from digest.serve import serve
 
         return serve(config, token or "")
+    if args.command == "replay":
+        return _replay(args, config, token)
     try:
         window = window_from_args(args, config.settings, datetime.now(UTC))
     except WindowError as exc:
@@ -103,6 +118,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     digest = asyncio.run(make_digest(config, window))
     sys.stdout.write(Renderer().render(digest, args.format))
     return EXIT_OK
+
+
+def _replay(args: argparse.Namespace, config: Config, token: str | None) -> int:
+    from digest.replay import days_between, run_replay
+
+    try:
+        days = days_between(parse_date(args.first), parse_date(args.last_day))
+    except WindowError as exc:
+        return _fail(str(exc))
+    if not 1 <= args.concurrency <= 16:
+        return _fail("--concurrency must be between 1 and 16")
+    if args.post:
+        from digest.serve import replay_and_post
+
+        return asyncio.run(replay_and_post(config, token or "", days, args.format, args.concurrency))
+    return run_replay(config, days, args.format, args.concurrency)
 
 
 def _demo(args: argparse.Namespace) -> int:

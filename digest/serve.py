@@ -9,14 +9,21 @@ import logging
 import socket
 import sys
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import date
 
 from telegram import Bot, Update
 
 from checks.contract import Window
 from digest.bot import DigestBot, DigestService, build_application
 from digest.delivery import Outcome, Poster, Sender
-from digest.engine import Config
+from digest.engine import Config, make_digest
+from digest.health import DigestMetrics
 from digest.render import Renderer
+from digest.replay import replay
+from digest.score import Digest
 from digest.state import DeliveryState, StateError
 
 log = logging.getLogger(__name__)
@@ -44,7 +51,7 @@ def serve(config: Config, token: str) -> int:
     except StateError as exc:
         print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    bot = DigestBot(config=config, state=state, service=DigestService(config))
+    bot = DigestBot(config=config, state=state, service=DigestService(config, metrics=DigestMetrics()))
     application = build_application(bot, token)
     try:
         if settings.telegram_webhook_url:
@@ -64,39 +71,74 @@ def serve(config: Config, token: str) -> int:
     return EXIT_OK
 
 
-async def post_window(config: Config, token: str, window: Window, fmt: str) -> int:
-    """Compute the digest of ``window`` once and post it to every chat that has not had it; print it too."""
+@dataclass
+class ChatPoster:
+    """Posts a digest to every configured chat once per window (the `run --post` and `replay --post` path)."""
+
+    poster: Poster
+    chat_ids: tuple[int, ...]
+    renderer: Renderer
+    failures: int = 0
+
+    async def __call__(self, digest: Digest) -> str:
+        """Post ``digest``; returns a short account ("posted to 1 chat, 1 already had it")."""
+        html = self.renderer.render(digest, "html")
+
+        async def message() -> str:
+            return html
+
+        outcomes: list[str] = []
+        for chat_id in self.chat_ids:
+            result = await self.poster.post_once(chat_id, window_key(digest.window), message)
+            log.info(
+                "chat %s, %s: %s%s",
+                chat_id,
+                digest.window.label,
+                result.outcome.value,
+                f" ({result.error})" if result.error else "",
+            )
+            outcomes.append(f"chat {chat_id}: {result.outcome.value}" + (f" ({result.error})" if result.error else ""))
+            if result.outcome in (Outcome.FAILED, Outcome.FAILED_PERMANENT, Outcome.BUSY):
+                self.failures += 1
+        return "; ".join(outcomes)
+
+
+@asynccontextmanager
+async def chat_poster(config: Config, token: str) -> AsyncIterator[ChatPoster]:
+    """A `ChatPoster` with an open Bot and the delivery state; `StateError` if the state file is unusable."""
     settings = config.settings
-    try:
-        state = DeliveryState(settings.state_path, _owner())
-    except StateError as exc:
-        print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    service = DigestService(config, Renderer())
-    # Computed once, printed and posted: every chat gets the same digest.
-    digest = await service.digest(window)
-    html = service.renderer.render(digest, "html")
-
-    async def message() -> str:
-        return html
-
+    state = DeliveryState(settings.state_path, _owner())
     root = settings.telegram_api_url.rstrip("/")
-    failures = 0
     try:
         async with Bot(token, base_url=f"{root}/bot", base_file_url=f"{root}/file/bot") as bot:
-            poster = Poster(sender=Sender(bot, state=state), state=state)
-            for chat_id in settings.telegram_chat_ids:
-                result = await poster.post_once(chat_id, window_key(window), message)
-                print(
-                    f"digest: chat {chat_id}: {result.outcome.value}" + (f" ({result.error})" if result.error else ""),
-                    file=sys.stderr,
-                )
-                if result.outcome in (Outcome.FAILED, Outcome.FAILED_PERMANENT, Outcome.BUSY):
-                    failures += 1
+            yield ChatPoster(
+                Poster(sender=Sender(bot, state=state), state=state), settings.telegram_chat_ids, Renderer()
+            )
+    finally:
+        state.close()
+
+
+async def post_window(config: Config, token: str, window: Window, fmt: str) -> int:
+    """Compute the digest of ``window`` once, post it to every chat that has not had it, and print it."""
+    digest = await make_digest(config, window)
+    try:
+        async with chat_poster(config, token) as post:
+            account = await post(digest)
     except StateError as exc:
         print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    finally:
-        state.close()
-    sys.stdout.write(service.renderer.render(digest, fmt))
-    return EXIT_FAILED if failures else EXIT_OK
+    for line in account.split("; "):
+        print(f"digest: {line}", file=sys.stderr)
+    sys.stdout.write(post.renderer.render(digest, fmt))
+    return EXIT_FAILED if post.failures else EXIT_OK
+
+
+async def replay_and_post(config: Config, token: str, days: list[date], fmt: str, concurrency: int) -> int:
+    """`digest replay --post`: every day's digest, each posted once per chat."""
+    try:
+        async with chat_poster(config, token) as post:
+            await replay(config, days, fmt, concurrency, sys.stdout, sys.stderr, post)
+    except StateError as exc:
+        print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_FAILED if post.failures else EXIT_OK

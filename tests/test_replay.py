@@ -1,0 +1,105 @@
+"""`digest replay`: one digest per day over a range, concurrently, as summaries or JSON lines; posted once each."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from digest.embedded import EmbeddedBackends
+from digest.replay import days_between
+from digest.window import WindowError
+from tests.fake_telegram import FakeTelegram
+
+TOKEN = "123456:AAE-replay-token"  # noqa: S105  # a test token
+CHAT = -1005550001
+
+
+def _env(backends: EmbeddedBackends, tmp_path: Path) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DIGEST_VM_URL": backends.metrics.url,
+        "DIGEST_VL_URL": backends.logs.url,
+        "DIGEST_CLUSTER": "homelab",
+        "DIGEST_TIMEZONE": "UTC",
+        "DIGEST_STATE_PATH": str(tmp_path / "state.sqlite"),
+    }
+    env.pop("DIGEST_POLICY_FILE", None)
+    return env
+
+
+def _replay(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "digest.cli", "replay", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+def test_three_days_as_json_lines(corpus_backends: EmbeddedBackends, tmp_path: Path) -> None:
+    """07-19..07-21 gives three JSON lines in date order; 07-20 is CRITICAL 8/10; summaries go to stderr."""
+    result = _replay(_env(corpus_backends, tmp_path), "--from", "2026-07-19", "--to", "2026-07-21", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["window"]["start"][:10] for line in lines] == ["2026-07-19", "2026-07-20", "2026-07-21"]
+    assert (lines[0]["status"], lines[0]["score"]) == ("OK", 10)
+    assert (lines[1]["status"], lines[1]["score"]) == ("CRITICAL", 8)
+    # The day after the corpus: logs absent, so never OK.
+    assert lines[2]["status"] != "OK"
+    assert "2026-07-20 CRITICAL 8/10 · error_lines −2 · oom_kills −1 (capped)" in result.stderr.splitlines()
+    # Not a terminal: plain progress lines, no bar.
+    assert "replayed 3/3" in result.stderr
+    assert "\r" not in result.stderr
+
+
+def test_summary_lines_by_default(corpus_backends: EmbeddedBackends, tmp_path: Path) -> None:
+    """Without --format, each day is one line on stdout."""
+    result = _replay(_env(corpus_backends, tmp_path), "--from", "2026-08-16", "--to", "2026-08-17")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "2026-08-16 WARNING 9/10 · envoy_flags −1",
+        "2026-08-17 OK 10/10",
+    ]
+
+
+def test_replay_posts_each_day_once(corpus_backends: EmbeddedBackends, tmp_path: Path) -> None:
+    """--post sends each day's digest once per chat; running the same replay again sends nothing."""
+    with FakeTelegram(TOKEN, known_chats={CHAT}) as tg:
+        env = {
+            **_env(corpus_backends, tmp_path),
+            "DIGEST_TELEGRAM_API_URL": tg.root,
+            "DIGEST_TELEGRAM_TOKEN": TOKEN,
+            "DIGEST_TELEGRAM_CHAT_IDS": str(CHAT),
+        }
+        first = _replay(env, "--from", "2026-08-16", "--to", "2026-08-17", "--post")
+        second = _replay(env, "--from", "2026-08-16", "--to", "2026-08-17", "--post")
+        sent = [call.visible.splitlines()[0] for call in tg.sent_to(CHAT)]
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr
+    assert sorted(sent) == ["OK 10/10 · homelab · 2026-08-17", "WARNING 9/10 · homelab · 2026-08-16"]
+    assert "already_sent" in second.stdout
+    assert TOKEN not in first.stderr + second.stderr
+
+
+def test_bad_ranges_are_usage_errors(tmp_path: Path) -> None:
+    """A reversed range exits 2 with one line; ranges are validated before any query."""
+    result = subprocess.run(
+        [sys.executable, "-m", "digest.cli", "replay", "--from", "2026-07-21", "--to", "2026-07-19"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == "digest: --to 2026-07-19 is before --from 2026-07-21"
+    with pytest.raises(WindowError, match="more than 366"):
+        days_between(date(2020, 1, 1), date(2026, 1, 1))
