@@ -18,13 +18,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 from telegram import Bot
 
 from digest.bot import DigestBot, DigestService, build_application
 from digest.delivery import Outcome, Poster, Sender
-from digest.embedded import EmbeddedBackends
+from digest.embedded import EmbeddedBackends, free_port
 from digest.engine import Config
+from digest.health import DigestMetrics, HealthServer
 from digest.logs import RedactingFormatter
 from digest.policy import Policy
 from digest.render import Renderer
@@ -77,10 +79,12 @@ def make_config(backends: EmbeddedBackends, tg: FakeTelegram, state_path: Path, 
 
 
 @asynccontextmanager
-async def running(config: Config, clock: Clock, owner: str = "test") -> AsyncIterator[DigestBot]:
+async def running(
+    config: Config, clock: Clock, owner: str = "test", metrics: DigestMetrics | None = None
+) -> AsyncIterator[DigestBot]:
     """The bot's application polling the fake server, stopped (and its state closed) at the end."""
     state = DeliveryState(config.settings.state_path, owner)
-    bot = DigestBot(config=config, state=state, service=DigestService(config), clock=clock)
+    bot = DigestBot(config=config, state=state, service=DigestService(config, metrics=metrics), clock=clock)
     application = build_application(bot, TOKEN)
     try:
         async with application:
@@ -95,6 +99,8 @@ async def running(config: Config, clock: Clock, owner: str = "test") -> AsyncIte
             finally:
                 await application.updater.stop()
                 await application.stop()
+                if application.post_shutdown is not None:
+                    await application.post_shutdown(application)
     finally:
         state.close()
 
@@ -450,3 +456,57 @@ def test_serve_command_answers_and_never_logs_the_token(
     assert "HTTP Request" in log_text
     assert TOKEN not in log_text
     assert f"chat {STRANGER}" in log_text
+
+
+async def test_healthz_and_metrics(corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path) -> None:
+    """/healthz is 200 while polling and scheduling; /metrics carries the last delivery per chat and outcomes."""
+    port = free_port()
+    config = make_config(corpus_backends, tg, tmp_path / "state.sqlite", health_port=port)
+    metrics = DigestMetrics()
+    async with running(config, Clock(datetime(2026, 7, 20, 12, 0, 5, tzinfo=UTC)), metrics=metrics) as bot:
+        await wait_until(lambda: ALLOWED in bot.last_results)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            health = await client.get("/healthz")
+            exposition = (await client.get("/metrics")).text
+            missing = await client.get("/nothing")
+    assert health.status_code == 200
+    assert missing.status_code == 404
+    assert f'digest_last_successful_delivery_timestamp_seconds{{chat="{ALLOWED}"}}' in exposition
+    assert 'digest_deliveries_total{outcome="sent"} 1.0' in exposition
+    assert "digest_computation_seconds_count 1.0" in exposition
+    # After a restart the dead man's switch starts from the state file, not from "never".
+    again = DigestMetrics()
+    async with running(config, Clock(datetime(2026, 7, 20, 12, 1, tzinfo=UTC)), owner="restarted", metrics=again):
+        pass
+    seeded = again.registry.get_sample_value(
+        "digest_last_successful_delivery_timestamp_seconds", {"chat": str(ALLOWED)}
+    )
+    assert seeded is not None
+    assert seeded > 0
+
+
+async def test_healthz_is_503_when_not_ready() -> None:
+    """The health endpoint answers 503 while the bot is not polling or scheduling."""
+    ready = False
+    server = HealthServer(DigestMetrics(), lambda: ready, port=0, host="127.0.0.1")
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as client:
+            assert (await client.get("/healthz")).status_code == 503
+            ready = True
+            assert (await client.get("/healthz")).status_code == 200
+    finally:
+        await server.stop()
+
+
+async def test_query_errors_are_counted_by_source_and_check(tg: FakeTelegram, tmp_path: Path) -> None:
+    """A digest computed with VictoriaLogs unreachable counts query errors under that source and the check."""
+    settings = load_settings(
+        vm_url=f"http://127.0.0.1:{free_port()}", vl_url=f"http://127.0.0.1:{free_port()}", policy_file=None
+    )
+    metrics = DigestMetrics()
+    service = DigestService(Config(settings=settings, policy=Policy()), metrics=metrics)
+    await service.digest(day_window(datetime(2026, 7, 20).date(), settings.zone))
+    exposition = metrics.exposition().decode()
+    assert 'digest_query_errors_total{check="error_lines",source="VictoriaLogs"} 1.0' in exposition
+    assert 'digest_query_errors_total{check="oom_kills",source="VictoriaMetrics"} 1.0' in exposition
