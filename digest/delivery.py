@@ -72,13 +72,39 @@ def _seconds(value: float | timedelta) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
+class Pacer:
+    """Keeps sends under Telegram's flood limits before Telegram has to say 429.
+
+    Telegram's bot FAQ: about 30 messages per second overall and about one per second in a chat (short bursts
+    tolerated). A digest of three parts to twenty chats must not arrive as sixty messages in the same second.
+    """
+
+    def __init__(self, per_second: float = 25.0, per_chat_interval: float = 1.0) -> None:
+        self._interval = 1.0 / per_second
+        self._per_chat_interval = per_chat_interval
+        self._next_global = 0.0
+        self._next_by_chat: dict[int, float] = {}
+        self._lock = asyncio.Lock()
+
+    async def wait_turn(self, chat_id: int) -> None:
+        """Wait until a message to ``chat_id`` may leave; reserves the slot before sleeping."""
+        async with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next_global, self._next_by_chat.get(chat_id, 0.0))
+            self._next_global = start + self._interval
+            self._next_by_chat[chat_id] = start + self._per_chat_interval
+        if start > now:
+            await asyncio.sleep(start - now)
+
+
 @dataclass
 class Sender:
-    """Sends the parts of one message with retries; stateless apart from the chat-migration record."""
+    """Sends the parts of one message with retries, paced under Telegram's limits."""
 
     bot: Bot
     state: DeliveryState | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    pacer: Pacer = field(default_factory=Pacer)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     random_unit: Callable[[], float] = random.random
 
@@ -91,10 +117,12 @@ class Sender:
         return chat_id, message_ids
 
     async def _send_part(self, chat_id: int, part: str) -> tuple[int, int]:
-        deadline = time.monotonic() + self.retry.total_seconds
+        started = time.monotonic()
+        waited = 0.0  # the delays asked of self.sleep, so the budget holds whatever clock the sleep follows
         attempt = 0
         as_html = True
         while True:
+            await self.pacer.wait_turn(chat_id)
             try:
                 message = await self.bot.send_message(
                     chat_id=chat_id,
@@ -131,11 +159,12 @@ class Sender:
             except TelegramError as exc:
                 raise DeliveryError(f"Telegram error: {exc.message}", permanent=True) from None
             attempt += 1
-            if time.monotonic() + delay > deadline:
+            if max(time.monotonic() - started, waited) + delay > self.retry.total_seconds:
                 raise DeliveryError(
                     f"gave up after {attempt} attempts in {self.retry.total_seconds:g} s ({reason})", permanent=False
                 )
             log.info("chat %s: %s; retrying in %.1f s", chat_id, reason, delay)
+            waited += delay
             await self.sleep(delay)
 
 

@@ -76,13 +76,13 @@ class Delivery:
 class DeliveryState:
     """The SQLite delivery table. One instance per process; every method is a short transaction of its own."""
 
-    def __init__(self, path: Path, owner: str) -> None:
+    def __init__(self, path: Path, owner: str, busy_timeout_seconds: float = _BUSY_TIMEOUT_SECONDS) -> None:
         self._path = path
         self._owner = owner
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._connection = sqlite3.connect(
-                path, timeout=_BUSY_TIMEOUT_SECONDS, isolation_level=None, check_same_thread=False
+                path, timeout=busy_timeout_seconds, isolation_level=None, check_same_thread=False
             )
             self._connection.execute("PRAGMA journal_mode=WAL")
             self._connection.execute("PRAGMA synchronous=NORMAL")
