@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import date
 from pathlib import Path
 
@@ -16,6 +13,7 @@ from digest.policy import Policy
 from digest.render import Renderer, to_json
 from digest.settings import load_settings
 from digest.window import day_window
+from tests.command import backend_env, clean_env, run_digest
 from tests.misbehaving_server import Behaviour, misbehaving_server
 
 CALM_FIXED_DAY = date(2026, 8, 17)
@@ -86,22 +84,8 @@ async def test_slow_backends_give_unknown_within_the_timeout() -> None:
 
 def test_cli_run_prints_json_and_exits_0(corpus_backends: EmbeddedBackends, tmp_path: Path) -> None:
     """`digest run --date 2026-07-20 --format json` against real backends prints the contract and exits 0."""
-    env = {
-        **os.environ,
-        "DIGEST_VM_URL": corpus_backends.metrics.url,
-        "DIGEST_VL_URL": corpus_backends.logs.url,
-        "DIGEST_CLUSTER": "homelab",
-        "DIGEST_TIMEZONE": "UTC",
-    }
-    env.pop("DIGEST_POLICY_FILE", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "digest.cli", "run", "--date", "2026-07-20", "--format", "json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tmp_path,
-        timeout=120,
+    result = run_digest(
+        "run", "--date", "2026-07-20", "--format", "json", env=backend_env(corpus_backends), cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
@@ -110,14 +94,7 @@ def test_cli_run_prints_json_and_exits_0(corpus_backends: EmbeddedBackends, tmp_
 
 def test_cli_bad_arguments_exit_2(tmp_path: Path) -> None:
     """A malformed date gets a one-line usage error and exit 2."""
-    result = subprocess.run(
-        [sys.executable, "-m", "digest.cli", "run", "--date", "20-07-2026"],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    result = run_digest("run", "--date", "20-07-2026", cwd=tmp_path, timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip() == "digest: '20-07-2026' is not a date like 2026-07-20"
 
@@ -126,34 +103,13 @@ def test_policy_file_disables_a_check(corpus_backends: EmbeddedBackends, tmp_pat
     """A cluster without Envoy disables envoy_flags in its policy file: listed as disabled, never as OK."""
     policy = tmp_path / "policy.toml"
     policy.write_text("[checks.envoy_flags]\nenabled = false\n")
-    env = {
-        **os.environ,
-        "DIGEST_VM_URL": corpus_backends.metrics.url,
-        "DIGEST_VL_URL": corpus_backends.logs.url,
-        "DIGEST_POLICY_FILE": str(policy),
-    }
-    result = subprocess.run(
-        [sys.executable, "-m", "digest.cli", "run", "--date", "2026-08-17", "--format", "json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    env = backend_env(corpus_backends, DIGEST_POLICY_FILE=str(policy))
+    result = run_digest("run", "--date", "2026-08-17", "--format", "json", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     assert payload["disabled"] == ["envoy_flags"]
     assert [check["name"] for check in payload["checks"]] == ["oom_kills", "error_lines", "conntrack"]
-    text = subprocess.run(
-        [sys.executable, "-m", "digest.cli", "run", "--date", "2026-08-17"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tmp_path,
-        timeout=120,
-    ).stdout
+    text = run_digest("run", "--date", "2026-08-17", env=env, cwd=tmp_path).stdout
     assert "– envoy_flags · disabled by policy" in text
 
 
@@ -161,15 +117,7 @@ def test_bad_policy_file_exits_2_naming_the_key(tmp_path: Path) -> None:
     """A policy file with a wrong key stops `digest run` with one line naming the file variable and the key."""
     policy = tmp_path / "policy.yaml"
     policy.write_text("checks:\n  conntrack: {warn_ratoi: 0.5}\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "digest.cli", "run", "--date", "2026-08-17"],
-        env={**os.environ, "DIGEST_POLICY_FILE": str(policy)},
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    result = run_digest("run", "--date", "2026-08-17", env=clean_env(DIGEST_POLICY_FILE=str(policy)), cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "digest: DIGEST_POLICY_FILE: checks.conntrack.warn_ratoi: unknown key "

@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from digest.settings import load_settings
 from digest.state import DeliveryState
 from digest.telegram_text import MAX_TEXT
 from digest.window import day_window
+from tests.command import DIGEST, backend_env, run_digest
 from tests.fake_telegram import FakeTelegram, parse_html
 from tests.misbehaving_server import Behaviour, misbehaving_server
 from tests.test_render import _hostile_digest
@@ -343,24 +342,18 @@ def test_run_post_cronjob_path_posts_once_and_keeps_the_token_out_of_logs(
     corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
 ) -> None:
     """`digest run --post` posts the window's digest once per chat; a second run posts nothing; stderr has no token."""
-    env = {
-        **os.environ,
-        "DIGEST_VM_URL": corpus_backends.metrics.url,
-        "DIGEST_VL_URL": corpus_backends.logs.url,
-        "DIGEST_CLUSTER": "homelab",
-        "DIGEST_TIMEZONE": "UTC",
-        "DIGEST_TELEGRAM_API_URL": tg.root,
-        "DIGEST_TELEGRAM_CHAT_IDS": str(ALLOWED),
-        "DIGEST_STATE_PATH": str(tmp_path / "state.sqlite"),
-    }
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    env["DIGEST_TELEGRAM_TOKEN_FILE"] = str(token_file)
-    env.pop("DIGEST_POLICY_FILE", None)
-    env.pop("DIGEST_TELEGRAM_TOKEN", None)
-    command = [sys.executable, "-m", "digest.cli", "-v", "run", "--date", "2026-07-20", "--post"]
-    first = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=120)
-    second = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=120)
+    env = backend_env(
+        corpus_backends,
+        DIGEST_TELEGRAM_API_URL=tg.root,
+        DIGEST_TELEGRAM_CHAT_IDS=str(ALLOWED),
+        DIGEST_STATE_PATH=str(tmp_path / "state.sqlite"),
+        DIGEST_TELEGRAM_TOKEN_FILE=str(token_file),
+    )
+    command = ("-v", "run", "--date", "2026-07-20", "--post")
+    first = run_digest(*command, env=env)
+    second = run_digest(*command, env=env)
     assert first.returncode == 0, first.stderr
     assert second.returncode == 0, second.stderr
     assert "chat -1001234567890: sent" in first.stderr
@@ -420,23 +413,16 @@ def test_serve_command_answers_and_never_logs_the_token(
     corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
 ) -> None:
     """`digest serve`, as shipped, answers /digest in an allowed chat, refuses a stranger, and logs no token."""
-    env = {
-        **os.environ,
-        "DIGEST_VM_URL": corpus_backends.metrics.url,
-        "DIGEST_VL_URL": corpus_backends.logs.url,
-        "DIGEST_CLUSTER": "homelab",
-        "DIGEST_TIMEZONE": "UTC",
-        "DIGEST_TELEGRAM_API_URL": tg.root,
-        "DIGEST_TELEGRAM_TOKEN": TOKEN,
-        "DIGEST_TELEGRAM_CHAT_IDS": str(ALLOWED),
-        "DIGEST_STATE_PATH": str(tmp_path / "state.sqlite"),
-    }
-    env.pop("DIGEST_POLICY_FILE", None)
+    env = backend_env(
+        corpus_backends,
+        DIGEST_TELEGRAM_API_URL=tg.root,
+        DIGEST_TELEGRAM_TOKEN=TOKEN,
+        DIGEST_TELEGRAM_CHAT_IDS=str(ALLOWED),
+        DIGEST_STATE_PATH=str(tmp_path / "state.sqlite"),
+    )
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log_file:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "digest.cli", "-v", "serve"], env=env, stdout=log_file, stderr=subprocess.STDOUT
-        )
+        process = subprocess.Popen([*DIGEST, "-v", "serve"], env=env, stdout=log_file, stderr=subprocess.STDOUT)
         try:
             tg.wait_for_poller(timeout=30)
             tg.push_message(ALLOWED, "/digest 2026-07-20", chat_type="supergroup")

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
-import subprocess
-import sys
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -22,6 +19,7 @@ from digest.delivery import Outcome, Pacer, Poster, Sender
 from digest.embedded import EmbeddedBackends
 from digest.render import Renderer
 from digest.state import DeliveryState, StateError
+from tests.command import clean_env, run_digest
 from tests.fake_telegram import FakeTelegram, parse_html
 from tests.test_bot import ALLOWED, QUIET, TOKEN, Clock, make_config, running, visible, wait_until
 from tests.test_incident_days import digest_of
@@ -142,20 +140,13 @@ async def test_locked_state_file_fails_visibly_and_posts_nothing(
     assert any("cannot post daily:2026-07-20" in record.getMessage() for record in caplog.records)
 
 
-def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "digest.cli", *args], env=env, capture_output=True, text=True, check=False, timeout=120
-    )
-
-
 def test_corrupt_or_unwritable_state_is_a_clear_error(tmp_path: Path) -> None:
     """A corrupt state file, or one in a read-only place, stops serve/--post with one line naming the setting."""
     corrupt = tmp_path / "state.sqlite"
     corrupt.write_bytes(b"not a database " * 200)
-    base = {**os.environ, "DIGEST_TELEGRAM_TOKEN": TOKEN, "DIGEST_TELEGRAM_CHAT_IDS": str(ALLOWED)}
-    base.pop("DIGEST_POLICY_FILE", None)
     for path in (corrupt, Path("/proc/digest/state.sqlite")):
-        result = _run(["serve"], {**base, "DIGEST_STATE_PATH": str(path)})
+        env = clean_env(DIGEST_TELEGRAM_TOKEN=TOKEN, DIGEST_TELEGRAM_CHAT_IDS=str(ALLOWED), DIGEST_STATE_PATH=str(path))
+        result = run_digest("serve", env=env)
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1
@@ -165,8 +156,7 @@ def test_corrupt_or_unwritable_state_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_missing_token_names_the_variable(tmp_path: Path) -> None:
     """`digest serve` without a token exits 2 naming DIGEST_TELEGRAM_TOKEN."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("DIGEST_")}
-    result = _run(["serve"], env)
+    result = run_digest("serve")
     assert result.returncode == 2
     assert result.stderr.strip() == ("digest: DIGEST_TELEGRAM_TOKEN: not set (or set DIGEST_TELEGRAM_TOKEN_FILE)")
 

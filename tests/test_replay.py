@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from datetime import date
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 from digest.embedded import EmbeddedBackends
 from digest.replay import days_between
 from digest.window import WindowError
+from tests.command import backend_env, run_digest
 from tests.fake_telegram import FakeTelegram
 
 TOKEN = "123456:AAE-replay-token"  # noqa: S105  # a test token
@@ -21,27 +20,11 @@ CHAT = -1005550001
 
 
 def _env(backends: EmbeddedBackends, tmp_path: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "DIGEST_VM_URL": backends.metrics.url,
-        "DIGEST_VL_URL": backends.logs.url,
-        "DIGEST_CLUSTER": "homelab",
-        "DIGEST_TIMEZONE": "UTC",
-        "DIGEST_STATE_PATH": str(tmp_path / "state.sqlite"),
-    }
-    env.pop("DIGEST_POLICY_FILE", None)
-    return env
+    return backend_env(backends, DIGEST_STATE_PATH=str(tmp_path / "state.sqlite"))
 
 
 def _replay(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "digest.cli", "replay", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    return run_digest("replay", *args, env=env, timeout=300)
 
 
 def test_three_days_as_json_lines(corpus_backends: EmbeddedBackends, tmp_path: Path) -> None:
@@ -91,14 +74,7 @@ def test_replay_posts_each_day_once(corpus_backends: EmbeddedBackends, tmp_path:
 
 def test_bad_ranges_are_usage_errors(tmp_path: Path) -> None:
     """A reversed range exits 2 with one line; ranges are validated before any query."""
-    result = subprocess.run(
-        [sys.executable, "-m", "digest.cli", "replay", "--from", "2026-07-21", "--to", "2026-07-19"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-        cwd=tmp_path,
-    )
+    result = run_digest("replay", "--from", "2026-07-21", "--to", "2026-07-19", cwd=tmp_path, timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip() == "digest: --to 2026-07-19 is before --from 2026-07-21"
     with pytest.raises(WindowError, match="more than 366"):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from digest.settings import ConfigError, load_settings
+from tests.command import clean_env, run_digest
 
 
 def test_defaults_are_utc_and_local_backends(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,14 +76,7 @@ def test_tenant_headers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_cli_bad_config_exits_2_with_one_line(tmp_path: Path) -> None:
     """`digest run` with a bad variable prints one line naming it and exits 2, without a traceback."""
-    result = subprocess.run(
-        [sys.executable, "-m", "digest.cli", "run", "--date", "2026-07-20"],
-        env={"DIGEST_TIMEZONE": "Nowhere/Land", "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tmp_path,
-    )
+    result = run_digest("run", "--date", "2026-07-20", env=clean_env(DIGEST_TIMEZONE="Nowhere/Land"), cwd=tmp_path)
     assert result.returncode == 2
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
