@@ -645,7 +645,9 @@ def test_series_grid_coverage_and_counters(d: dt.date) -> None:
     ):
         assert names[needed] > 0, needed
     assert sum(names.values()) < 600, "keep the series count small"
-    assert len(find(series_of(d), "up")) == 10
+    assert (
+        len(find(series_of(d), "up")) == 11
+    )  # kube-state-metrics, vmalert, and per node: node_exporter, cAdvisor, probes
     assert all(set(s.values) == {1.0} for s in find(series_of(d), "up"))
 
 

@@ -53,6 +53,7 @@ CONNTRACK_LIMIT = 131_072
 SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 KSM = {"job": "kube-state-metrics", "instance": "kube-state-metrics.monitoring:8080"}
+VMALERT = {"job": "vmalert", "instance": "vmalert.monitoring:8880"}
 CADVISOR = {"job": "kubelet", "metrics_path": "/metrics/cadvisor"}
 PROBES = {"job": "kubelet", "metrics_path": "/metrics/probes"}
 
@@ -539,10 +540,15 @@ def _series(name: str, labels: Mapping[str, str], times: Sequence[int], values: 
 
 
 def up_series(w: Window) -> Iterator[Series]:
-    """``up`` for kube-state-metrics, every node_exporter and every kubelet endpoint (all healthy)."""
+    """``up`` for kube-state-metrics, vmalert, every node_exporter and every kubelet endpoint (all healthy).
+
+    vmalert runs every day (the homelab had alerting on 07-20; it just had no rule that fired): its ``up`` is what
+    lets the digest say "no alert fired" rather than "alerting not observable".
+    """
     times = w.scrapes()
     ones = [1.0] * len(times)
     yield _series("up", KSM, times, ones)
+    yield _series("up", VMALERT, times, ones)
     for node in NODES:
         yield _series("up", {"job": "node-exporter", "instance": f"{node}:9100"}, times, ones)
         yield _series("up", {**CADVISOR, "instance": node}, times, ones)
