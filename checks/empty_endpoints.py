@@ -1,0 +1,305 @@
+"""empty_endpoints: Services that had no ready endpoint, for how long and in how many episodes.
+
+Signal (kube-state-metrics, queries.md §5.3): a Service is empty at a moment when its EndpointSlices exist
+(``kube_endpointslice_info``) and none lists a ready address (``kube_endpointslice_endpoints{ready="true"}``). A slice
+with no endpoint emits no ``*_endpoints`` series at all, so emptiness is computed with ``unless``. Slices are mapped
+to their Service through ``kube_endpointslice_labels{label_kubernetes_io_service_name}`` when kube-state-metrics
+exports that label (``--metric-labels-allowlist=endpointslices=[kubernetes.io/service-name]``), else through the
+slice's name without its generated ``-xxxxx`` suffix; a Service with several slices (IPv4 and IPv6, more than 100
+endpoints) is empty only when all of them are. Without any EndpointSlice series the legacy Endpoints families
+(``kube_endpoint_info`` / ``kube_endpoint_address{ready="true"}``, not enabled by default since ksm 2.18) are used::
+
+    service = max by (namespace, endpointslice, service) (
+        label_replace(last_over_time(kube_endpointslice_labels{label_kubernetes_io_service_name!=""}[30s]),
+                      "service", "$1", "label_kubernetes_io_service_name", "(.+)")
+      or on (namespace, endpointslice)
+        label_replace(last_over_time(kube_endpointslice_info[30s]),
+                      "service", "$1", "endpointslice", "(.+?)(-[a-z0-9]{5})?"))
+    empty = count by (namespace, service) (last_over_time(kube_endpointslice_info[30s])
+                                            * on (namespace, endpointslice) group_left(service) service)
+            unless on (namespace, service)
+            count by (namespace, service) (last_over_time(kube_endpointslice_endpoints{ready="true"}[30s])
+                                            * on (namespace, endpointslice) group_left(service) service)
+
+    seconds:  count_over_time(empty[<window>:30s]) × 30
+    episodes: a range query of ``empty`` over the window at the same 30 s step; consecutive steps are one episode.
+
+Resolution: every selector reads a ``[30s]`` range (the scrape interval, ``scrape_interval_seconds``) instead of the
+engine's look-back, so each step sees exactly one scrape and a scrape without a ready address is one empty step. With
+the default look-back (5 min in Prometheus, a few scrapes in VictoriaMetrics) a short gap would be papered over by the
+previous sample: seed 003's Recreate rollout emptied ``status-page`` for 15 s, 101 s and 58 s, which 30 s scrapes
+see as 1, 4 and 2 scrapes — and a 1-minute step would miss the first one. Durations are therefore bounded by
+whole scrapes (30, 120 and 60 s); the truth lies within one scrape of them.
+
+Thresholds: any Service with no ready endpoint is a WARN — every request to it failed (Envoy answers 503 UH, seed
+000's readiness spiral and seed 003's Recreate rollout). Five minutes in total is CRIT: beyond a rollout's blip, an
+outage users notice (08-12: 30 minutes over seven episodes). Seed 004's services had full endpoints all day and must
+stay OK.
+
+Default penalties are 0: the seed rule grades (the UH the empty Service causes costs its points in ``envoy_flags``);
+this check says why. Neither EndpointSlice nor Endpoints series in the window: UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from checks.contract import (
+    Finding,
+    Offender,
+    RangeSeries,
+    Sample,
+    SourceError,
+    Sources,
+    Window,
+    fmt_int,
+    grade,
+    local_time,
+    unknown,
+)
+
+NAME = "empty_endpoints"
+# Prometheus refuses range queries of more than 11,000 points per series; longer windows get a coarser step.
+_MAX_POINTS = 11_000
+
+
+@dataclass(frozen=True)
+class EmptyEndpointsPolicy:
+    """The scrape resolution, how long empty is critical, and what it costs (nothing by default)."""
+
+    enabled: bool = True
+    scrape_interval_seconds: int = 30
+    step_seconds: int = 30
+    crit_seconds: int = 300
+    warn_penalty: int = 0
+    crit_penalty: int = 0
+    top: int = 5
+
+
+@dataclass(frozen=True)
+class _Service:
+    namespace: str
+    service: str
+    empty_seconds: int
+    episodes: int
+    longest_seconds: int
+    runs: tuple[tuple[float, int], ...]
+
+
+@dataclass(frozen=True)
+class EmptyEndpointsCheck:
+    """Seconds without a ready endpoint per Service, with its episodes, from EndpointSlice (or Endpoints) series."""
+
+    policy: EmptyEndpointsPolicy
+    name: str = NAME
+
+    def step(self, window: Window) -> int:
+        """The evaluation step in seconds: the policy's, coarser only when the window would exceed the point limit."""
+        return max(self.policy.step_seconds, math.ceil(window.seconds / _MAX_POINTS))
+
+    def empty_expression(self, window: Window, legacy: bool) -> str:
+        """The PromQL that is non-empty, per (namespace, service), at each moment the Service has no ready address."""
+        look = f"[{max(self.policy.scrape_interval_seconds, self.step(window))}s]"
+        if legacy:
+            # Endpoints objects are named like their Service.
+            info = f'label_replace(last_over_time(kube_endpoint_info{look}), "service", "$1", "endpoint", "(.+)")'
+            ready = (
+                f'label_replace(last_over_time(kube_endpoint_address{{ready="true"}}{look}), "service", "$1", '
+                '"endpoint", "(.+)")'
+            )
+            return (
+                f"(count by (namespace, service) ({info}) unless on (namespace, service) "
+                f"count by (namespace, service) ({ready}))"
+            )
+        service_of_slice = (
+            "max by (namespace, endpointslice, service) ("
+            'label_replace(last_over_time(kube_endpointslice_labels{label_kubernetes_io_service_name!=""}'
+            f'{look}), "service", "$1", "label_kubernetes_io_service_name", "(.+)") '
+            f'or on (namespace, endpointslice) label_replace(last_over_time(kube_endpointslice_info{look}), "service", '
+            '"$1", "endpointslice", "(.+?)(-[a-z0-9]{5})?"))'
+        )
+        slices = (
+            f"count by (namespace, service) (last_over_time(kube_endpointslice_info{look}) "
+            f"* on (namespace, endpointslice) group_left(service) {service_of_slice})"
+        )
+        ready = (
+            f'count by (namespace, service) (last_over_time(kube_endpointslice_endpoints{{ready="true"}}{look}) '
+            f"* on (namespace, endpointslice) group_left(service) {service_of_slice})"
+        )
+        return f"({slices} unless on (namespace, service) {ready})"
+
+    def queries(self, window: Window, legacy: bool = False) -> dict[str, str]:
+        """The PromQL this check sends, by purpose (``episodes`` is a range query at ``step``)."""
+        rng = window.promql_range()
+        empty = self.empty_expression(window, legacy)
+        return {
+            "presence": (
+                f'label_replace(count(count_over_time(kube_endpointslice_info[{rng}])), "family", "endpointslice", '
+                f'"", "") or label_replace(count(count_over_time(kube_endpoint_info[{rng}])), "family", "endpoint", '
+                '"", "")'
+            ),
+            "empty_steps": f"count_over_time({empty}[{rng}:{self.step(window)}s])",
+            "episodes": empty,
+        }
+
+    async def __call__(self, sources: Sources, window: Window) -> Finding:
+        try:
+            presence = await sources.metrics.instant(self.queries(window)["presence"], window.end)
+        except SourceError as exc:
+            return unknown(NAME, "endpoints not checked: the metrics backend did not answer", str(exc))
+        families = {sample.labels.get("family", ""): sample.value for sample in presence if sample.value > 0}
+        if not families:
+            return unknown(
+                NAME,
+                "endpoints not checked: no EndpointSlice or Endpoints series in the window",
+                "no kube_endpointslice_info or kube_endpoint_info in the window",
+                hint="Is kube-state-metrics scraped, with the endpointslices resource enabled (the default)?",
+            )
+        legacy = "endpointslice" not in families
+        queries = self.queries(window, legacy)
+        step = self.step(window)
+        try:
+            empty_steps = await sources.metrics.instant(queries["empty_steps"], window.end)
+        except SourceError as exc:
+            return unknown(NAME, "endpoints not checked: the metrics backend did not answer", str(exc))
+        episodes: Sequence[RangeSeries] = ()
+        episodes_error: str | None = None
+        if empty_steps:
+            try:
+                # The same steps as the subquery: (start, end], every `step` seconds.
+                episodes = await sources.metrics.range(
+                    queries["episodes"], window.start + timedelta(seconds=step), window.end, step
+                )
+            except SourceError as exc:
+                episodes_error = str(exc)
+        return self._finding(window, step, legacy, families, empty_steps, episodes, episodes_error)
+
+    def _finding(
+        self,
+        window: Window,
+        step: int,
+        legacy: bool,
+        families: dict[str, float],
+        empty_steps: Sequence[Sample],
+        episodes: Sequence[RangeSeries],
+        episodes_error: str | None,
+    ) -> Finding:
+        policy = self.policy
+        runs = {_service_key(series.labels): _runs(series.points, step) for series in episodes}
+        services = []
+        for sample in empty_steps:
+            key = _service_key(sample.labels)
+            service_runs = runs.get(key, [])
+            services.append(
+                _Service(
+                    namespace=key[0],
+                    service=key[1],
+                    empty_seconds=round(sample.value) * step,
+                    episodes=len(service_runs),
+                    longest_seconds=max((length for _, length in service_runs), default=0),
+                    runs=tuple(service_runs),
+                )
+            )
+        services.sort(key=lambda item: (-item.empty_seconds, item.namespace, item.service))
+        worst = services[0].empty_seconds if services else 0
+        level = 2 if worst >= policy.crit_seconds else 1 if services else 0
+        status, penalty = grade(level, policy.warn_penalty, policy.crit_penalty)
+        source = "Endpoints" if legacy else "EndpointSlice"
+        evidence: list[str] = []
+        if legacy:
+            evidence.append("no EndpointSlice series: read from the legacy Endpoints families")
+        if episodes_error:
+            evidence.append(f"episodes unknown: {episodes_error}")
+        if not services:
+            count = round(families.get("endpoint" if legacy else "endpointslice", 0))
+            return Finding(
+                name=NAME,
+                status=status,
+                penalty=penalty,
+                value=0,
+                summary=f"every Service had a ready endpoint ({fmt_int(count)} {source} objects seen, "
+                f"checked every {step} s)",
+                evidence=evidence,
+            )
+        offenders = [
+            Offender(
+                labels={
+                    "namespace": item.namespace,
+                    "service": item.service,
+                    "empty_seconds": str(item.empty_seconds),
+                    "episodes": str(item.episodes),
+                    "longest_seconds": str(item.longest_seconds),
+                    "episode_seconds": ",".join(str(length) for _, length in item.runs),
+                },
+                value=item.empty_seconds,
+            )
+            for item in services[: policy.top]
+        ]
+        first = services[0]
+        summary = f"{first.namespace}/{first.service} had no ready endpoint for {_duration(first.empty_seconds)}"
+        if first.episodes:
+            times = "once" if first.episodes == 1 else f"{first.episodes} times"
+            summary += (
+                f" ({times}, longest {_duration(first.longest_seconds)}, first at "
+                f"{local_time(first.runs[0][0], window)})"
+            )
+        if len(services) > 1:
+            summary += f"; {len(services)} Services in all"
+        # The summary names the first Service; the evidence lines name the others.
+        evidence[:0] = [
+            f"then {item.namespace}/{item.service}: {_duration(item.empty_seconds)}"
+            + (f" in {item.episodes} episode(s), longest {_duration(item.longest_seconds)}" if item.episodes else "")
+            for item in services[1 : policy.top]
+        ]
+        if first.runs:
+            shown = ", ".join(f"{local_time(at, window)} {_duration(length)}" for at, length in first.runs[:8])
+            more = f" and {len(first.runs) - 8} more" if len(first.runs) > 8 else ""
+            evidence.insert(0, f"{first.namespace}/{first.service} empty at {shown}{more}")
+        evidence.append(
+            f"measured on {policy.scrape_interval_seconds} s scrapes: each duration is bounded by whole scrapes"
+        )
+        return Finding(
+            name=NAME,
+            status=status,
+            penalty=penalty,
+            value=worst,
+            summary=summary,
+            offenders=offenders,
+            hint="A Service without ready endpoints answers every request with an error (Envoy: 503 UH). Short "
+            "episodes at rollouts: a Deployment with strategy Recreate, or RollingUpdate with maxSurge 0 on one "
+            "replica — use maxUnavailable 0 / maxSurge 1. Long or repeated ones: readiness probes failing on every "
+            "replica at once (CPU throttling, a shared dependency down).",
+            evidence=evidence,
+        )
+
+
+def _service_key(labels: Mapping[str, str]) -> tuple[str, str]:
+    return labels.get("namespace", ""), labels.get("service", "")
+
+
+def _runs(points: Sequence[tuple[float, float]], step: int) -> list[tuple[float, int]]:
+    """Consecutive empty steps as (first moment, seconds): a gap of more than one step ends an episode."""
+    runs: list[tuple[float, int]] = []
+    previous: float | None = None
+    for moment, _ in sorted(points):
+        if previous is not None and moment - previous <= step * 1.5:
+            start, length = runs[-1]
+            runs[-1] = (start, length + step)
+        else:
+            runs.append((moment, step))
+        previous = moment
+    return runs
+
+
+def _duration(seconds: int) -> str:
+    """A duration as read on a phone: 45 s, 4 min 30 s, 2 h 5 min."""
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, rest = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min" + (f" {rest} s" if rest else "")
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h" + (f" {minutes} min" if minutes else "")

@@ -1,0 +1,210 @@
+"""log_storms: pods that wrote more log lines per minute than the pipeline's per-pod budget.
+
+Signal: every log line in VictoriaLogs, counted per pod and per minute by the backend (no line is downloaded), then
+the peak minute and the total per pod — one LogsQL query::
+
+    _time:[start, end) <optional scope filter> -(<access log>)
+      | stats by (kubernetes.pod_namespace, kubernetes.pod_name, _time:1m) count() as per_minute
+      | stats by (kubernetes.pod_namespace, kubernetes.pod_name) max(per_minute) as peak_per_minute,
+                                                                 sum(per_minute) as lines
+
+Pods are grouped into workloads with ``checks.error_lines.workload_of`` (a Deployment's pods lose their ReplicaSet
+hash and suffix), so the explanation names what to fix, not a pod that no longer exists.
+
+Access logs are left out by default (``exclude_filter``: Envoy Gateway's proxy on stdout, where its access log goes;
+Envoy's own diagnostics on stderr still count). An access log writes one line per request: its volume is traffic,
+not a fault, and ``envoy_flags`` reads it. The calm 2026-08-17 replay sent 70,000 requests in 120 s, 35,000
+access-log lines a minute, and must not read as a storm.
+
+Thresholds (seed 001, the 07-20 reconnect storm): the per-pod budget is 1,000 lines a minute, the Vector throttle
+added after that day; a normal pod of the homelab writes about 50 a minute at most. Above the budget (WARN) lines
+are being dropped by the shipper, or would be, and the node pays for them; ten times the budget (CRIT) is a storm:
+the feed aggregator wrote 1.9 M lines in the hour 20:00-21:00 (over 30,000 a minute), loaded the log pipeline and,
+with its reconnect loops, filled the node's conntrack table to 72 %. Peak per minute, not the daily total, because a
+storm of one hour is as harmful as a steady flood and a busy gateway writing 40 lines a minute all day is not one.
+
+Default penalties are 0: the seed rule grades (error lines cost their points in ``error_lines``); this check
+explains the volume, errors or not. No log line at all in the window: UNKNOWN (the pipeline or its field names).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from checks.contract import (
+    Finding,
+    Offender,
+    Sample,
+    SourceError,
+    Sources,
+    Window,
+    fmt_int,
+    grade,
+    unknown,
+)
+from checks.error_lines import workload_of
+from checks.logsql import field_name
+
+NAME = "log_storms"
+
+
+@dataclass(frozen=True)
+class LogStormsPolicy:
+    """The per-pod budget, the storm factor, the log field names, and the cost (nothing by default)."""
+
+    enabled: bool = True
+    budget_per_minute: int = 1_000
+    crit_factor: float = 10.0
+    warn_penalty: int = 0
+    crit_penalty: int = 0
+    namespace_field: str = "kubernetes.pod_namespace"
+    pod_field: str = "kubernetes.pod_name"
+    # An extra LogsQL filter applied to every line (e.g. a stream selector); empty means all logs.
+    scope_filter: str = ""
+    # Lines that are traffic rather than chatter (access logs); empty counts everything.
+    exclude_filter: str = (
+        'kubernetes.pod_namespace:="envoy-gateway-system" kubernetes.container_name:="envoy" stream:="stdout"'
+    )
+    top: int = 5
+
+
+@dataclass(frozen=True)
+class _Pod:
+    namespace: str
+    pod: str
+    peak_per_minute: float
+    lines: float
+
+    @property
+    def workload(self) -> str:
+        return workload_of(self.pod)
+
+
+@dataclass(frozen=True)
+class LogStormsCheck:
+    """Peak lines per minute and total lines per pod, against a per-pod budget."""
+
+    policy: LogStormsPolicy
+    name: str = NAME
+
+    def query(self, window: Window) -> str:
+        """The one stats query this check sends."""
+        policy = self.policy
+        scope = f" {policy.scope_filter}" if policy.scope_filter else ""
+        exclude = f" -({policy.exclude_filter})" if policy.exclude_filter else ""
+        by = f"{field_name(policy.namespace_field)}, {field_name(policy.pod_field)}"
+        return (
+            f"{window.logsql_time_filter()}{scope}{exclude} | stats by ({by}, _time:1m) count() as per_minute"
+            f" | stats by ({by}) max(per_minute) as peak_per_minute, sum(per_minute) as lines"
+        )
+
+    async def __call__(self, sources: Sources, window: Window) -> Finding:
+        try:
+            rows = await sources.logs.stats(self.query(window), window.end)
+        except SourceError as exc:
+            return unknown(NAME, "log volume not checked: the log backend did not answer", str(exc))
+        pods = self._pods(rows)
+        all_lines = sum(pod.lines for pod in pods)
+        if all_lines == 0:
+            return unknown(
+                NAME,
+                "no log line at all in the window: the log pipeline or its field names are not what the policy says",
+                "no log lines in the window",
+                hint=f"Check that the log shipper runs and that pods carry {self.policy.namespace_field} / "
+                f"{self.policy.pod_field}.",
+            )
+        return self._finding(window, pods, all_lines)
+
+    def _pods(self, rows: Sequence[Sample]) -> list[_Pod]:
+        policy = self.policy
+        peaks: dict[tuple[str, str], float] = defaultdict(float)
+        lines: dict[tuple[str, str], float] = defaultdict(float)
+        for row in rows:
+            key = (row.labels.get(policy.namespace_field, ""), row.labels.get(policy.pod_field, ""))
+            if row.labels.get("__name__") == "peak_per_minute":
+                peaks[key] = max(peaks[key], row.value)
+            else:
+                lines[key] += row.value
+        return [
+            _Pod(namespace=namespace, pod=pod, peak_per_minute=peaks[(namespace, pod)], lines=count)
+            for (namespace, pod), count in lines.items()
+        ]
+
+    def _finding(self, window: Window, pods: list[_Pod], all_lines: float) -> Finding:
+        policy = self.policy
+        budget = policy.budget_per_minute
+        # Lines without pod fields (node or host logs) count as seen but cannot be blamed on a pod.
+        named = [pod for pod in pods if pod.pod]
+        by_peak = sorted(named, key=lambda pod: (-pod.peak_per_minute, -pod.lines, pod.namespace, pod.pod))
+        over = [pod for pod in by_peak if pod.peak_per_minute > budget]
+        worst = by_peak[0].peak_per_minute if by_peak else 0.0
+        level = 2 if worst > budget * policy.crit_factor else 1 if over else 0
+        status, penalty = grade(level, policy.warn_penalty, policy.crit_penalty)
+        offenders = [
+            Offender(
+                labels={
+                    "namespace": pod.namespace,
+                    "workload": pod.workload,
+                    "pod": pod.pod,
+                    "peak_per_minute": str(round(pod.peak_per_minute)),
+                    "lines": str(round(pod.lines)),
+                },
+                value=pod.peak_per_minute,
+            )
+            for pod in over[: policy.top]
+        ]
+        workloads: dict[tuple[str, str], float] = defaultdict(float)
+        for pod in named:
+            workloads[(pod.namespace, pod.workload)] += pod.lines
+        talkers = sorted(workloads.items(), key=lambda item: (-item[1], item[0]))[:3]
+        evidence = [
+            f"then {offender.labels['namespace']}/{offender.labels['pod']}: peak "
+            f"{fmt_int(offender.value)} lines/min, {fmt_int(float(offender.labels['lines']))} lines"
+            for offender in offenders[1:]
+        ]
+        evidence.append(
+            "most lines: "
+            + ", ".join(
+                f"{namespace}/{workload} {fmt_int(count)} ({_share(count, all_lines)})"
+                for (namespace, workload), count in talkers
+            )
+        )
+        if over:
+            first = over[0]
+            summary = (
+                f"{first.namespace}/{first.workload} (pod {first.pod}) peaked at {fmt_int(first.peak_per_minute)} "
+                f"lines/min, {first.peak_per_minute / budget:.0f}× the {fmt_int(budget)}/min budget; "
+                f"{fmt_int(first.lines)} lines in the window"
+            )
+            if len(over) > 1:
+                summary += f"; {len(over)} pods over budget"
+            field = field_name(policy.pod_field)
+            hint = (
+                f"Look at what {first.namespace}/{first.workload} repeats (LogsQL: {window.logsql_time_filter()} "
+                f'{field}:="{first.pod}" | collapse_nums | top 5 by (_msg)) — usually a retry loop without backoff — '
+                "and cap per-pod volume in the shipper (Vector's throttle transform) so one pod cannot flood the rest."
+            )
+        else:
+            summary = f"no pod above {fmt_int(budget)} lines/min"
+            if by_peak:
+                top = by_peak[0]
+                summary += f" (highest {fmt_int(top.peak_per_minute)}/min: {top.namespace}/{top.workload})"
+            summary += f"; {fmt_int(all_lines)} lines in the window"
+            hint = ""
+        return Finding(
+            name=NAME,
+            status=status,
+            penalty=penalty,
+            value=worst,
+            summary=summary,
+            offenders=offenders,
+            hint=hint,
+            evidence=evidence,
+        )
+
+
+def _share(part: float, whole: float) -> str:
+    percent = 100 * part / whole if whole else 0.0
+    return f"{percent:.0f} %" if percent >= 1 else "< 1 %"
