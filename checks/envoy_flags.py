@@ -30,9 +30,11 @@ A cluster without Envoy disables the check in the policy; it is then listed as d
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from checks.contract import (
     Finding,
@@ -45,9 +47,10 @@ from checks.contract import (
     fmt_int,
     fmt_percent,
     grade,
+    local_time,
     unknown,
 )
-from checks.logsql import field_name
+from checks.logsql import field_name, quoted
 
 NAME = "envoy_flags"
 
@@ -164,19 +167,11 @@ class EnvoyFlagsCheck:
     async def __call__(self, sources: Sources, window: Window) -> Finding:
         errors: list[str] = []
         upstreams: dict[str, _Upstream] = defaultdict(_Upstream)
-        log_rows: Sequence[Sample] = ()
-        try:
-            log_rows = await sources.logs.stats(self.log_query(window), window.end)
-        except SourceError as exc:
-            errors.append(str(exc))
+        log_rows, istio_rows = await asyncio.gather(
+            self._log_rows(sources, window, errors), self._istio_rows(sources, window, errors)
+        )
         self._add_log_rows(upstreams, log_rows)
-        istio_rows: Sequence[Sample] = ()
-        if self.policy.use_istio_metrics:
-            try:
-                istio_rows = await sources.metrics.instant(self.istio_query(window), window.end)
-            except SourceError as exc:
-                errors.append(str(exc))
-            self._add_istio_rows(upstreams, istio_rows)
+        self._add_istio_rows(upstreams, istio_rows)
 
         total_requests = sum(upstream.requests for upstream in upstreams.values())
         if total_requests == 0:
@@ -189,7 +184,83 @@ class EnvoyFlagsCheck:
                 hint="Is the gateway's access log shipped? Set envoy_flags.scope_filter in the policy to where it "
                 "is, or disable the check on a cluster without Envoy.",
             )
-        return self._finding(upstreams, total_requests, errors)
+        uc_upstreams = [
+            name for name, upstream in upstreams.items() if any("UC" in _split(f) for f in upstream.flagged or {})
+        ]
+        shapes = {name: await self._hourly_shape(sources, window, name) for name in uc_upstreams[:2]}
+        return self._finding(upstreams, total_requests, errors, shapes)
+
+    async def _log_rows(self, sources: Sources, window: Window, errors: list[str]) -> Sequence[Sample]:
+        try:
+            return await sources.logs.stats(self.log_query(window), window.end)
+        except SourceError as exc:
+            errors.append(str(exc))
+            return ()
+
+    async def _istio_rows(self, sources: Sources, window: Window, errors: list[str]) -> Sequence[Sample]:
+        if not self.policy.use_istio_metrics:
+            return ()
+        try:
+            return await sources.metrics.instant(self.istio_query(window), window.end)
+        except SourceError as exc:
+            errors.append(str(exc))
+            return ()
+
+    def hourly_queries(self, window: Window, upstream: str) -> dict[str, str]:
+        """Per-hour requests and UC answers of one upstream (for the quiet-vs-busy comparison)."""
+        policy = self.policy
+        code, flags, field = (
+            field_name(policy.code_field),
+            field_name(policy.flags_field),
+            field_name(policy.upstream_field),
+        )
+        if upstream.startswith("istio:"):
+            namespace, service = upstream.removeprefix("istio:").split("/", 1)
+            selector = (
+                f'reporter="destination", destination_service_namespace="{_escape(namespace)}", '
+                f'destination_service_name="{_escape(service)}"'
+            )
+            return {
+                "requests": f"sum(increase(istio_requests_total{{{selector}}}[1h]))",
+                "uc": f'sum(increase(istio_requests_total{{{selector}, response_flags=~"(.*,)?UC(,.*)?"}}[1h]))',
+            }
+        scope = f" {policy.scope_filter}" if policy.scope_filter else ""
+        return {
+            "logs": (
+                f"{window.logsql_time_filter()}{scope}"
+                f" | unpack_json from _msg fields ({code}, {flags}, {field}) keep_original_fields"
+                f" | filter {field}:={quoted(upstream)}"
+                f' | stats by (_time:1h) count() as requests, count() if ({flags}:~"(^|,)UC(,|$)") as uc'
+            )
+        }
+
+    async def _hourly_shape(self, sources: Sources, window: Window, upstream: str) -> dict[str, str]:
+        """Quiet-hours vs busy-hours UC ratio of ``upstream``.
+
+        Empty when the hourly query fails: the finding stands without the comparison, which only sharpens it.
+        """
+        queries = self.hourly_queries(window, upstream)
+        requests: dict[float, float] = defaultdict(float)
+        resets: dict[float, float] = defaultdict(float)
+        try:
+            if "logs" in queries:
+                # Hour buckets through `stats by (_time:1h)` on the instant endpoint: this VictoriaLogs build's
+                # stats_query_range assigns counts to the wrong buckets under concurrency.
+                for sample in await sources.logs.stats(queries["logs"], window.end):
+                    bucket = _bucket_start(sample.labels.get("_time", ""))
+                    if bucket is None:
+                        continue
+                    target = resets if sample.labels.get("__name__") == "uc" else requests
+                    target[bucket] += sample.value
+            else:
+                first = window.start + timedelta(hours=1)
+                for name, target in (("requests", requests), ("uc", resets)):
+                    for series in await sources.metrics.range(queries[name], first, window.end, 3600):
+                        for moment, value in series.points:
+                            target[moment - 3600] += value
+        except SourceError:
+            return {}
+        return _quiet_vs_busy(requests, resets, window)
 
     def _add_log_rows(self, upstreams: dict[str, _Upstream], rows: Sequence[Sample]) -> None:
         policy = self.policy
@@ -220,7 +291,13 @@ class EnvoyFlagsCheck:
                 if flags != "-":
                     upstream.add_flagged(flags, count)
 
-    def _finding(self, upstreams: dict[str, _Upstream], total_requests: float, errors: list[str]) -> Finding:
+    def _finding(
+        self,
+        upstreams: dict[str, _Upstream],
+        total_requests: float,
+        errors: list[str],
+        shapes: dict[str, dict[str, str]],
+    ) -> Finding:
         policy = self.policy
         rows: list[tuple[float, str, str, float, float]] = []  # (count, flag, upstream, ratio, requests)
         for name, upstream in upstreams.items():
@@ -238,7 +315,15 @@ class EnvoyFlagsCheck:
 
         flagged_total = sum(row[0] for row in rows)
         offenders = [
-            Offender(labels={"upstream": name, "flag": flags, "requests": str(round(requests))}, value=count)
+            Offender(
+                labels={
+                    "upstream": name,
+                    "flag": flags,
+                    "requests": str(round(requests)),
+                    **(shapes.get(name, {}) if "UC" in _split(flags) else {}),
+                },
+                value=count,
+            )
             for count, flags, name, _, requests in rows[: policy.top]
         ]
         # The summary explains the worst flag; the evidence lines list the next ones.
@@ -281,6 +366,38 @@ class EnvoyFlagsCheck:
             error="; ".join(errors) or None,
             evidence=evidence,
         )
+
+
+def _quiet_vs_busy(requests: dict[float, float], resets: dict[float, float], window: Window) -> dict[str, str]:
+    """UC ratio in the quieter half of the hours vs the busier half, and the worst hour, as offender labels."""
+    hours = sorted((count, moment) for moment, count in requests.items() if count > 0)
+    if len(hours) < 4:
+        return {}
+    half = len(hours) // 2
+    quiet, busy = hours[:half], hours[-half:]
+
+    def ratio(group: list[tuple[float, float]]) -> float:
+        total = sum(count for count, _ in group)
+        return 100 * sum(resets.get(moment, 0.0) for _, moment in group) / total if total else 0.0
+
+    worst = max(hours, key=lambda item: resets.get(item[1], 0.0) / item[0])
+    return {
+        "quiet_hours_percent": f"{ratio(quiet):.4f}",
+        "busy_hours_percent": f"{ratio(busy):.4f}",
+        "worst_hour": local_time(worst[1], window),
+    }
+
+
+def _bucket_start(text: str) -> float | None:
+    """A ``_time`` bucket label (RFC 3339) as unix seconds."""
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _clean(value: str) -> str:

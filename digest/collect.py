@@ -11,17 +11,36 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from checks.alerts import AlertsCheck
 from checks.conntrack import ConntrackCheck
 from checks.contract import Check, Finding, Sources, Window, unknown
+from checks.cpu_throttling import CpuThrottlingCheck
+from checks.empty_endpoints import EmptyEndpointsCheck
 from checks.envoy_flags import EnvoyFlagsCheck
 from checks.error_lines import ErrorLinesCheck
+from checks.log_storms import LogStormsCheck
+from checks.memory_pressure import MemoryPressureCheck
 from checks.oom_kills import OomKillsCheck
+from checks.restarts import RestartsCheck
+from checks.rollouts import RolloutsCheck
 from digest.policy import Policy
 
 log = logging.getLogger(__name__)
 
 # The order checks appear in the digest and its JSON.
-CHECK_ORDER = ("oom_kills", "error_lines", "conntrack", "envoy_flags")
+CHECK_ORDER = (
+    "oom_kills",
+    "error_lines",
+    "conntrack",
+    "envoy_flags",
+    "memory_pressure",
+    "cpu_throttling",
+    "restarts",
+    "empty_endpoints",
+    "rollouts",
+    "log_storms",
+    "alerts",
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +58,13 @@ def build_checks(policy: Policy) -> list[Check]:
         "error_lines": ErrorLinesCheck(policy.error_lines),
         "conntrack": ConntrackCheck(policy.conntrack),
         "envoy_flags": EnvoyFlagsCheck(policy.envoy_flags),
+        "memory_pressure": MemoryPressureCheck(policy.memory_pressure),
+        "cpu_throttling": CpuThrottlingCheck(policy.cpu_throttling),
+        "restarts": RestartsCheck(policy.restarts),
+        "empty_endpoints": EmptyEndpointsCheck(policy.empty_endpoints),
+        "rollouts": RolloutsCheck(policy.rollouts),
+        "log_storms": LogStormsCheck(policy.log_storms),
+        "alerts": AlertsCheck(policy.alerts),
     }
     return [every[name] for name in CHECK_ORDER if policy.enabled(name)]
 

@@ -6,9 +6,11 @@ replayed day runs exactly the code of today's digest.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from checks.contract import Sources, Window
 from digest.collect import build_checks, collect
@@ -16,6 +18,7 @@ from digest.policy import Policy, PolicyError, load_policy
 from digest.score import Digest, grade
 from digest.settings import ConfigError, Settings, load_settings
 from digest.sources import PrometheusSource, VictoriaLogsSource
+from digest.trends import previous_digests, trend_lines
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,30 @@ async def make_digest(
     deadline = deadline_seconds if deadline_seconds is not None else settings.query_timeout * 4
     if sources is None:
         async with open_sources(settings) as own:
-            collected = await collect(build_checks(config.policy), own, window, config.policy, deadline)
+            return await _digest(config, window, deadline, own)
+    return await _digest(config, window, deadline, sources)
+
+
+async def _digest(config: Config, window: Window, deadline: float, sources: Sources) -> Digest:
+    policy = config.policy
+    cluster = config.settings.cluster
+    today = collect(build_checks(policy), sources, window, policy, deadline)
+    if policy.trends.enabled and policy.trends.days:
+        collected, history = await asyncio.gather(today, previous_digests(cluster, window, sources, policy, deadline))
     else:
-        collected = await collect(build_checks(config.policy), sources, window, config.policy, deadline)
-    return grade(settings.cluster, window, collected.findings, collected.disabled, config.policy)
+        collected, history = await today, []
+    digest = grade(cluster, window, collected.findings, collected.disabled, policy)
+    return replace(digest, trends=trend_lines(digest, history, policy))
+
+
+async def make_chart(config: Config, window: Window, path: Path, headline: str, sources: Sources | None = None) -> str:
+    """Draw the day's chart to ``path`` (PNG) and return its caption; the drawing runs off the event loop."""
+    from digest.chart import chart_caption, collect_chart_data, render_chart
+
+    if sources is None:
+        async with open_sources(config.settings) as own:
+            data = await collect_chart_data(own, window, config.policy)
+    else:
+        data = await collect_chart_data(sources, window, config.policy)
+    await asyncio.to_thread(render_chart, data, path, headline)
+    return chart_caption(headline, data)

@@ -27,16 +27,30 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
+from checks.alerts import AlertsPolicy
 from checks.conntrack import ConntrackPolicy
+from checks.cpu_throttling import CpuThrottlingPolicy
+from checks.empty_endpoints import EmptyEndpointsPolicy
 from checks.envoy_flags import EnvoyFlagsPolicy
 from checks.error_lines import ErrorLinesPolicy
+from checks.log_storms import LogStormsPolicy
+from checks.memory_pressure import MemoryPressurePolicy
 from checks.oom_kills import OomKillsPolicy
+from checks.restarts import RestartsPolicy
+from checks.rollouts import RolloutsPolicy
 
 CHECK_POLICIES: dict[str, type[Any]] = {
     "oom_kills": OomKillsPolicy,
     "error_lines": ErrorLinesPolicy,
     "conntrack": ConntrackPolicy,
     "envoy_flags": EnvoyFlagsPolicy,
+    "memory_pressure": MemoryPressurePolicy,
+    "cpu_throttling": CpuThrottlingPolicy,
+    "restarts": RestartsPolicy,
+    "empty_endpoints": EmptyEndpointsPolicy,
+    "rollouts": RolloutsPolicy,
+    "log_storms": LogStormsPolicy,
+    "alerts": AlertsPolicy,
 }
 
 
@@ -62,6 +76,15 @@ class Grade:
 
 
 @dataclass(frozen=True)
+class TrendsPolicy:
+    """How far back trends look and what counts as a change worth a line (see digest.trends)."""
+
+    enabled: bool = True
+    days: int = 7
+    min_factor: float = 3.0
+
+
+@dataclass(frozen=True)
 class Policy:
     """Every knob of the digest's judgement."""
 
@@ -69,12 +92,34 @@ class Policy:
     error_lines: ErrorLinesPolicy = field(default_factory=ErrorLinesPolicy)
     conntrack: ConntrackPolicy = field(default_factory=ConntrackPolicy)
     envoy_flags: EnvoyFlagsPolicy = field(default_factory=EnvoyFlagsPolicy)
+    # Diagnostic checks: they explain and cost nothing by default (see graded()).
+    memory_pressure: MemoryPressurePolicy = field(default_factory=MemoryPressurePolicy)
+    cpu_throttling: CpuThrottlingPolicy = field(default_factory=CpuThrottlingPolicy)
+    restarts: RestartsPolicy = field(default_factory=RestartsPolicy)
+    empty_endpoints: EmptyEndpointsPolicy = field(default_factory=EmptyEndpointsPolicy)
+    rollouts: RolloutsPolicy = field(default_factory=RolloutsPolicy)
+    log_storms: LogStormsPolicy = field(default_factory=LogStormsPolicy)
+    alerts: AlertsPolicy = field(default_factory=AlertsPolicy)
     caps: tuple[Cap, ...] = (Cap(checks=("oom_kills", "error_lines"), max_penalty=2),)
     grade: Grade = field(default_factory=Grade)
+    trends: TrendsPolicy = field(default_factory=TrendsPolicy)
 
     def enabled(self, name: str) -> bool:
         """Whether the check called ``name`` runs."""
         return bool(getattr(self, name).enabled)
+
+    def graded(self, name: str) -> bool:
+        """Whether the check can cost points: only those gate the grade (UNKNOWN keeps a graded digest from OK).
+
+        The seed rule's four checks cost points by default; the diagnostic checks explain and cost nothing unless
+        the policy gives them a penalty — and then they gate the grade like the others.
+        """
+        policy = getattr(self, name, None)
+        if policy is None or not dataclasses.is_dataclass(policy):
+            return True  # a check the policy does not know is judged as strictly as the graded ones
+        return any(
+            field.name.endswith("penalty") and getattr(policy, field.name) > 0 for field in dataclasses.fields(policy)
+        )
 
 
 def load_policy(path: Path | None) -> Policy:
@@ -99,7 +144,7 @@ def policy_from_mapping(raw: object) -> Policy:
     """Build a policy from parsed YAML/TOML, rejecting unknown keys and wrong types by their dotted path."""
     if not isinstance(raw, Mapping):
         raise PolicyError("the policy must be a mapping with keys checks, caps, grade")
-    _reject_unknown(raw, {"checks", "caps", "grade"}, "")
+    _reject_unknown(raw, {"checks", "caps", "grade", "trends"}, "")
     checks_raw = raw.get("checks") or {}
     if not isinstance(checks_raw, Mapping):
         raise PolicyError("checks: must be a mapping of check name to settings")
@@ -122,6 +167,11 @@ def policy_from_mapping(raw: object) -> Policy:
         if not grade.max_score >= grade.ok_at >= grade.warning_at:
             raise PolicyError("grade: needs max_score >= ok_at >= warning_at")
         values["grade"] = grade
+    if "trends" in raw:
+        trends = _dataclass_from(TrendsPolicy, raw["trends"] or {}, "trends")
+        if not 0 <= trends.days <= 31 or trends.min_factor <= 1:
+            raise PolicyError("trends: needs 0 <= days <= 31 and min_factor > 1")
+        values["trends"] = trends
     return Policy(**values)
 
 

@@ -71,6 +71,11 @@ def _context(digest: Digest) -> dict[str, Any]:
         "unknown": [_line(finding, digest) for finding in digest.unknown],
         "disabled": list(digest.disabled),
         "hints": [(finding.name, finding.hint) for finding in (*deductions, *digest.unknown) if finding.hint],
+        "explanations": [explanation.text for explanation in digest.explanations],
+        "trends": list(digest.trends),
+        "diagnoses": [_line(finding, digest) for finding in digest.diagnoses],
+        "unexplained": [(finding.name, finding.error or finding.summary) for finding in digest.unexplained],
+        "quiet": [finding.name for finding in digest.quiet],
         "score_note": _score_note(digest),
     }
 
@@ -112,6 +117,7 @@ def to_json(digest: Digest) -> dict[str, Any]:
         "checks": [
             {
                 "name": finding.name,
+                "graded": digest.is_graded(finding),
                 "status": finding.status.value,
                 "penalty": finding.penalty,
                 "penalty_applied": digest.applied.get(finding.name, 0),
@@ -126,7 +132,9 @@ def to_json(digest: Digest) -> dict[str, Any]:
             }
             for finding in digest.findings
         ],
-        "not_checked": [finding.name for finding in digest.unknown],
+        "not_checked": [finding.name for finding in (*digest.unknown, *digest.unexplained)],
+        "explanations": [{"rule": e.rule, "text": e.text} for e in digest.explanations],
+        "trends": list(digest.trends),
         "disabled": list(digest.disabled),
         "caps": [
             {"checks": list(cap.checks), "max_penalty": cap.max_penalty, "raw_penalty": cap.raw_penalty}

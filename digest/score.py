@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from checks.contract import Finding, Status, Window
+from digest.explain import Explanation, explain
 from digest.policy import Policy
 
 
@@ -46,10 +47,35 @@ class Digest:
     score: int
     max_score: int
     status: DigestStatus
+    graded_names: frozenset[str] = frozenset()
+    explanations: tuple[Explanation, ...] = ()
+    trends: tuple[str, ...] = ()
+
+    def is_graded(self, finding: Finding) -> bool:
+        """Whether ``finding`` comes from a check that can cost points (and so gates the grade)."""
+        return finding.name in self.graded_names
 
     @property
     def unknown(self) -> tuple[Finding, ...]:
-        return tuple(finding for finding in self.findings if finding.status is Status.UNKNOWN)
+        """Graded checks that could not see: named in the headline, they keep the digest from OK."""
+        return tuple(f for f in self.findings if f.status is Status.UNKNOWN and self.is_graded(f))
+
+    @property
+    def unexplained(self) -> tuple[Finding, ...]:
+        """Diagnostic checks that could not see: said, but they do not gate a grade they do not feed."""
+        return tuple(f for f in self.findings if f.status is Status.UNKNOWN and not self.is_graded(f))
+
+    @property
+    def diagnoses(self) -> tuple[Finding, ...]:
+        """Diagnostic checks that found something, worst first."""
+        order = {Status.CRIT: 0, Status.WARN: 1}
+        found = [f for f in self.findings if not self.is_graded(f) and f.status in order and f.penalty == 0]
+        return tuple(sorted(found, key=lambda finding: order[finding.status]))
+
+    @property
+    def quiet(self) -> tuple[Finding, ...]:
+        """Diagnostic checks that found nothing."""
+        return tuple(f for f in self.findings if not self.is_graded(f) and f.status is Status.OK)
 
     @property
     def deductions(self) -> tuple[Finding, ...]:
@@ -59,8 +85,9 @@ class Digest:
 
     @property
     def healthy(self) -> tuple[Finding, ...]:
+        """Graded checks that cost nothing."""
         return tuple(
-            finding for finding in self.findings if finding.penalty == 0 and finding.status is not Status.UNKNOWN
+            f for f in self.findings if f.penalty == 0 and f.status is not Status.UNKNOWN and self.is_graded(f)
         )
 
 
@@ -92,10 +119,11 @@ def grade(cluster: str, window: Window, findings: Sequence[Finding], disabled: S
         status = DigestStatus.WARNING
     else:
         status = DigestStatus.CRITICAL
-    if status is DigestStatus.OK and any(finding.status is Status.UNKNOWN for finding in findings):
+    graded = [finding for finding in findings if policy.graded(finding.name)]
+    if status is DigestStatus.OK and any(finding.status is Status.UNKNOWN for finding in graded):
         status = DigestStatus.UNKNOWN
-    if status is DigestStatus.OK and any(finding.status is not Status.OK for finding in findings):
-        # A WARN/CRIT finding whose penalty is configured to 0 still keeps the digest from a clean OK.
+    if status is DigestStatus.OK and any(finding.status is not Status.OK for finding in graded):
+        # A graded check's WARN/CRIT whose penalty is configured to 0 still keeps the digest from a clean OK.
         status = DigestStatus.WARNING
     return Digest(
         cluster=cluster,
@@ -107,4 +135,6 @@ def grade(cluster: str, window: Window, findings: Sequence[Finding], disabled: S
         score=score,
         max_score=rules.max_score,
         status=status,
+        graded_names=frozenset(finding.name for finding in graded),
+        explanations=explain(findings),
     )

@@ -1,0 +1,87 @@
+"""Trends: today's signals against the previous days, queried from the backends (so a replay needs no history).
+
+The graded checks are run again on each of the previous ``days`` windows of the same length (the same code, the
+same queries, shifted), concurrently under the sources' bound. A signal is called out when today's value is at least
+``min_factor`` times the median of the previous days that had data — "error_lines ×378,311 vs 7-day median (12)" —
+or when it appears from nothing; days whose check was UNKNOWN (no data) do not count toward the median. The previous
+day's grade gives "score 10 → 8 since yesterday".
+
+Why the median: one bad day last week must not make today's flood look normal; why ×3: day-to-day noise of a
+healthy cluster stays well within it, and the incidents behind this project were ×100 and more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from datetime import UTC, timedelta
+
+from checks.contract import Finding, Sources, Status, Window, fmt_int
+from digest.collect import build_checks, collect
+from digest.policy import Policy
+from digest.score import Digest, DigestStatus, grade
+
+
+def shifted(window: Window, days_back: int) -> Window:
+    """The window ``days_back`` days earlier, in local wall time (a calendar day stays a calendar day across DST)."""
+    start = (window.start.astimezone(window.zone).replace(tzinfo=None) - timedelta(days=days_back)).replace(
+        tzinfo=window.zone
+    )
+    end = (window.end.astimezone(window.zone).replace(tzinfo=None) - timedelta(days=days_back)).replace(
+        tzinfo=window.zone
+    )
+    label = start.date().isoformat() if len(window.label) == 10 else f"{window.label} −{days_back}d"
+    return Window(start=start.astimezone(UTC), end=end.astimezone(UTC), zone=window.zone, label=label)
+
+
+async def previous_digests(
+    cluster: str, window: Window, sources: Sources, policy: Policy, deadline_seconds: float
+) -> list[Digest]:
+    """The graded checks of each previous window, newest first (yesterday is the first)."""
+    checks = [check for check in build_checks(policy) if policy.graded(check.name)]
+    windows = [shifted(window, back) for back in range(1, policy.trends.days + 1)]
+    collected = await asyncio.gather(*(collect(checks, sources, past, policy, deadline_seconds) for past in windows))
+    return [
+        grade(cluster, past, result.findings, result.disabled, policy)
+        for past, result in zip(windows, collected, strict=True)
+    ]
+
+
+def trend_lines(today: Digest, history: list[Digest], policy: Policy) -> tuple[str, ...]:
+    """The lines worth reading: signals far above their recent median, and the change of score since yesterday."""
+    lines: list[str] = []
+    for finding in today.findings:
+        if not today.is_graded(finding) or finding.value is None or finding.status is Status.UNKNOWN:
+            continue
+        past = [_value(day, finding.name) for day in history]
+        seen = [value for value in past if value is not None]
+        if not seen:
+            continue
+        median = statistics.median(seen)
+        # A healthy signal needs a much larger jump to be worth a line than one that already costs points.
+        factor = policy.trends.min_factor if finding.status is not Status.OK else policy.trends.min_factor**2
+        basis = f"{len(seen)}-day median" if len(seen) == len(history) else f"median of {len(seen)} day(s) with data"
+        if median > 0 and finding.value >= factor * median:
+            lines.append(f"{finding.name} ×{fmt_int(finding.value / median)} vs {basis} ({_show(finding, median)})")
+        elif median == 0 and finding.value > 0 and finding.status is not Status.OK:
+            lines.append(f"{finding.name} {_show(finding, finding.value)}, none on the {len(seen)} previous days")
+    if history:
+        yesterday = history[0]
+        comparable = DigestStatus.UNKNOWN not in (yesterday.status, today.status)
+        if comparable and yesterday.score != today.score:
+            lines.append(f"score {yesterday.score} → {today.score} since yesterday")
+    return tuple(lines)
+
+
+def _value(digest: Digest, name: str) -> float | None:
+    finding = next((item for item in digest.findings if item.name == name), None)
+    if finding is None or finding.status is Status.UNKNOWN:
+        return None
+    return finding.value
+
+
+def _show(finding: Finding, value: float) -> str:
+    """A value in the unit of its check: ratios as percentages, counts as counts."""
+    if finding.name == "conntrack":
+        return f"{value * 100:.0f} %"
+    return fmt_int(value)
