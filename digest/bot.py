@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 from telegram import BotCommand, Update
@@ -29,10 +31,10 @@ from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
 
 from checks.contract import Window
-from digest.delivery import Outcome, Poster, PostResult, Sender
-from digest.engine import Config, make_digest
+from digest.delivery import Outcome, Photo, Poster, PostResult, Sender
+from digest.engine import Config, make_chart, make_digest
 from digest.health import DigestMetrics, HealthServer
-from digest.render import Renderer
+from digest.render import Renderer, headline
 from digest.score import Digest
 from digest.settings import Settings
 from digest.sources import Endpoint
@@ -64,6 +66,7 @@ _FIRST_CHECK_SECONDS = 0.5
 _LATE_AFTER = timedelta(minutes=2)
 
 Clock = Callable[[], datetime]
+T = TypeVar("T")
 
 
 def _utc_now() -> datetime:
@@ -105,6 +108,23 @@ def parse_digest_arguments(arguments: list[str], now: datetime, config: Config) 
     return last_window(parse_duration(argument), minute, zone)
 
 
+async def _single_flight(
+    in_flight: dict[tuple[datetime, datetime], asyncio.Task[T]],
+    window: Window,
+    start: Callable[[], Coroutine[Any, Any, T]],
+    on_start: Callable[[], None],
+) -> T:
+    """Join the task already computing ``window``, or start one; the task forgets itself when done."""
+    key = (window.start, window.end)
+    task = in_flight.get(key)
+    if task is None:
+        on_start()
+        task = asyncio.create_task(start())
+        in_flight[key] = task
+        task.add_done_callback(lambda _: in_flight.pop(key, None))
+    return await asyncio.shield(task)
+
+
 @dataclass
 class DigestService:
     """Computes digests with single flight: concurrent requests for one window share one computation."""
@@ -113,18 +133,32 @@ class DigestService:
     renderer: Renderer = field(default_factory=Renderer)
     metrics: DigestMetrics | None = None
     _in_flight: dict[tuple[datetime, datetime], asyncio.Task[Digest]] = field(default_factory=dict)
+    _charts_in_flight: dict[tuple[datetime, datetime], asyncio.Task[Photo | None]] = field(default_factory=dict)
     computations: int = 0
 
     async def digest(self, window: Window) -> Digest:
         """The digest of ``window``, joining a computation already running for it."""
-        key = (window.start, window.end)
-        task = self._in_flight.get(key)
-        if task is None:
-            self.computations += 1
-            task = asyncio.create_task(self._compute(window))
-            self._in_flight[key] = task
-            task.add_done_callback(lambda _: self._in_flight.pop(key, None))
-        return await asyncio.shield(task)
+        return await _single_flight(self._in_flight, window, lambda: self._compute(window), self._count)
+
+    async def photo(self, window: Window) -> Photo | None:
+        """The window's chart as a Telegram photo, or None when charts are off or drawing failed."""
+        if not self.config.settings.telegram_chart:
+            return None
+        return await _single_flight(self._charts_in_flight, window, lambda: self._draw(window), lambda: None)
+
+    def _count(self) -> None:
+        self.computations += 1
+
+    async def _draw(self, window: Window) -> Photo | None:
+        digest = await self.digest(window)
+        try:
+            with tempfile.TemporaryDirectory(prefix="digest-chart-") as folder:
+                path = Path(folder) / "digest.png"
+                caption = await make_chart(self.config, window, path, headline(digest))
+                return Photo(png=await asyncio.to_thread(path.read_bytes), caption=caption)
+        except Exception:  # a chart is a bonus: the digest goes out without it rather than not at all
+            log.exception("could not draw the chart of %s", window.label)
+            return None
 
     async def _compute(self, window: Window) -> Digest:
         started = time.monotonic()
@@ -206,7 +240,10 @@ class DigestBot:
         self._asked_at[chat.id] = now
         html = await self.service.html(window)
         try:
-            await self._poster.sender.send(chat.id, html)
+            final_chat, _ = await self._poster.sender.send(chat.id, html)
+            photo = await self.service.photo(window)
+            if photo is not None:
+                await self._poster.sender.send_photo(final_chat, photo)
         except Exception as exc:  # a failed answer is logged; the user sees nothing to retry on
             log.error("answer to /digest in chat %s failed: %s", chat.id, exc)
 
@@ -248,7 +285,9 @@ class DigestBot:
         results: list[PostResult] = []
         for chat_id in self.settings.telegram_chat_ids:
             try:
-                result = await self._poster.post_once(chat_id, key, lambda: self.service.html(window), late=late)
+                result = await self._poster.post_once(
+                    chat_id, key, lambda: self.service.html(window), late=late, photo=lambda: self.service.photo(window)
+                )
             except StateError as exc:
                 log.error("cannot post %s to chat %s: %s", key, chat_id, exc)
                 result = PostResult(Outcome.FAILED, chat_id, error=str(exc))

@@ -14,12 +14,13 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 
 from checks.contract import Window
-from digest.engine import Config, load_config, make_digest
+from digest.engine import Config, load_config, make_chart, make_digest
 from digest.logs import configure_logging
 from digest.policy import Policy
-from digest.render import FORMATS, Renderer
+from digest.render import FORMATS, Renderer, headline
 from digest.settings import ConfigError, Settings, load_settings
 from digest.window import WindowError, day_window, last_window, parse_date, parse_duration, parse_moment
 
@@ -53,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--last", metavar="DURATION", help="a window ending at --at or now, e.g. 24h (default), 6h")
     run.add_argument("--at", metavar="RFC3339", help="end of a --last window, e.g. 2026-07-21T12:00:00Z")
     run.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
+    run.add_argument("--chart", metavar="FILE.png", help="also draw the window's chart (hourly errors, 5xx, conntrack)")
     run.add_argument(
         "--post",
         action="store_true",
@@ -111,11 +113,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         window = window_from_args(args, config.settings, datetime.now(UTC))
     except WindowError as exc:
         return _fail(str(exc))
+    chart = Path(args.chart) if args.chart else None
     if args.post:
         from digest.serve import post_window
 
-        return asyncio.run(post_window(config, token or "", window, args.format))
+        return asyncio.run(post_window(config, token or "", window, args.format, chart))
     digest = asyncio.run(make_digest(config, window))
+    if chart is not None:
+        asyncio.run(make_chart(config, window, chart, headline(digest)))
     sys.stdout.write(Renderer().render(digest, args.format))
     return EXIT_OK
 

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 
-from telegram import Bot, LinkPreviewOptions
+from telegram import Bot, LinkPreviewOptions, Message
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
 
 from digest.state import DeliveryState, StateError
-from digest.telegram_text import plain_from_html, split_html
+from digest.telegram_text import MAX_CAPTION, plain_from_html, split_html, utf16_length
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,15 @@ class RetryPolicy:
     base_delay_seconds: float = 1.0
     max_delay_seconds: float = 30.0
     jitter_ratio: float = 0.2
+
+
+@dataclass(frozen=True)
+class Photo:
+    """A chart to attach after the digest's text."""
+
+    png: bytes
+    caption: str
+    filename: str = "digest.png"
 
 
 @dataclass(frozen=True)
@@ -112,11 +121,31 @@ class Sender:
         """Send ``html_message`` split into valid parts; returns the final chat id and the message ids."""
         message_ids: list[int] = []
         for part in split_html(html_message):
-            chat_id, message_id = await self._send_part(chat_id, part)
+
+            async def text(chat: int, as_html: bool, part: str = part) -> Message:
+                return await self.bot.send_message(
+                    chat_id=chat,
+                    text=part if as_html else plain_from_html(part),
+                    parse_mode=ParseMode.HTML if as_html else None,
+                    link_preview_options=LinkPreviewOptions(is_disabled=True),
+                )
+
+            chat_id, message_id = await self._with_retries(chat_id, text)
             message_ids.append(message_id)
         return chat_id, message_ids
 
-    async def _send_part(self, chat_id: int, part: str) -> tuple[int, int]:
+    async def send_photo(self, chat_id: int, photo: Photo) -> tuple[int, int]:
+        """Send a PNG with its caption (cut to Telegram's 1,024 characters), with the same retries."""
+        caption = (
+            photo.caption if utf16_length(photo.caption) <= MAX_CAPTION else photo.caption[: MAX_CAPTION - 1] + "…"
+        )
+
+        async def upload(chat: int, _as_html: bool) -> Message:
+            return await self.bot.send_photo(chat_id=chat, photo=photo.png, caption=caption, filename=photo.filename)
+
+        return await self._with_retries(chat_id, upload)
+
+    async def _with_retries(self, chat_id: int, call: Callable[[int, bool], Awaitable[Message]]) -> tuple[int, int]:
         started = time.monotonic()
         waited = 0.0  # the delays asked of self.sleep, so the budget holds whatever clock the sleep follows
         attempt = 0
@@ -124,12 +153,7 @@ class Sender:
         while True:
             await self.pacer.wait_turn(chat_id)
             try:
-                message = await self.bot.send_message(
-                    chat_id=chat_id,
-                    text=part if as_html else plain_from_html(part),
-                    parse_mode=ParseMode.HTML if as_html else None,
-                    link_preview_options=LinkPreviewOptions(is_disabled=True),
-                )
+                message = await call(chat_id, as_html)
                 return chat_id, message.message_id
             except RetryAfter as exc:
                 delay = _seconds(exc.retry_after)
@@ -177,7 +201,12 @@ class Poster:
     lease_seconds: float = 900.0
 
     async def post_once(
-        self, chat_id: int, key: str, message: Callable[[], Awaitable[str]], late: bool = False
+        self,
+        chat_id: int,
+        key: str,
+        message: Callable[[], Awaitable[str]],
+        late: bool = False,
+        photo: Callable[[], Awaitable[Photo | None]] | None = None,
     ) -> PostResult:
         """Post what ``message()`` returns to ``chat_id`` unless the delivery of ``key`` there already happened."""
         chat_id = self.state.current_chat(chat_id)
@@ -191,6 +220,10 @@ class Poster:
         try:
             text = await message()
             final_chat, message_ids = await self.sender.send(chat_id, text)
+            attachment = await photo() if photo is not None else None
+            if attachment is not None:
+                final_chat, photo_id = await self.sender.send_photo(final_chat, attachment)
+                message_ids.append(photo_id)
         except DeliveryError as exc:
             log.error(
                 "delivery of %s to chat %s failed (%s): %s",

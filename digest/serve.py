@@ -5,6 +5,7 @@ Both go through the same `Poster`: the same splitting, retries and exactly-once 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import sys
@@ -13,15 +14,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import date
+from pathlib import Path
 
 from telegram import Bot, Update
 
 from checks.contract import Window
 from digest.bot import DigestBot, DigestService, build_application
-from digest.delivery import Outcome, Poster, Sender
-from digest.engine import Config, make_digest
+from digest.delivery import Outcome, Photo, Poster, Sender
+from digest.engine import Config, make_chart, make_digest
 from digest.health import DigestMetrics
-from digest.render import Renderer
+from digest.render import Renderer, headline
 from digest.replay import replay
 from digest.score import Digest
 from digest.state import DeliveryState, StateError
@@ -80,16 +82,19 @@ class ChatPoster:
     renderer: Renderer
     failures: int = 0
 
-    async def __call__(self, digest: Digest) -> str:
-        """Post ``digest``; returns a short account ("posted to 1 chat, 1 already had it")."""
+    async def __call__(self, digest: Digest, photo: Photo | None = None) -> str:
+        """Post ``digest`` (and ``photo``); returns a short account ("chat 1: sent; chat 2: already_sent")."""
         html = self.renderer.render(digest, "html")
 
         async def message() -> str:
             return html
 
+        async def attachment() -> Photo | None:
+            return photo
+
         outcomes: list[str] = []
         for chat_id in self.chat_ids:
-            result = await self.poster.post_once(chat_id, window_key(digest.window), message)
+            result = await self.poster.post_once(chat_id, window_key(digest.window), message, photo=attachment)
             log.info(
                 "chat %s, %s: %s%s",
                 chat_id,
@@ -118,12 +123,19 @@ async def chat_poster(config: Config, token: str) -> AsyncIterator[ChatPoster]:
         state.close()
 
 
-async def post_window(config: Config, token: str, window: Window, fmt: str) -> int:
-    """Compute the digest of ``window`` once, post it to every chat that has not had it, and print it."""
+async def post_window(config: Config, token: str, window: Window, fmt: str, chart: Path | None = None) -> int:
+    """Compute the digest of ``window`` once, post it to every chat that has not had it, and print it.
+
+    With ``chart``, the window's chart is drawn there and attached to each post.
+    """
     digest = await make_digest(config, window)
+    photo = None
+    if chart is not None:
+        caption = await make_chart(config, window, chart, headline(digest))
+        photo = Photo(png=await asyncio.to_thread(chart.read_bytes), caption=caption)
     try:
         async with chat_poster(config, token) as post:
-            account = await post(digest)
+            account = await post(digest, photo)
     except StateError as exc:
         print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
         return EXIT_FAILED

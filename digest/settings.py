@@ -78,6 +78,7 @@ class Settings(BaseSettings):
     command_cooldown_seconds: Annotated[float, Field(ge=0, le=3600)] = 20.0
     digest_deadline_seconds: Annotated[float, Field(gt=0, le=600)] = 90.0
     health_port: Annotated[int, Field(ge=0, le=65535)] = 8080
+    telegram_chart: bool = True
 
     @field_validator("telegram_chat_ids", "telegram_admin_ids", mode="before")
     @classmethod

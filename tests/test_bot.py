@@ -72,6 +72,8 @@ def make_config(backends: EmbeddedBackends, tg: FakeTelegram, state_path: Path, 
         "telegram_chat_ids": str(ALLOWED),
         "state_path": state_path,
         "command_cooldown_seconds": 0,
+        # Most tests count text messages; the chart has its own test.
+        "telegram_chart": False,
     }
     settings = load_settings(**{**values, **overrides})
     return Config(settings=settings, policy=Policy())
@@ -496,3 +498,21 @@ async def test_query_errors_are_counted_by_source_and_check(tg: FakeTelegram, tm
     exposition = metrics.exposition().decode()
     assert 'digest_query_errors_total{check="error_lines",source="VictoriaLogs"} 1.0' in exposition
     assert 'digest_query_errors_total{check="oom_kills",source="VictoriaMetrics"} 1.0' in exposition
+
+
+async def test_noon_post_attaches_the_chart(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """The daily post is the digest text then its chart, sent with sendPhoto and a caption within 1,024 characters."""
+    config = make_config(corpus_backends, tg, tmp_path / "state.sqlite", telegram_chart=True)
+    async with running(config, Clock(datetime(2026, 7, 20, 12, 0, 5, tzinfo=UTC))) as bot:
+        await wait_until(lambda: ALLOWED in bot.last_results, within=60)
+    text, photo = tg.sent_to(ALLOWED)
+    assert text.method == "sendMessage"
+    assert photo.method == "sendPhoto"
+    assert photo.files[0].data.startswith(b"\x89PNG")
+    assert photo.files[0].size > 10_000
+    assert photo.caption is not None
+    assert len(photo.caption) <= 1024
+    assert photo.caption.startswith("CRITICAL 8/10 · homelab · 24h to 2026-07-20 12:00")
+    assert bot.last_results[ALLOWED].message_ids == (text.message_id, photo.message_id)
