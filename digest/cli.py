@@ -13,7 +13,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from checks.contract import Window
@@ -142,6 +142,7 @@ def _replay(args: argparse.Namespace, config: Config, token: str | None) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from digest.corpus import DAYS
     from digest.corpus import day as corpus_day
     from digest.embedded import EmbeddedBackends, EmbeddedError, load_corpus_day
 
@@ -156,7 +157,11 @@ def _demo(args: argparse.Namespace) -> int:
                 f"on 127.0.0.1:{backends.metrics.port} and :{backends.logs.port}…",
                 file=sys.stderr,
             )
-            load_corpus_day(backends, incident)
+            # The calm day before, when the corpus has it, gives the trends something to compare with.
+            before = DAYS.get(incident.date - timedelta(days=1))
+            for day in (before, incident):
+                if day is not None:
+                    load_corpus_day(backends, day)
             settings = load_settings(
                 vm_url=backends.metrics.url,
                 vl_url=backends.logs.url,

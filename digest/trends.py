@@ -60,11 +60,13 @@ def trend_lines(today: Digest, history: list[Digest], policy: Policy) -> tuple[s
         median = statistics.median(seen)
         # A healthy signal needs a much larger jump to be worth a line than one that already costs points.
         factor = policy.trends.min_factor if finding.status is not Status.OK else policy.trends.min_factor**2
-        basis = f"{len(seen)}-day median" if len(seen) == len(history) else f"median of {len(seen)} day(s) with data"
+        days = "1 day" if len(seen) == 1 else f"{len(seen)} days"
+        basis = f"{len(seen)}-day median" if len(seen) == len(history) else f"median of {days} with data"
         if median > 0 and finding.value >= factor * median:
             lines.append(f"{finding.name} ×{fmt_int(finding.value / median)} vs {basis} ({_show(finding, median)})")
         elif median == 0 and finding.value > 0 and finding.status is not Status.OK:
-            lines.append(f"{finding.name} {_show(finding, finding.value)}, none on the {len(seen)} previous days")
+            before = "the previous day" if len(seen) == 1 else f"the {len(seen)} previous days"
+            lines.append(f"{finding.name} {_show(finding, finding.value)}, none on {before}")
     if history:
         yesterday = history[0]
         comparable = DigestStatus.UNKNOWN not in (yesterday.status, today.status)
