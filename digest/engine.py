@@ -7,18 +7,18 @@ replayed day runs exactly the code of today's digest.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from checks.contract import Sources, Window
-from digest.collect import build_checks, collect
+from digest.collect import Collected, build_checks, collect
 from digest.policy import Policy, PolicyError, load_policy
 from digest.score import Digest, grade
 from digest.settings import ConfigError, Settings, load_settings
 from digest.sources import PrometheusSource, VictoriaLogsSource
-from digest.trends import previous_digests, trend_lines
+from digest.trends import History, graded_only, previous_digests, trend_lines
 
 
 @dataclass(frozen=True)
@@ -52,32 +52,43 @@ async def open_sources(settings: Settings) -> AsyncIterator[Sources]:
 
 
 async def make_digest(
-    config: Config, window: Window, deadline_seconds: float | None = None, sources: Sources | None = None
+    config: Config,
+    window: Window,
+    deadline_seconds: float | None = None,
+    sources: Sources | None = None,
+    history: History | None = None,
 ) -> Digest:
     """Query the backends for ``window`` and grade it. Never raises for a backend failure.
 
     Each check gets ``deadline_seconds`` (default: four query timeouts, room for its few sequential queries);
     a check that overruns it is UNKNOWN, so the digest comes back in bounded time even from a hung backend.
-    ``sources`` lets several digests (a replay) share clients and so one bound on queries in flight.
+    ``sources`` lets several digests (a replay) share clients and so one bound on queries in flight; ``history``
+    lets them share the previous days the trends compare with.
     """
     settings = config.settings
     deadline = deadline_seconds if deadline_seconds is not None else settings.query_timeout * 4
     if sources is None:
         async with open_sources(settings) as own:
-            return await _digest(config, window, deadline, own)
-    return await _digest(config, window, deadline, sources)
+            return await _digest(config, window, deadline, own, history)
+    return await _digest(config, window, deadline, sources, history)
 
 
-async def _digest(config: Config, window: Window, deadline: float, sources: Sources) -> Digest:
+async def _digest(config: Config, window: Window, deadline: float, sources: Sources, history: History | None) -> Digest:
     policy = config.policy
     cluster = config.settings.cluster
-    today = collect(build_checks(policy), sources, window, policy, deadline)
+    today = asyncio.ensure_future(collect(build_checks(policy), sources, window, policy, deadline))
+    past: list[Digest] = []
     if policy.trends.enabled and policy.trends.days:
-        collected, history = await asyncio.gather(today, previous_digests(cluster, window, sources, policy, deadline))
-    else:
-        collected, history = await today, []
+        if history is not None:
+            history.offer(window, _graded(today, policy))
+        past = await previous_digests(cluster, window, sources, policy, deadline, history)
+    collected = await today
     digest = grade(cluster, window, collected.findings, collected.disabled, policy)
-    return replace(digest, trends=trend_lines(digest, history, policy))
+    return replace(digest, trends=trend_lines(digest, past, policy))
+
+
+async def _graded(today: Awaitable[Collected], policy: Policy) -> Collected:
+    return graded_only(await today, policy)
 
 
 async def make_chart(config: Config, window: Window, path: Path, headline: str, sources: Sources | None = None) -> str:

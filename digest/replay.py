@@ -20,6 +20,7 @@ from typing import TextIO
 from digest.engine import Config, make_digest, open_sources
 from digest.render import Renderer, to_json
 from digest.score import Digest, DigestStatus
+from digest.trends import History
 from digest.window import WindowError, day_window
 
 MAX_DAYS = 366
@@ -90,11 +91,12 @@ async def replay(
     progress = Progress(len(days), err)
     delivered: dict[date, str] = {}
 
+    history = History()
     async with open_sources(config.settings) as sources:
 
         async def one(day: date) -> Digest:
             async with gate:
-                digest = await make_digest(config, day_window(day, zone), sources=sources)
+                digest = await make_digest(config, day_window(day, zone), sources=sources, history=history)
             if post is not None:
                 delivered[day] = await post(digest)
             progress.advance(day.isoformat())

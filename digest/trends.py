@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from datetime import UTC, timedelta
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 
 from checks.contract import Finding, Sources, Status, Window, fmt_int
-from digest.collect import build_checks, collect
+from digest.collect import Collected, build_checks, collect
 from digest.policy import Policy
 from digest.score import Digest, DigestStatus, grade
 
@@ -34,13 +35,55 @@ def shifted(window: Window, days_back: int) -> Window:
     return Window(start=start.astimezone(UTC), end=end.astimezone(UTC), zone=window.zone, label=label)
 
 
+WindowKey = tuple[datetime, datetime]
+
+
+class History:
+    """Graded findings per window, each computed once: a replay's days are each other's history.
+
+    Holds tasks, not results, so that two days computed at the same time share the computation of a third.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: dict[WindowKey, asyncio.Future[Collected]] = {}
+
+    def offer(self, window: Window, graded: Awaitable[Collected]) -> None:
+        """Make ``graded`` (the graded findings of ``window``, being computed anyway) available to later days."""
+        self._tasks.setdefault((window.start, window.end), asyncio.ensure_future(graded))
+
+    async def get(self, window: Window, compute: Callable[[], Awaitable[Collected]]) -> Collected:
+        """The graded findings of ``window``, computed now unless another day already did or is doing it."""
+        key = (window.start, window.end)
+        if key not in self._tasks:
+            self._tasks[key] = asyncio.ensure_future(compute())
+        return await asyncio.shield(self._tasks[key])
+
+
+def graded_only(collected: Collected, policy: Policy) -> Collected:
+    """The part of a day's findings that trends compare."""
+    return Collected(
+        findings=tuple(finding for finding in collected.findings if policy.graded(finding.name)),
+        disabled=collected.disabled,
+    )
+
+
 async def previous_digests(
-    cluster: str, window: Window, sources: Sources, policy: Policy, deadline_seconds: float
+    cluster: str,
+    window: Window,
+    sources: Sources,
+    policy: Policy,
+    deadline_seconds: float,
+    history: History | None = None,
 ) -> list[Digest]:
     """The graded checks of each previous window, newest first (yesterday is the first)."""
     checks = [check for check in build_checks(policy) if policy.graded(check.name)]
     windows = [shifted(window, back) for back in range(1, policy.trends.days + 1)]
-    collected = await asyncio.gather(*(collect(checks, sources, past, policy, deadline_seconds) for past in windows))
+    shared = history if history is not None else History()
+
+    def compute(past: Window) -> Callable[[], Awaitable[Collected]]:
+        return lambda: collect(checks, sources, past, policy, deadline_seconds)
+
+    collected = await asyncio.gather(*(shared.get(past, compute(past)) for past in windows))
     return [
         grade(cluster, past, result.findings, result.disabled, policy)
         for past, result in zip(windows, collected, strict=True)

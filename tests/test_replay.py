@@ -79,3 +79,49 @@ def test_bad_ranges_are_usage_errors(tmp_path: Path) -> None:
     assert result.stderr.strip() == "digest: --to 2026-07-19 is before --from 2026-07-21"
     with pytest.raises(WindowError, match="more than 366"):
         days_between(date(2020, 1, 1), date(2026, 1, 1))
+
+
+async def test_replay_shares_history_between_days(
+    corpus_backends: EmbeddedBackends, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replaying consecutive days computes each previous day's graded checks once, not once per day that looks back."""
+    import io
+
+    from digest.engine import Config
+    from digest.policy import Policy
+    from digest.replay import replay
+    from digest.settings import load_settings
+
+    settings = load_settings(
+        vm_url=corpus_backends.metrics.url,
+        vl_url=corpus_backends.logs.url,
+        cluster="homelab",
+        timezone="UTC",
+        policy_file=None,
+    )
+    calls: list[str] = []
+    import digest.trends as trends
+
+    original = trends.collect
+
+    async def counting(checks, sources, window, policy, deadline):  # type: ignore[no-untyped-def]
+        calls.append(window.label)
+        return await original(checks, sources, window, policy, deadline)
+
+    trends.collect = counting  # type: ignore[assignment]
+    try:
+        digests = await replay(
+            Config(settings, Policy()),
+            [date(2026, 7, 19), date(2026, 7, 20)],
+            "summary",
+            2,
+            io.StringIO(),
+            io.StringIO(),
+        )
+    finally:
+        trends.collect = original  # type: ignore[assignment]
+    assert [d.score for d in digests] == [10, 8]
+    # 07-19 looks back at 07-12..07-18, 07-20 at 07-13..07-19: 07-19 comes from its own digest, the rest once.
+    assert sorted(calls) == sorted({label for label in calls})
+    assert "2026-07-19" not in calls
+    assert "score 10 → 8 since yesterday" in digests[1].trends
