@@ -36,6 +36,7 @@ import re
 import struct
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -789,10 +790,12 @@ class FakeTelegram:
         self._sent: list[SentCall] = []
         self._calls: list[CallRecord] = []
         self._internal_errors: list[BaseException] = []
+        self._webhook: tuple[str, str] | None = None
         self._methods: dict[str, _Method] = {
             "getme": self._get_me,
             "getupdates": self._get_updates,
             "deletewebhook": self._delete_webhook,
+            "setwebhook": self._set_webhook,
             "getwebhookinfo": self._get_webhook_info,
             "setmycommands": self._set_my_commands,
             "getmycommands": self._get_my_commands,
@@ -979,10 +982,13 @@ class FakeTelegram:
         with self._cond:
             queued = {"update_id": next(self._update_ids), **{k: v for k, v in update.items() if k != "update_id"}}
             kinds = set(queued) - {"update_id"}
-            if kinds & self._allowed_updates:
+            webhook = self._webhook
+            if webhook is None and kinds & self._allowed_updates:
                 self._updates.append(queued)
                 self._cond.notify_all()
-            return queued
+        if webhook is not None:
+            threading.Thread(target=self._post_to_webhook, args=(queued, *webhook), daemon=True).start()
+        return queued
 
     def push_message(
         self,
@@ -1377,14 +1383,52 @@ class FakeTelegram:
                     self._waiting_pollers -= 1
 
     def _delete_webhook(self, params: Params, files: Files) -> bool:
-        if str(params.get("drop_pending_updates", "")).lower() in ("true", "1"):
-            with self._cond:
+        with self._cond:
+            self._webhook = None
+            if str(params.get("drop_pending_updates", "")).lower() in ("true", "1"):
                 self._updates.clear()
+        return True
+
+    def _set_webhook(self, params: Params, files: Files) -> bool:
+        url = _as_text(params.get("url", ""))
+        if url and not url.startswith(("http://", "https://")):
+            raise _bad_request("bad webhook: Failed to resolve host: Name or service not known")
+        with self._cond:
+            self._webhook = (url, _as_text(params.get("secret_token", ""))) if url else None
+            self._cond.notify_all()
         return True
 
     def _get_webhook_info(self, params: Params, files: Files) -> JsonDict:
         with self._cond:
-            return {"url": "", "has_custom_certificate": False, "pending_update_count": len(self._updates)}
+            url = self._webhook[0] if self._webhook else ""
+            return {"url": url, "has_custom_certificate": False, "pending_update_count": len(self._updates)}
+
+    @property
+    def webhook_url(self) -> str | None:
+        """The URL set by setWebhook, if any (updates are then POSTed there instead of queued)."""
+        with self._cond:
+            return self._webhook[0] if self._webhook else None
+
+    def wait_for_webhook(self, timeout: float = 5.0) -> str:
+        """Block until the bot has set a webhook; its URL."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._webhook is not None, timeout=timeout):
+                raise TimeoutError(f"no setWebhook within {timeout:g} s")
+            assert self._webhook is not None
+            return self._webhook[0]
+
+    def _post_to_webhook(self, update: JsonDict, url: str, secret: str) -> None:
+        """Deliver one update the way Telegram does: a JSON POST carrying the secret token header."""
+        body = json.dumps(update).encode()
+        headers = {"Content-Type": "application/json"}
+        if secret:
+            headers["X-Telegram-Bot-Api-Secret-Token"] = secret
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310  # test URL
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310  # the bot's own webhook
+                response.read()
+        except OSError as exc:
+            self._internal_errors.append(exc)
 
     def _set_my_commands(self, params: Params, files: Files) -> bool:
         commands = _json_param(params, "commands", "can't parse commands JSON object")

@@ -516,3 +516,38 @@ async def test_noon_post_attaches_the_chart(
     assert len(photo.caption) <= 1024
     assert photo.caption.startswith("CRITICAL 8/10 · homelab · 24h to 2026-07-20 12:00")
     assert bot.last_results[ALLOWED].message_ids == (text.message_id, photo.message_id)
+
+
+def test_serve_in_webhook_mode(corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path) -> None:
+    """With DIGEST_TELEGRAM_WEBHOOK_URL the bot registers its webhook (secret token included) and answers through it."""
+    port = free_port()
+    secret = "webhook-secret-for-tests"  # noqa: S105  # a test secret, hunted for in the log below
+    env = backend_env(
+        corpus_backends,
+        DIGEST_TELEGRAM_API_URL=tg.root,
+        DIGEST_TELEGRAM_TOKEN=TOKEN,
+        DIGEST_TELEGRAM_CHAT_IDS=str(ALLOWED),
+        DIGEST_STATE_PATH=str(tmp_path / "state.sqlite"),
+        DIGEST_TELEGRAM_WEBHOOK_URL=f"http://127.0.0.1:{port}/telegram",
+        DIGEST_TELEGRAM_WEBHOOK_LISTEN="127.0.0.1",
+        DIGEST_TELEGRAM_WEBHOOK_PORT=str(port),
+        DIGEST_TELEGRAM_WEBHOOK_SECRET=secret,
+        DIGEST_HEALTH_PORT="0",
+        DIGEST_TELEGRAM_CHART="false",
+    )
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log_file:
+        process = subprocess.Popen([*DIGEST, "-v", "serve"], env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        try:
+            assert tg.wait_for_webhook(timeout=30) == f"http://127.0.0.1:{port}/telegram"
+            setting = next(call for call in tg.calls if call.method == "setWebhook")
+            assert setting.params["secret_token"] == secret
+            tg.push_message(ALLOWED, "/digest 2026-08-17", chat_type="supergroup")
+            [reply] = tg.wait_for_sent(1, timeout=60)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    assert visible(reply).startswith("OK 10/10 · homelab · 2026-08-17")
+    log_text = log_path.read_text()
+    assert TOKEN not in log_text
+    assert secret not in log_text
