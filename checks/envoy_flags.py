@@ -9,15 +9,17 @@ Queries::
 
     _time:[start, end) kubernetes.pod_namespace:="envoy-gateway-system" kubernetes.container_name:="envoy"
       | unpack_json from _msg fields (response_code, response_flags, upstream_cluster) keep_original_fields
-      | stats by (upstream_cluster, response_flags) count() as requests,
+      | stats by (_time:1h, upstream_cluster, response_flags) count() as requests,
                                                  count() if (response_code:~"^5[0-9][0-9]$") as errors
 
     sum by (reporter, destination_service_namespace, destination_service_name, response_code, response_flags)
       (increase(istio_requests_total[<window>]))
 
-``unpack_json … keep_original_fields`` reads the JSON message when the shipper kept it as text and leaves fields
-alone when the shipper already parsed them. For Istio both reporters are read and, per service, the larger count of
-each (flag, code) is kept so that a request seen by both sidecars is counted once.
+The hour buckets cost a few dozen rows and let UC be compared between quiet and busy hours (an idle-timeout race
+fails more when traffic is low) without a second scan. ``unpack_json … keep_original_fields`` reads the JSON
+message when the shipper kept it as text and leaves fields alone when the shipper already parsed them. For Istio
+both reporters are read and, per service, the larger count of each (flag, code) is kept so that a request seen by
+both sidecars is counted once.
 
 Thresholds (seed 000): any UH costs two points — every such request found no endpoint at all, the service was down
 for those users (08-12 readiness spiral, the Recreate rollout). Other flagged 5xx cost one point from 0.01 % of an
@@ -50,7 +52,7 @@ from checks.contract import (
     local_time,
     unknown,
 )
-from checks.logsql import field_name, quoted
+from checks.logsql import field_name
 
 NAME = "envoy_flags"
 
@@ -153,7 +155,9 @@ class EnvoyFlagsCheck:
         return (
             f"{window.logsql_time_filter()}{scope}"
             f" | unpack_json from _msg fields ({code}, {flags}, {upstream}) keep_original_fields"
-            f" | stats by ({upstream}, {flags}) count() as requests,"
+            # Hour buckets ride along (a few dozen rows more): the quiet-vs-busy comparison of UC needs them, and
+            # this way it costs no second scan of the access log.
+            f" | stats by (_time:1h, {upstream}, {flags}) count() as requests,"
             f' count() if ({code}:~"^5[0-9][0-9]$") as errors'
         )
 
@@ -187,7 +191,7 @@ class EnvoyFlagsCheck:
         uc_upstreams = [
             name for name, upstream in upstreams.items() if any("UC" in _split(f) for f in upstream.flagged or {})
         ]
-        shapes = {name: await self._hourly_shape(sources, window, name) for name in uc_upstreams[:2]}
+        shapes = {name: await self._hourly_shape(sources, window, name, log_rows) for name in uc_upstreams[:2]}
         return self._finding(upstreams, total_requests, errors, shapes)
 
     async def _log_rows(self, sources: Sources, window: Window, errors: list[str]) -> Sequence[Sample]:
@@ -206,58 +210,46 @@ class EnvoyFlagsCheck:
             errors.append(str(exc))
             return ()
 
-    def hourly_queries(self, window: Window, upstream: str) -> dict[str, str]:
-        """Per-hour requests and UC answers of one upstream (for the quiet-vs-busy comparison)."""
-        policy = self.policy
-        code, flags, field = (
-            field_name(policy.code_field),
-            field_name(policy.flags_field),
-            field_name(policy.upstream_field),
+    def hourly_queries(self, upstream: str) -> dict[str, str]:
+        """Per-hour requests and UC answers of one Istio service (the access log has its hours already)."""
+        namespace, service = upstream.removeprefix("istio:").split("/", 1)
+        selector = (
+            f'reporter="destination", destination_service_namespace="{_escape(namespace)}", '
+            f'destination_service_name="{_escape(service)}"'
         )
-        if upstream.startswith("istio:"):
-            namespace, service = upstream.removeprefix("istio:").split("/", 1)
-            selector = (
-                f'reporter="destination", destination_service_namespace="{_escape(namespace)}", '
-                f'destination_service_name="{_escape(service)}"'
-            )
-            return {
-                "requests": f"sum(increase(istio_requests_total{{{selector}}}[1h]))",
-                "uc": f'sum(increase(istio_requests_total{{{selector}, response_flags=~"(.*,)?UC(,.*)?"}}[1h]))',
-            }
-        scope = f" {policy.scope_filter}" if policy.scope_filter else ""
         return {
-            "logs": (
-                f"{window.logsql_time_filter()}{scope}"
-                f" | unpack_json from _msg fields ({code}, {flags}, {field}) keep_original_fields"
-                f" | filter {field}:={quoted(upstream)}"
-                f' | stats by (_time:1h) count() as requests, count() if ({flags}:~"(^|,)UC(,|$)") as uc'
-            )
+            "requests": f"sum(increase(istio_requests_total{{{selector}}}[1h]))",
+            "uc": f'sum(increase(istio_requests_total{{{selector}, response_flags=~"(.*,)?UC(,.*)?"}}[1h]))',
         }
 
-    async def _hourly_shape(self, sources: Sources, window: Window, upstream: str) -> dict[str, str]:
+    async def _hourly_shape(
+        self, sources: Sources, window: Window, upstream: str, log_rows: Sequence[Sample]
+    ) -> dict[str, str]:
         """Quiet-hours vs busy-hours UC ratio of ``upstream``.
 
         Empty when the hourly query fails: the finding stands without the comparison, which only sharpens it.
         """
-        queries = self.hourly_queries(window, upstream)
         requests: dict[float, float] = defaultdict(float)
         resets: dict[float, float] = defaultdict(float)
+        if not upstream.startswith("istio:"):
+            policy = self.policy
+            for row in log_rows:
+                bucket = _bucket_start(row.labels.get("_time", ""))
+                if bucket is None or row.labels.get("__name__") != "requests":
+                    continue
+                if _clean(row.labels.get(policy.upstream_field, "")) != upstream:
+                    continue
+                requests[bucket] += row.value
+                if "UC" in _split(_clean(row.labels.get(policy.flags_field, ""))):
+                    resets[bucket] += row.value
+            return _quiet_vs_busy(requests, resets, window)
+        queries = self.hourly_queries(upstream)
+        first = window.start + timedelta(hours=1)
         try:
-            if "logs" in queries:
-                # Hour buckets through `stats by (_time:1h)` on the instant endpoint: this VictoriaLogs build's
-                # stats_query_range assigns counts to the wrong buckets under concurrency.
-                for sample in await sources.logs.stats(queries["logs"], window.end):
-                    bucket = _bucket_start(sample.labels.get("_time", ""))
-                    if bucket is None:
-                        continue
-                    target = resets if sample.labels.get("__name__") == "uc" else requests
-                    target[bucket] += sample.value
-            else:
-                first = window.start + timedelta(hours=1)
-                for name, target in (("requests", requests), ("uc", resets)):
-                    for series in await sources.metrics.range(queries[name], first, window.end, 3600):
-                        for moment, value in series.points:
-                            target[moment - 3600] += value
+            for name, target in (("requests", requests), ("uc", resets)):
+                for series in await sources.metrics.range(queries[name], first, window.end, 3600):
+                    for moment, value in series.points:
+                        target[moment - 3600] += value
         except SourceError:
             return {}
         return _quiet_vs_busy(requests, resets, window)
