@@ -296,7 +296,22 @@ class DigestBot:
             self._record(chat_id, result)
             self.last_results[chat_id] = result
             results.append(result)
+        if any(result.outcome is Outcome.SENT for result in results):
+            await self.ping_heartbeat()
         return results
+
+    async def ping_heartbeat(self) -> None:
+        """Tell the outside watcher (DIGEST_HEARTBEAT_URL) that a digest went out; a failure is logged, not raised."""
+        url = self.settings.heartbeat_url
+        if url is None:
+            return
+        try:
+            async with httpx.AsyncClient(timeout=10.0) as client:
+                response = await client.get(url.get_secret_value())
+            if response.status_code >= 300:
+                log.warning("heartbeat ping answered HTTP %s", response.status_code)
+        except httpx.HTTPError as exc:
+            log.warning("heartbeat ping failed: %s", type(exc).__name__)
 
     def _record(self, chat_id: int, result: PostResult) -> None:
         metrics = self.service.metrics

@@ -7,8 +7,8 @@ day's findings (no query of its own), so it fires on exactly the evidence the di
 - ``uh_empty_endpoints`` (seed 003): UH answers while the service had no ready endpoint — for how long, and which
   Deployment was rolling out (strategy Recreate?).
 - ``readiness_spiral`` (seed 000, 08-12): UH with CPU throttling and failed readiness probes in the same namespace.
-- ``idle_timeout_inversion`` (seeds 000 and 004): UC whose failure ratio is higher in quiet hours than in busy ones
-  — the upstream closes idle keep-alive connections before the proxy does.
+- ``idle_timeout`` (seeds 000 and 004): UC — the upstream closes idle keep-alive connections before the proxy does;
+  named with the inversion when the failure ratio is higher in quiet hours than in busy ones (seed 004).
 - ``log_storm`` (seed 001): an error flood with restarts but no OOM kill — a crash loop or a retry storm.
 - ``blind_spot`` (seed 001: zero alerts in 19 hours): CRITICAL findings but no alert fired.
 """
@@ -130,20 +130,33 @@ def readiness_spiral(findings: Findings) -> Explanation | None:
     return None
 
 
-def idle_timeout_inversion(findings: Findings) -> Explanation | None:
-    """UC failing more in quiet hours than busy ones."""
+def idle_timeout(findings: Findings) -> Explanation | None:
+    """UC: the upstream closed kept-alive connections under the proxy — with the quiet-vs-busy numbers when known."""
     for answer in _flagged(findings, "UC"):
+        upstream = answer.labels["upstream"]
+        fix = "Set the proxy's idle timeout below the upstream's keep-alive."
+        if "quiet_hours_percent" not in answer.labels:
+            return Explanation(
+                "idle_timeout",
+                f"Idle-timeout ordering: {fmt_int(answer.value)} × UC on {upstream} — the upstream closed "
+                f"kept-alive connections the proxy still used. {fix}",
+            )
         quiet = _number(answer, "quiet_hours_percent")
         busy = _number(answer, "busy_hours_percent")
-        if "quiet_hours_percent" not in answer.labels or quiet <= 2 * busy or quiet <= 0:
-            continue
         worst = answer.labels.get("worst_hour", "")
-        at = f", worst at {worst}" if worst else ""
+        if quiet > 2 * busy and quiet > 0:
+            at = f", worst at {worst}" if worst else ""
+            return Explanation(
+                "idle_timeout",
+                f"Idle-timeout ordering: UC on {upstream} fails {quiet:.3g} % of requests in quiet hours vs "
+                f"{busy:.3g} % in busy ones{at} — the less traffic, the more idle connections the upstream closes "
+                f"under the proxy. {fix}",
+            )
         return Explanation(
-            "idle_timeout_inversion",
-            f"Idle-timeout ordering: UC on {answer.labels['upstream']} fails {quiet:.3g} % of requests in quiet "
-            f"hours vs {busy:.3g} % in busy ones{at} — the less traffic, the more idle connections the upstream "
-            "closes under the proxy. Set the proxy's idle timeout below the upstream's keep-alive.",
+            "idle_timeout",
+            f"Idle-timeout ordering: {fmt_int(answer.value)} × UC on {upstream}, {busy:.3g} % of requests in busy "
+            f"hours vs {quiet:.3g} % in quiet ones (worst at {worst}) — connections the upstream closed while the "
+            f"proxy still pooled them, here under load. {fix}",
         )
     return None
 
@@ -197,7 +210,7 @@ def blind_spot(findings: Findings) -> Explanation | None:
 RULES: tuple[Callable[[Findings], Explanation | None], ...] = (
     uh_empty_endpoints,
     readiness_spiral,
-    idle_timeout_inversion,
+    idle_timeout,
     log_storm,
     blind_spot,
 )

@@ -79,6 +79,8 @@ class Settings(BaseSettings):
     digest_deadline_seconds: Annotated[float, Field(gt=0, le=600)] = 90.0
     health_port: Annotated[int, Field(ge=0, le=65535)] = 8080
     telegram_chart: bool = True
+    # Pinged (GET) after each successful daily post: a healthchecks.io-style dead man's switch outside the cluster.
+    heartbeat_url: SecretStr | None = None
 
     @field_validator("telegram_chat_ids", "telegram_admin_ids", mode="before")
     @classmethod
@@ -89,6 +91,13 @@ class Settings(BaseSettings):
                 return tuple(int(part) for part in parts)
             except ValueError:
                 raise ValueError("must be comma-separated integer chat ids, e.g. -1001234567890,42") from None
+        return value
+
+    @field_validator("heartbeat_url")
+    @classmethod
+    def _heartbeat(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            _check_url(value.get_secret_value())
         return value
 
     @field_validator("telegram_api_url")
@@ -170,6 +179,7 @@ class Settings(BaseSettings):
             self.vl_password,
             self.telegram_token,
             self.telegram_webhook_secret,
+            self.heartbeat_url,
         ]
         return [value.get_secret_value() for value in values if value is not None]
 

@@ -34,7 +34,7 @@ from digest.telegram_text import MAX_TEXT
 from digest.window import day_window
 from tests.command import DIGEST, backend_env, run_digest
 from tests.fake_telegram import FakeTelegram, parse_html
-from tests.misbehaving_server import Behaviour, misbehaving_server
+from tests.misbehaving_server import Behaviour, misbehaving_server, recording_server
 from tests.test_render import _hostile_digest
 
 ALLOWED = -1001234567890
@@ -551,3 +551,20 @@ def test_serve_in_webhook_mode(corpus_backends: EmbeddedBackends, tg: FakeTelegr
     log_text = log_path.read_text()
     assert TOKEN not in log_text
     assert secret not in log_text
+
+
+async def test_heartbeat_is_pinged_after_a_post(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """After the daily post, DIGEST_HEARTBEAT_URL is pinged once; a restart that posts nothing does not ping."""
+    with recording_server(Behaviour(status=200, body=b"OK")) as watcher:
+        config = make_config(
+            corpus_backends, tg, tmp_path / "state.sqlite", heartbeat_url=f"{watcher.url}/ping/abc-uuid"
+        )
+        noon = Clock(datetime(2026, 7, 20, 12, 0, 5, tzinfo=UTC))
+        async with running(config, noon):
+            await wait_until(lambda: len(watcher.requests) == 1)
+        async with running(config, noon, owner="restarted") as bot:
+            await wait_until(lambda: ALLOWED in bot.last_results)
+            await asyncio.sleep(0.5)  # a ping would follow the post at once; none is expected
+    assert [request.path for request in watcher.requests] == ["/ping/abc-uuid"]
