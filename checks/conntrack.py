@@ -16,6 +16,7 @@ whose ``node_scrape_collector_success{collector="conntrack"}`` never reached 1 a
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from checks.contract import (
@@ -74,11 +75,12 @@ class ConntrackCheck:
     async def __call__(self, sources: Sources, window: Window) -> Finding:
         queries = self.queries(window)
         try:
-            peak = await sources.metrics.instant(queries["peak"], window.end)
-            entries = await sources.metrics.instant(queries["entries"], window.end)
-            limit = await sources.metrics.instant(queries["limit"], window.end)
-            drops = await sources.metrics.instant(queries["drops"], window.end)
-            blind = await sources.metrics.instant(queries["blind"], window.end)
+            peak, entries, limit, drops, blind = await asyncio.gather(
+                *(
+                    sources.metrics.instant(queries[key], window.end)
+                    for key in ("peak", "entries", "limit", "drops", "blind")
+                )
+            )
         except SourceError as exc:
             return unknown(NAME, "conntrack not checked: the metrics backend did not answer", str(exc))
 

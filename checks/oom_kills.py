@@ -23,6 +23,7 @@ the check is UNKNOWN: no OOMKilled series means "healthy" only when the exporter
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ from checks.contract import (
     node_name,
     unknown,
 )
+from checks.presence import kube_state_metrics_missing, kube_state_metrics_up_query
 
 NAME = "oom_kills"
 _KEY = ("namespace", "pod", "container")
@@ -73,10 +75,9 @@ class OomKillsCheck:
             'timestamp(kube_pod_container_status_last_terminated_reason{reason="OOMKilled"}) '
             ">= on (namespace, pod, container) timestamp(kube_pod_container_status_last_terminated_timestamp)"
         )
-        job = self.policy.ksm_job.replace('"', "")
         node_job = self.policy.node_exporter_job.replace('"', "")
         return {
-            "ksm_up": f'max by (job) (max_over_time(up{{job=~"{job}"}}[{rng}]))',
+            "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
             "kills": (
                 "sum by (namespace, pod, container) (sum_over_time(("
                 "clamp_min(kube_pod_container_status_restarts_total - kube_pod_container_status_restarts_total "
@@ -93,26 +94,19 @@ class OomKillsCheck:
 
     async def __call__(self, sources: Sources, window: Window) -> Finding:
         queries = self.queries(window)
+        missing = await kube_state_metrics_missing(sources, window, NAME, "OOM kills", self.policy.ksm_job)
+        if missing is not None:
+            return missing
+        at = window.end
         try:
-            ksm_up = await sources.metrics.instant(queries["ksm_up"], window.end)
-        except SourceError as exc:
-            return unknown(NAME, "OOM kills not checked: the metrics backend did not answer", str(exc))
-        if not ksm_up or max(sample.value for sample in ksm_up) < 1:
-            return unknown(
-                NAME,
-                "OOM kills not checked: kube-state-metrics was not scraped in the window",
-                f'no up{{job=~"{self.policy.ksm_job}"}} = 1 in the window',
-                hint="Is kube-state-metrics running and scraped? Set oom_kills.ksm_job in the policy if its job "
-                "has another name.",
+            kills, kill_times = await asyncio.gather(
+                sources.metrics.instant(queries["kills"], at), sources.metrics.instant(queries["kill_times"], at)
             )
-        try:
-            kills = await sources.metrics.instant(queries["kills"], window.end)
-            kill_times = await sources.metrics.instant(queries["kill_times"], window.end)
         except SourceError as exc:
             return unknown(NAME, "OOM kills not checked: the metrics backend did not answer", str(exc))
         node_error: str | None = None
         try:
-            node_kills: Sequence[Sample] = await sources.metrics.instant(queries["node_kills"], window.end)
+            node_kills: Sequence[Sample] = await sources.metrics.instant(queries["node_kills"], at)
         except SourceError as exc:
             node_kills, node_error = (), str(exc)
         return self._finding(window, kills, kill_times, node_kills, node_error)

@@ -43,6 +43,7 @@ Without kube-state-metrics (no ``up`` for its job, or never 1): UNKNOWN.
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ from checks.contract import (
     grade,
     unknown,
 )
+from checks.presence import kube_state_metrics_missing, kube_state_metrics_up_query
 
 NAME = "restarts"
 _KEY = ("namespace", "pod", "container")
@@ -104,9 +106,8 @@ class RestartsCheck:
             'kube_pod_container_status_last_terminated_reason{reason=~".+"})) '
             f">= bool on (namespace, pod, container) group_left() {by} (timestamp({restarts}))"
         )
-        job = self.policy.ksm_job.replace('"', "")
         return {
-            "ksm_up": f'max by (job) (max_over_time(up{{job=~"{job}"}}[{rng}]))',
+            "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
             "restarts": f"sum by (namespace, pod, container) (sum_over_time({step}[{rng}:1m])) > 0",
             "reasons": (
                 "sum by (namespace, pod, container, reason) (sum_over_time(("
@@ -129,23 +130,16 @@ class RestartsCheck:
 
     async def __call__(self, sources: Sources, window: Window) -> Finding:
         queries = self.queries(window)
+        missing = await kube_state_metrics_missing(sources, window, NAME, "restarts", self.policy.ksm_job)
+        if missing is not None:
+            return missing
         try:
-            ksm_up = await sources.metrics.instant(queries["ksm_up"], window.end)
-        except SourceError as exc:
-            return unknown(NAME, "restarts not checked: the metrics backend did not answer", str(exc))
-        if not ksm_up or max(sample.value for sample in ksm_up) < 1:
-            return unknown(
-                NAME,
-                "restarts not checked: kube-state-metrics was not scraped in the window",
-                f'no up{{job=~"{self.policy.ksm_job}"}} = 1 in the window',
-                hint="Is kube-state-metrics running and scraped? Set restarts.ksm_job in the policy if its job has "
-                "another name.",
+            restarts, reasons, probes, not_ready = await asyncio.gather(
+                *(
+                    sources.metrics.instant(queries[key], window.end)
+                    for key in ("restarts", "reasons", "probes", "not_ready")
+                )
             )
-        try:
-            restarts = await sources.metrics.instant(queries["restarts"], window.end)
-            reasons = await sources.metrics.instant(queries["reasons"], window.end)
-            probes = await sources.metrics.instant(queries["probes"], window.end)
-            not_ready = await sources.metrics.instant(queries["not_ready"], window.end)
         except SourceError as exc:
             return unknown(NAME, "restarts not checked: the metrics backend did not answer", str(exc))
         return self._finding(restarts, reasons, probes, not_ready)

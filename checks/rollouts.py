@@ -28,6 +28,7 @@ Default penalties are 0: the seed rule grades; this check explains. Without kube
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,6 +43,7 @@ from checks.contract import (
     grade,
     unknown,
 )
+from checks.presence import kube_state_metrics_missing, kube_state_metrics_up_query
 
 NAME = "rollouts"
 _UNAVAILABLE = "kube_deployment_status_replicas_unavailable"
@@ -72,9 +74,8 @@ class RolloutsCheck:
         rng = window.promql_range()
         scrape = self.policy.scrape_interval_seconds
         by = "max by (namespace, deployment)"
-        job = self.policy.ksm_job.replace('"', "")
         return {
-            "ksm_up": f'max by (job) (max_over_time(up{{job=~"{job}"}}[{rng}]))',
+            "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
             "scrapes": f"count_over_time(({by} (max_over_time({_UNAVAILABLE}[{scrape}s])) > 0)[{rng}:{scrape}s])",
             "maximum": f"{by} (max_over_time({_UNAVAILABLE}[{rng}])) > 0",
             "in_a_row": (
@@ -85,22 +86,13 @@ class RolloutsCheck:
 
     async def __call__(self, sources: Sources, window: Window) -> Finding:
         queries = self.queries(window)
+        missing = await kube_state_metrics_missing(sources, window, NAME, "rollouts", self.policy.ksm_job)
+        if missing is not None:
+            return missing
         try:
-            ksm_up = await sources.metrics.instant(queries["ksm_up"], window.end)
-        except SourceError as exc:
-            return unknown(NAME, "rollouts not checked: the metrics backend did not answer", str(exc))
-        if not ksm_up or max(sample.value for sample in ksm_up) < 1:
-            return unknown(
-                NAME,
-                "rollouts not checked: kube-state-metrics was not scraped in the window",
-                f'no up{{job=~"{self.policy.ksm_job}"}} = 1 in the window',
-                hint="Is kube-state-metrics running and scraped? Set rollouts.ksm_job in the policy if its job has "
-                "another name.",
+            scrapes, maximum, in_a_row = await asyncio.gather(
+                *(sources.metrics.instant(queries[key], window.end) for key in ("scrapes", "maximum", "in_a_row"))
             )
-        try:
-            scrapes = await sources.metrics.instant(queries["scrapes"], window.end)
-            maximum = await sources.metrics.instant(queries["maximum"], window.end)
-            in_a_row = await sources.metrics.instant(queries["in_a_row"], window.end)
         except SourceError as exc:
             return unknown(NAME, "rollouts not checked: the metrics backend did not answer", str(exc))
         strategy: Sequence[Sample] = ()

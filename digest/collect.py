@@ -77,7 +77,7 @@ async def _guarded(check: Check, sources: Sources, window: Window, deadline_seco
         return unknown(
             check.name,
             f"{check.name} not checked: no answer within {deadline_seconds:g} s",
-            f"check deadline of {deadline_seconds:g} s exceeded",
+            f"timeout: no complete answer within the check deadline of {deadline_seconds:g} s",
         )
     except Exception as exc:  # a bug in one check must not take the whole digest down
         log.exception("check %s failed", check.name)

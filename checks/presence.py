@@ -1,0 +1,33 @@
+"""Is the exporter a check needs there at all? Shared gates, so that "no series" is never mistaken for "healthy".
+
+kube-state-metrics emits an OOMKilled reason, a restart or an unavailable replica only when one happened: silence is
+good news only if kube-state-metrics itself was scraped in the window (its ``up`` reached 1).
+"""
+
+from __future__ import annotations
+
+from checks.contract import Finding, SourceError, Sources, Window, unknown
+
+
+def kube_state_metrics_up_query(job: str, window: Window) -> str:
+    """Whether kube-state-metrics was scraped at some point of the window."""
+    return f'max by (job) (max_over_time(up{{job=~"{job.replace(chr(34), "")}"}}[{window.promql_range()}]))'
+
+
+async def kube_state_metrics_missing(
+    sources: Sources, window: Window, check: str, subject: str, job: str
+) -> Finding | None:
+    """An UNKNOWN finding when kube-state-metrics cannot vouch for the silence of ``subject``; None when it can."""
+    try:
+        ksm_up = await sources.metrics.instant(kube_state_metrics_up_query(job, window), window.end)
+    except SourceError as exc:
+        return unknown(check, f"{subject} not checked: the metrics backend did not answer", str(exc))
+    if not ksm_up or max(sample.value for sample in ksm_up) < 1:
+        return unknown(
+            check,
+            f"{subject} not checked: kube-state-metrics was not scraped in the window",
+            f'no up{{job=~"{job}"}} = 1 in the window',
+            hint=f"Is kube-state-metrics running and scraped? Set {check}.ksm_job in the policy if its job has "
+            "another name.",
+        )
+    return None
