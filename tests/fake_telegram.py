@@ -1418,17 +1418,27 @@ class FakeTelegram:
             return self._webhook[0]
 
     def _post_to_webhook(self, update: JsonDict, url: str, secret: str) -> None:
-        """Deliver one update the way Telegram does: a JSON POST carrying the secret token header."""
+        """Deliver one update the way Telegram does: a JSON POST carrying the secret token header.
+
+        Telegram keeps retrying an update whose webhook did not answer 2xx; so does this, for up to 20 s (a bot
+        registers its webhook a moment before its listener accepts connections).
+        """
         body = json.dumps(update).encode()
         headers = {"Content-Type": "application/json"}
         if secret:
             headers["X-Telegram-Bot-Api-Secret-Token"] = secret
-        request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310  # test URL
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310  # the bot's own webhook
-                response.read()
-        except OSError as exc:
-            self._internal_errors.append(exc)
+        deadline = time.monotonic() + 20.0
+        while True:
+            request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310  # test URL
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310  # the bot's own webhook
+                    response.read()
+                return
+            except OSError as exc:
+                if time.monotonic() > deadline or self._closing.is_set():
+                    self._internal_errors.append(exc)
+                    return
+                self._closing.wait(0.2)
 
     def _set_my_commands(self, params: Params, files: Files) -> bool:
         commands = _json_param(params, "commands", "can't parse commands JSON object")
