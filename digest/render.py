@@ -83,8 +83,11 @@ def _context(digest: Digest) -> dict[str, Any]:
 def _score_note(digest: Digest) -> str:
     if digest.status is not DigestStatus.UNKNOWN:
         return ""
-    seen = len(digest.findings) - len(digest.unknown)
-    return f"score {digest.score}/{digest.max_score} on the {seen} of {len(digest.findings)} checks that could run"
+    graded = [finding for finding in digest.findings if digest.is_graded(finding)]
+    seen = len(graded) - len(digest.unknown)
+    if seen == 0:
+        return "nothing that grades the day could be checked"
+    return f"score {digest.score}/{digest.max_score} on the {seen} of {len(graded)} graded checks that could run"
 
 
 def _line(finding: Finding, digest: Digest) -> dict[str, Any]:

@@ -45,6 +45,7 @@ async def test_logs_down_then_metrics_down(own_backends: EmbeddedBackends) -> No
     assert "VictoriaLogs unreachable" in errors["error_lines"]
     text = Renderer().render(await make_digest(config, window), "text")
     assert text.splitlines()[0] == "UNKNOWN · homelab · 2026-08-17"
+    assert text.splitlines()[1] == "score 10/10 on the 2 of 4 graded checks that could run"
     assert "error_lines not checked" in text
 
     own_backends.metrics.stop()
