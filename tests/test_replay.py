@@ -125,3 +125,23 @@ async def test_replay_shares_history_between_days(
     assert sorted(calls) == sorted({label for label in calls})
     assert "2026-07-19" not in calls
     assert "score 10 → 8 since yesterday" in digests[1].trends
+
+
+def test_progress_bar_on_a_terminal() -> None:
+    """On a terminal the progress is one redrawn bar ending in a newline; elsewhere plain lines (tested above)."""
+    import io
+
+    from digest.replay import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    progress = Progress(3, screen)
+    for day in ("2026-07-19", "2026-07-20", "2026-07-21"):
+        progress.advance(day)
+    frames = screen.getvalue().split("\r")[1:]
+    assert len(frames) == 3
+    assert frames[0].startswith("[" + "█" * 10 + "·" * 20 + "] 1/3 2026-07-19")
+    assert frames[-1] == "[" + "█" * 30 + "] 3/3 2026-07-21\n"
