@@ -32,6 +32,8 @@ from zoneinfo import ZoneInfo
 import httpx
 
 from checks.contract import Window
+from checks.promql import ContainerKey
+from checks.restarted import narrowing
 from digest.collect import build_checks
 from digest.policy import Policy
 from digest.window import day_window
@@ -99,42 +101,113 @@ def conntrack_peak_query(instance: str) -> str:
 
 @dataclass(frozen=True)
 class Dependencies:
-    """Answers some queries depend on, looked up before the timing."""
+    """Answers some queries depend on, looked up before the timing.
+
+    ``None`` means "not looked up": the floor then sends the check's full, un-narrowed queries, a pessimistic floor.
+    """
 
     conntrack_instance: str | None = None
+    restarted: tuple[ContainerKey, ...] | None = None  # the containers whose restart counter changed
+    memory_candidates: tuple[ContainerKey, ...] | None = None  # working set over the lowest limit ≥ warn
+    memory_peak_seen: bool | None = None  # the peak query had rows: the presence fallback is not asked
+    cpu_limited: bool | None = None  # some container has CFS counters: no cAdvisor fallback, the ratios are asked
+
+
+# Purposes a check asks only in one case: (check, purpose) → the dependency value under which it is asked.
+def _asked(name: str, purpose: str, dependencies: Dependencies) -> bool:
+    if name == "memory_pressure" and purpose == "presence":
+        return dependencies.memory_peak_seen is not True
+    if name == "cpu_throttling" and purpose == "cadvisor":
+        return dependencies.cpu_limited is not True
+    if name == "cpu_throttling" and purpose in ("ratio", "periods", "worst_5m", "limits"):
+        return dependencies.cpu_limited is not False
+    return True
+
+
+_NARROWED = {
+    "memory_pressure": ("memory_candidates", ("sustained", "minutes", "since")),
+    "restarts": ("restarted", ("restarts", "reasons")),
+    "oom_kills": ("restarted", ("kills",)),
+}
+
+
+def _check_queries(check: Any, window: Window, dependencies: Dependencies) -> dict[str, str]:
+    """A check's queries by purpose, narrowed (or left out) as the digest would on the resolved answers."""
+    full: dict[str, str] = check.queries(window)
+    queries = {purpose: text for purpose, text in full.items() if _asked(check.name, purpose, dependencies)}
+    if check.name in _NARROWED:
+        attribute, purposes = _NARROWED[check.name]
+        containers = getattr(dependencies, attribute)
+        if containers is not None:
+            matchers = narrowing(containers) if containers else None
+            narrowed: dict[str, str] = check.queries(window, matchers)
+            for purpose in purposes:
+                if containers:
+                    queries[purpose] = narrowed[purpose]
+                else:
+                    queries.pop(purpose, None)  # nothing to narrow to: the digest does not ask
+    return queries
 
 
 def checks_queries(window: Window, dependencies: Dependencies, policy: Policy | None = None) -> list[Query]:
-    """The queries of every enabled check for ``window``, extracted from the check classes."""
+    """The queries of every enabled check for ``window``, extracted from the check classes, each sent once.
+
+    Checks share some queries (kube-state-metrics' ``up``, the restarted containers) and the digest's sources send
+    a query asked twice at once only once: so does the floor.
+    """
     policy = policy or Policy()
     queries: list[Query] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(query: Query) -> None:
+        key = (query.backend, query.form["query"])
+        if key not in seen:
+            seen.add(key)
+            queries.append(query)
+
     for check in build_checks(policy):
         name = check.name
-        method: Any = getattr(check, "queries", None)
-        if callable(method):
-            for purpose, text in method(window).items():
-                queries.append(_instant(text, window, f"{name}.{purpose}"))
+        if callable(getattr(check, "queries", None)):
+            for purpose, text in _check_queries(check, window, dependencies).items():
+                add(_instant(text, window, f"{name}.{purpose}"))
         for attribute in QUERY_METHODS:
-            method = getattr(check, attribute, None)
+            method: Any = getattr(check, attribute, None)
             if callable(method):
-                queries.append(_instant(method(window), window, f"{name}.{attribute}"))
+                add(_instant(method(window), window, f"{name}.{attribute}"))
         if name == "conntrack" and dependencies.conntrack_instance is not None:
             text = conntrack_peak_query(dependencies.conntrack_instance)
-            queries.append(_range(text, window.start, window.end, 60, "conntrack.peak_time"))
+            add(_range(text, window.start, window.end, 60, "conntrack.peak_time"))
     return queries
 
 
 def resolve_dependencies(vm_url: str, window: Window, policy: Policy | None = None) -> Dependencies:
-    """The worst conntrack node of the window, as ``ConntrackCheck`` finds it."""
+    """What the checks' data-dependent queries depend on, looked up as the checks do."""
     policy = policy or Policy()
-    for check in build_checks(policy):
-        method: Any = getattr(check, "queries", None)
-        if check.name == "conntrack" and callable(method):
-            rows = _post(f"{vm_url}/api/v1/query", {"query": method(window)["peak"], "time": rfc3339(window.end)})
-            if rows:
-                best = max(rows, key=lambda item: float(item["value"][1]))
-                return Dependencies(conntrack_instance=str(best["metric"].get("instance", "")))
-    return Dependencies()
+    checks: dict[str, Any] = {check.name: check for check in build_checks(policy)}
+    at = rfc3339(window.end)
+
+    def ask(check: str, purpose: str) -> list[dict[str, Any]]:
+        return _post(f"{vm_url}/api/v1/query", {"query": checks[check].queries(window)[purpose], "time": at})
+
+    def keys(rows: list[dict[str, Any]]) -> tuple[ContainerKey, ...]:
+        found = {
+            (row["metric"].get("namespace", ""), row["metric"].get("pod", ""), row["metric"].get("container", ""))
+            for row in rows
+        }
+        return tuple(sorted(found))
+
+    instance = None
+    if "conntrack" in checks:
+        rows = ask("conntrack", "peak")
+        if rows:
+            instance = str(max(rows, key=lambda item: float(item["value"][1]))["metric"].get("instance", ""))
+    return Dependencies(
+        conntrack_instance=instance,
+        restarted=keys(ask("restarts", "restarted")) if "restarts" in checks else None,
+        memory_candidates=keys(ask("memory_pressure", "candidates")) if "memory_pressure" in checks else None,
+        memory_peak_seen=bool(ask("memory_pressure", "peak")) if "memory_pressure" in checks else None,
+        cpu_limited=bool(ask("cpu_throttling", "limited")) if "cpu_throttling" in checks else None,
+    )
 
 
 def _post(url: str, form: dict[str, str]) -> list[dict[str, Any]]:

@@ -379,9 +379,12 @@ def recorded_queries(vm: Counts, vl: Counts) -> list[Query]:
 _MOMENT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
 
 
+_MATCHERS = re.compile(r'namespace=~"(?:[^"\\]|\\.)*", pod=~"(?:[^"\\]|\\.)*", container=~"(?:[^"\\]|\\.)*"')
+
+
 def _normalized(query: str) -> str:
-    """A query with its window's timestamps blanked: the same check's query on any day normalizes alike."""
-    return _MOMENT.sub("…", query)
+    """A query with its window's timestamps and narrowing matchers blanked: one check's query on any day alike."""
+    return _MATCHERS.sub("…", _MOMENT.sub("…", query))
 
 
 def query_labels(day: dt.date, cluster: Cluster) -> dict[str, str]:
@@ -389,9 +392,13 @@ def query_labels(day: dt.date, cluster: Cluster) -> dict[str, str]:
 
     Conntrack's peak-minute query is labelled with what the generator knows: the flooding pod's node peaks.
     """
-    dependencies = Dependencies(conntrack_instance=f"{cluster.pods[cluster.flood].node}:9100")
-    queries = checks_queries(window_of(day), dependencies)
-    return {_normalized(query.form["query"]): query.purpose for query in queries}
+    instance = f"{cluster.pods[cluster.flood].node}:9100"
+    some = (("n", "p", "c"),)
+    full = checks_queries(window_of(day), Dependencies(conntrack_instance=instance))
+    narrowed = checks_queries(
+        window_of(day), Dependencies(conntrack_instance=instance, restarted=some, memory_candidates=some)
+    )
+    return {_normalized(query.form["query"]): query.purpose for query in (*full, *narrowed)}
 
 
 def backend_time(counts: Sequence[Counts], labels: dict[str, str]) -> list[tuple[str, int, float]]:

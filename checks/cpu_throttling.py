@@ -43,6 +43,7 @@ from checks.contract import (
     grade,
     unknown,
 )
+from checks.presence import cadvisor_present_query
 
 NAME = "cpu_throttling"
 _KEY = ("namespace", "pod", "container")
@@ -78,13 +79,10 @@ class CpuThrottlingCheck:
         throttled = 'container_cpu_cfs_throttled_periods_total{container!=""}'
         active = f"({_BY} (increase({periods}[{rng}])) >= {self.policy.min_periods})"
         return {
-            "presence": (
-                'label_replace(count(count_over_time(container_memory_working_set_bytes{container!=""}'
-                f'[{rng}])), "signal", "cadvisor", "", "") or '
-                # Containers, not series: a restarted container has one CFS series per cgroup id.
-                f"label_replace(count(count by (namespace, pod, container) (count_over_time({periods}[{rng}]))), "
-                '"signal", "cfs", "", "")'
-            ),
+            # Containers, not series: a restarted container has one CFS series per cgroup id.
+            "limited": f"count(count by (namespace, pod, container) (count_over_time({periods}[{rng}])))",
+            # Asked only when no container has CFS counters, to tell "no CPU limit" from "no cAdvisor".
+            "cadvisor": cadvisor_present_query(window),
             "ratio": f"{_BY} (increase({throttled}[{rng}])) / {active}",
             "periods": active,
             # Optional: the limit the throttling is measured against reads better than a bare ratio ("500m").
@@ -102,18 +100,19 @@ class CpuThrottlingCheck:
     async def __call__(self, sources: Sources, window: Window) -> Finding:
         queries = self.queries(window)
         try:
-            presence = await sources.metrics.instant(queries["presence"], window.end)
+            limited = await sources.metrics.instant(queries["limited"], window.end)
+            cadvisor = [] if limited else await sources.metrics.instant(queries["cadvisor"], window.end)
         except SourceError as exc:
             return unknown(NAME, "CPU throttling not checked: the metrics backend did not answer", str(exc))
-        signals = {sample.labels.get("signal", ""): sample.value for sample in presence}
-        if signals.get("cadvisor", 0) < 1:
+        # CFS counters come from cAdvisor: when there are some, cAdvisor was there.
+        if not limited and not cadvisor:
             return unknown(
                 NAME,
                 "CPU throttling not checked: no cAdvisor series in the window",
                 "no container_memory_working_set_bytes (cAdvisor) in the window",
                 hint="Is the kubelet's /metrics/cadvisor endpoint scraped?",
             )
-        if signals.get("cfs", 0) < 1:
+        if not limited:
             return Finding(
                 name=NAME,
                 status=Status.OK,
@@ -136,7 +135,7 @@ class CpuThrottlingCheck:
                 limits = await sources.metrics.instant(queries["limits"], window.end)
             except SourceError:
                 limits = ()  # the limit only decorates the summary; the ratios are known
-        return self._finding(ratio, periods, worst, limits, round(signals["cfs"]))
+        return self._finding(ratio, periods, worst, limits, round(limited[0].value))
 
     def _finding(
         self,

@@ -32,6 +32,7 @@ limit that does not exist.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -48,9 +49,15 @@ from checks.contract import (
     local_time,
     unknown,
 )
+from checks.presence import kube_state_metrics_up_query
+from checks.promql import with_matchers
+from checks.restarted import narrowing
 
 NAME = "memory_pressure"
 _KEY = ("namespace", "pod", "container")
+# The backend's look-back for the sample at each step (Prometheus: 5 min; VictoriaMetrics adapts it to the scrape
+# interval), with room to spare: part of how far before the window a per-minute ratio can reach.
+_LOOK_BACK_SECONDS = 15 * 60
 
 
 @dataclass(frozen=True)
@@ -74,23 +81,38 @@ class MemoryPressureCheck:
     policy: MemoryPressurePolicy
     name: str = NAME
 
-    def queries(self, window: Window) -> dict[str, str]:
-        """The PromQL this check sends, by purpose."""
+    def queries(self, window: Window, matchers: str | None = None) -> dict[str, str]:
+        """The PromQL this check sends, by purpose; ``matchers`` narrow the per-minute subqueries to candidates."""
         rng = window.promql_range()
         warn = self.policy.warn_ratio
         working_set = 'container_memory_working_set_bytes{container!="", container!="POD", image!=""}'
         limits = 'kube_pod_container_resource_limits{resource="memory", unit="byte"}'
+        narrow_ws = with_matchers(working_set, matchers or "")
+        narrow_limits = with_matchers(limits, matchers or "")
         ratio = (
-            f"(max by (namespace, pod, container) ({working_set}) / on (namespace, pod, container) "
-            f"max by (namespace, pod, container) ({limits} > 0))"
+            f"(max by (namespace, pod, container) ({narrow_ws}) / on (namespace, pod, container) "
+            f"max by (namespace, pod, container) ({narrow_limits} > 0))"
         )
         job = self.policy.ksm_job.replace('"', "")
+        reach = f"{window.seconds + self.policy.sustain_minutes * 60 + _LOOK_BACK_SECONDS}s"
         return {
-            # One answer for the three things that must exist before "no pressure" can mean healthy.
+            # Asked only when `peak` is empty, to tell which of the three things "no pressure" needs is missing.
             "presence": (
                 f'label_replace(count(count_over_time({working_set}[{rng}])), "signal", "cadvisor", "", "") or '
                 f'label_replace(count(count_over_time({limits}[{rng}])), "signal", "limits", "", "") or '
                 f'label_replace(max(max_over_time(up{{job=~"{job}"}}[{rng}])), "signal", "ksm", "", "")'
+            ),
+            "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
+            "peak": (
+                f"max by (namespace, pod, container) (max_over_time({working_set}[{rng}])) / on (namespace, pod, "
+                f"container) max by (namespace, pod, container) (max_over_time({limits}[{rng}]) > 0)"
+            ),
+            # An upper bound of every per-minute ratio below: the highest working set over the lowest limit, from
+            # as far back as the sustained minimum and the look-back reach. Below the threshold, no subquery can
+            # find the container above it.
+            "candidates": (
+                f"max by (namespace, pod, container) (max_over_time({working_set}[{reach}])) / on (namespace, pod, "
+                f"container) min by (namespace, pod, container) (min_over_time({limits}[{reach}]) > 0) >= {warn}"
             ),
             "sustained": (
                 f"max_over_time((min_over_time({ratio}[{self.policy.sustain_minutes}m:1m]))[{rng}:1m]) > {warn}"
@@ -98,16 +120,41 @@ class MemoryPressureCheck:
             "minutes": f"count_over_time(({ratio} > {warn})[{rng}:1m])",
             # When it first crossed: the explanation must show that the pressure came before the kill.
             "since": f"min_over_time(timestamp({ratio} > {warn})[{rng}:1m])",
-            "peak": (
-                f"max by (namespace, pod, container) (max_over_time({working_set}[{rng}])) / on (namespace, pod, "
-                f"container) max by (namespace, pod, container) (max_over_time({limits}[{rng}]) > 0)"
-            ),
         }
 
     async def __call__(self, sources: Sources, window: Window) -> Finding:
         queries = self.queries(window)
+        at = window.end
         try:
-            presence = await sources.metrics.instant(queries["presence"], window.end)
+            ksm_up, peak, candidates = await asyncio.gather(
+                *(sources.metrics.instant(queries[key], at) for key in ("ksm_up", "peak", "candidates"))
+            )
+        except SourceError as exc:
+            return unknown(NAME, "memory pressure not checked: the metrics backend did not answer", str(exc))
+        if not peak:
+            blind = await self._why_no_peak(sources, window, queries["presence"])
+            if blind is not None:
+                return blind
+        elif not ksm_up or max(sample.value for sample in ksm_up) < 1:
+            return self._no_kube_state_metrics()
+        keys = sorted({_key(sample) for sample in candidates})
+        sustained: Sequence[Sample] = ()
+        minutes: Sequence[Sample] = ()
+        since: Sequence[Sample] = ()
+        if keys:
+            narrowed = self.queries(window, narrowing(keys))
+            try:
+                sustained, minutes, since = await asyncio.gather(
+                    *(sources.metrics.instant(narrowed[key], at) for key in ("sustained", "minutes", "since"))
+                )
+            except SourceError as exc:
+                return unknown(NAME, "memory pressure not checked: the metrics backend did not answer", str(exc))
+        return self._finding(window, sustained, minutes, since, peak)
+
+    async def _why_no_peak(self, sources: Sources, window: Window, presence_query: str) -> Finding | None:
+        """No container has both a working set and a limit: an UNKNOWN naming what is missing, or None (OK)."""
+        try:
+            presence = await sources.metrics.instant(presence_query, window.end)
         except SourceError as exc:
             return unknown(NAME, "memory pressure not checked: the metrics backend did not answer", str(exc))
         signals = {sample.labels.get("signal", ""): sample.value for sample in presence}
@@ -119,13 +166,7 @@ class MemoryPressureCheck:
                 hint="Is the kubelet's /metrics/cadvisor endpoint scraped?",
             )
         if signals.get("ksm", 0) < 1:
-            return unknown(
-                NAME,
-                "memory pressure not checked: kube-state-metrics (the memory limits) was not scraped in the window",
-                f'no up{{job=~"{self.policy.ksm_job}"}} = 1 in the window',
-                hint="Is kube-state-metrics running and scraped? Set memory_pressure.ksm_job in the policy if its "
-                "job has another name.",
-            )
+            return self._no_kube_state_metrics()
         if signals.get("limits", 0) < 1:
             return Finding(
                 name=NAME,
@@ -134,14 +175,16 @@ class MemoryPressureCheck:
                 value=0,
                 summary="no memory limits set: no container can be near one",
             )
-        try:
-            sustained = await sources.metrics.instant(queries["sustained"], window.end)
-            minutes = await sources.metrics.instant(queries["minutes"], window.end)
-            since = await sources.metrics.instant(queries["since"], window.end)
-            peak = await sources.metrics.instant(queries["peak"], window.end)
-        except SourceError as exc:
-            return unknown(NAME, "memory pressure not checked: the metrics backend did not answer", str(exc))
-        return self._finding(window, sustained, minutes, since, peak)
+        return None  # limits and working sets exist but never for the same container: nothing is near a limit
+
+    def _no_kube_state_metrics(self) -> Finding:
+        return unknown(
+            NAME,
+            "memory pressure not checked: kube-state-metrics (the memory limits) was not scraped in the window",
+            f'no up{{job=~"{self.policy.ksm_job}"}} = 1 in the window',
+            hint="Is kube-state-metrics running and scraped? Set memory_pressure.ksm_job in the policy if its "
+            "job has another name.",
+        )
 
     def _finding(
         self,

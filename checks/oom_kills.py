@@ -41,6 +41,8 @@ from checks.contract import (
     unknown,
 )
 from checks.presence import kube_state_metrics_missing, kube_state_metrics_up_query
+from checks.promql import with_matchers
+from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
 NAME = "oom_kills"
 _KEY = ("namespace", "pod", "container")
@@ -64,13 +66,14 @@ class OomKillsCheck:
     policy: OomKillsPolicy
     name: str = NAME
 
-    def queries(self, window: Window) -> dict[str, str]:
-        """The PromQL this check sends, by purpose."""
+    def queries(self, window: Window, matchers: str | None = None) -> dict[str, str]:
+        """The PromQL this check sends, by purpose; ``matchers`` narrow the per-minute ``kills`` (`restarted`)."""
         rng = window.promql_range()
-        fresh_oom = (
-            'timestamp(kube_pod_container_status_last_terminated_reason{reason="OOMKilled"}) '
-            ">= bool on (namespace, pod, container) timestamp(kube_pod_container_status_restarts_total)"
+        restarts = with_matchers(RESTARTS_TOTAL, matchers or "")
+        oom_reason = with_matchers(
+            'kube_pod_container_status_last_terminated_reason{reason="OOMKilled"}', matchers or ""
         )
+        fresh_oom = f"timestamp({oom_reason}) >= bool on (namespace, pod, container) timestamp({restarts})"
         fresh_oom_filter = (
             'timestamp(kube_pod_container_status_last_terminated_reason{reason="OOMKilled"}) '
             ">= on (namespace, pod, container) timestamp(kube_pod_container_status_last_terminated_timestamp)"
@@ -78,10 +81,10 @@ class OomKillsCheck:
         node_job = self.policy.node_exporter_job.replace('"', "")
         return {
             "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
+            "restarted": restarted_query(window),
             "kills": (
                 "sum by (namespace, pod, container) (sum_over_time(("
-                "clamp_min(kube_pod_container_status_restarts_total - kube_pod_container_status_restarts_total "
-                "offset 1m, 0) * on (namespace, pod, container) group_left() "
+                f"clamp_min({restarts} - {restarts} offset 1m, 0) * on (namespace, pod, container) group_left() "
                 f"({fresh_oom}))[{rng}:1m]))"
             ),
             "kill_times": (
@@ -100,7 +103,7 @@ class OomKillsCheck:
         at = window.end
         try:
             kills, kill_times = await asyncio.gather(
-                sources.metrics.instant(queries["kills"], at), sources.metrics.instant(queries["kill_times"], at)
+                self._kills(sources, window), sources.metrics.instant(queries["kill_times"], at)
             )
         except SourceError as exc:
             return unknown(NAME, "OOM kills not checked: the metrics backend did not answer", str(exc))
@@ -110,6 +113,13 @@ class OomKillsCheck:
         except SourceError as exc:
             node_kills, node_error = (), str(exc)
         return self._finding(window, kills, kill_times, node_kills, node_error)
+
+    async def _kills(self, sources: Sources, window: Window) -> list[Sample]:
+        """OOM kills per container, asked only about the containers whose restart counter changed."""
+        containers = await restarted_containers(sources, window)
+        if not containers:
+            return []
+        return await sources.metrics.instant(self.queries(window, narrowing(containers))["kills"], window.end)
 
     def _finding(
         self,

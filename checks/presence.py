@@ -1,5 +1,8 @@
 """Is the exporter a check needs there at all? Shared gates, so that "no series" is never mistaken for "healthy".
 
+Each gate is one query text shared by the checks that need it, so that the sources send it once when they ask at
+the same time.
+
 kube-state-metrics emits an OOMKilled reason, a restart or an unavailable replica only when one happened: silence is
 good news only if kube-state-metrics itself was scraped in the window (its ``up`` reached 1).
 """
@@ -7,6 +10,11 @@ good news only if kube-state-metrics itself was scraped in the window (its ``up`
 from __future__ import annotations
 
 from checks.contract import Finding, SourceError, Sources, Window, unknown
+
+
+def cadvisor_present_query(window: Window) -> str:
+    """Whether the kubelets' cAdvisor was scraped in the window (any container working set); empty when not."""
+    return f'count(count_over_time(container_memory_working_set_bytes{{container!=""}}[{window.promql_range()}]))'
 
 
 def kube_state_metrics_up_query(job: str, window: Window) -> str:

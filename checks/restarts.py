@@ -60,6 +60,8 @@ from checks.contract import (
     unknown,
 )
 from checks.presence import kube_state_metrics_missing, kube_state_metrics_up_query
+from checks.promql import with_matchers
+from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
 NAME = "restarts"
 _KEY = ("namespace", "pod", "container")
@@ -93,21 +95,24 @@ class RestartsCheck:
     policy: RestartsPolicy
     name: str = NAME
 
-    def queries(self, window: Window) -> dict[str, str]:
-        """The PromQL this check sends, by purpose."""
+    def queries(self, window: Window, matchers: str | None = None) -> dict[str, str]:
+        """The PromQL this check sends, by purpose; ``matchers`` narrow the per-minute subqueries (`restarted`)."""
         rng = window.promql_range()
-        restarts = "kube_pod_container_status_restarts_total"
+        restarts = with_matchers(RESTARTS_TOTAL, matchers or "")
+        reason_selector = with_matchers(
+            'kube_pod_container_status_last_terminated_reason{reason=~".+"}', matchers or ""
+        )
         # `max by` on every side: two kube-state-metrics replicas scraped side by side must neither double the
         # count nor make the join many-to-many.
         by = "max by (namespace, pod, container)"
         step = f"{by} (clamp_min({restarts} - {restarts} offset 1m, 0))"
         fresh_reason = (
-            "max by (namespace, pod, container, reason) (timestamp("
-            'kube_pod_container_status_last_terminated_reason{reason=~".+"})) '
+            f"max by (namespace, pod, container, reason) (timestamp({reason_selector})) "
             f">= bool on (namespace, pod, container) group_left() {by} (timestamp({restarts}))"
         )
         return {
             "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
+            "restarted": restarted_query(window),
             "restarts": f"sum by (namespace, pod, container) (sum_over_time({step}[{rng}:1m])) > 0",
             "reasons": (
                 "sum by (namespace, pod, container, reason) (sum_over_time(("
@@ -134,15 +139,26 @@ class RestartsCheck:
         if missing is not None:
             return missing
         try:
-            restarts, reasons, probes, not_ready = await asyncio.gather(
-                *(
-                    sources.metrics.instant(queries[key], window.end)
-                    for key in ("restarts", "reasons", "probes", "not_ready")
-                )
+            (restarts, reasons), probes, not_ready = await asyncio.gather(
+                self._restarts(sources, window),
+                sources.metrics.instant(queries["probes"], window.end),
+                sources.metrics.instant(queries["not_ready"], window.end),
             )
         except SourceError as exc:
             return unknown(NAME, "restarts not checked: the metrics backend did not answer", str(exc))
         return self._finding(restarts, reasons, probes, not_ready)
+
+    async def _restarts(self, sources: Sources, window: Window) -> tuple[list[Sample], list[Sample]]:
+        """Restarts and their reasons, asked only about the containers whose counter changed."""
+        containers = await restarted_containers(sources, window)
+        if not containers:
+            return [], []
+        queries = self.queries(window, narrowing(containers))
+        restarts, reasons = await asyncio.gather(
+            sources.metrics.instant(queries["restarts"], window.end),
+            sources.metrics.instant(queries["reasons"], window.end),
+        )
+        return restarts, reasons
 
     def _finding(
         self,

@@ -17,7 +17,7 @@ from digest.collect import Collected, build_checks, collect
 from digest.policy import Policy, PolicyError, load_policy
 from digest.score import Digest, grade
 from digest.settings import ConfigError, Settings, load_settings
-from digest.sources import PrometheusSource, VictoriaLogsSource
+from digest.sources import PrometheusSource, VictoriaLogsSource, tls_context
 from digest.trends import History, graded_only, previous_digests, trend_lines
 
 
@@ -42,8 +42,10 @@ def load_config() -> Config:
 @asynccontextmanager
 async def open_sources(settings: Settings) -> AsyncIterator[Sources]:
     """HTTP clients of both backends, closed on exit. Share one pair to share the concurrency bound."""
-    metrics = PrometheusSource(settings.vm_endpoint())
-    logs = VictoriaLogsSource(settings.vl_endpoint())
+    vm, vl = settings.vm_endpoint(), settings.vl_endpoint()
+    tls = tls_context([vm.url, vl.url])
+    metrics = PrometheusSource(vm, tls=tls)
+    logs = VictoriaLogsSource(vl, tls=tls)
     try:
         yield Sources(metrics=metrics, logs=logs)
     finally:

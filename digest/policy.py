@@ -18,13 +18,11 @@ WARNING, 8 and below CRITICAL.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from checks.alerts import AlertsPolicy
@@ -130,6 +128,11 @@ def load_policy(path: Path | None) -> Policy:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise PolicyError(f"cannot read {path} ({exc.strerror or type(exc).__name__})") from None
+    # Imported here: most runs have no policy file, and every run pays its start-up time.
+    import tomllib
+
+    import yaml
+
     try:
         raw = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:

@@ -12,18 +12,22 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from checks.contract import Finding, Status
 from digest.score import Digest, DigestStatus
+
+if TYPE_CHECKING:
+    import jinja2
 
 FORMATS = ("text", "html", "json")
 _MARKS = {Status.OK: "✓", Status.WARN: "▲", Status.CRIT: "✖", Status.UNKNOWN: "?"}
 
 
 def _environment(autoescape: bool) -> jinja2.Environment:
+    # Imported on first use: JSON output and start-up do not need Jinja2.
+    import jinja2
+
     folder = resources.files("templates")
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(folder)),
@@ -36,18 +40,30 @@ def _environment(autoescape: bool) -> jinja2.Environment:
 
 
 class Renderer:
-    """Holds the two template environments; build once, render many digests."""
+    """Holds the template of each format, compiled on first use; build once, render many digests."""
 
     def __init__(self) -> None:
-        self._text = _environment(autoescape=False).get_template("digest.txt.j2")
-        self._html = _environment(autoescape=True).get_template("digest.html.j2")
+        self._templates: dict[str, jinja2.Template] = {}
 
     def render(self, digest: Digest, fmt: str) -> str:
         """The digest in ``fmt`` (text, html or json)."""
         if fmt == "json":
             return json.dumps(to_json(digest), ensure_ascii=False, indent=2)
-        template = self._html if fmt == "html" else self._text
-        return template.render(**_context(digest)).strip() + "\n"
+        return self._template(fmt).render(**_context(digest)).strip() + "\n"
+
+    def preload(self, *formats: str) -> Renderer:
+        """Compile the templates of ``formats`` now, so that a long-running service fails at start, not at noon."""
+        for fmt in formats:
+            self._template(fmt)
+        return self
+
+    def _template(self, fmt: str) -> jinja2.Template:
+        """The compiled template of ``fmt``: HTML autoescaped, text not."""
+        if fmt not in self._templates:
+            html = fmt == "html"
+            name = "digest.html.j2" if html else "digest.txt.j2"
+            self._templates[fmt] = _environment(autoescape=html).get_template(name)
+        return self._templates[fmt]
 
 
 def headline(digest: Digest) -> str:

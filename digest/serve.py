@@ -117,7 +117,9 @@ async def chat_poster(config: Config, token: str) -> AsyncIterator[ChatPoster]:
     try:
         async with Bot(token, base_url=f"{root}/bot", base_file_url=f"{root}/file/bot") as bot:
             yield ChatPoster(
-                Poster(sender=Sender(bot, state=state), state=state), settings.telegram_chat_ids, Renderer()
+                Poster(sender=Sender(bot, state=state), state=state),
+                settings.telegram_chat_ids,
+                Renderer().preload("html"),
             )
     finally:
         state.close()
