@@ -32,13 +32,13 @@ from telegram.ext import Application, ApplicationBuilder, CommandHandler, Contex
 
 from checks.contract import Window
 from digest.delivery import Outcome, Photo, Poster, PostResult, Sender
-from digest.engine import Config, make_chart, make_digest
+from digest.engine import Config, make_chart, make_digest, stored_history
 from digest.health import DigestMetrics, HealthServer
 from digest.render import Renderer, headline
 from digest.score import Digest
 from digest.settings import Settings
 from digest.sources import Endpoint
-from digest.state import DeliveryState, StateError
+from digest.state import DeliveryState, HistoryStore, StateError
 from digest.window import WindowError, day_window, last_window, parse_date, parse_duration
 
 log = logging.getLogger(__name__)
@@ -132,6 +132,7 @@ class DigestService:
     config: Config
     renderer: Renderer = field(default_factory=Renderer)
     metrics: DigestMetrics | None = None
+    history_store: HistoryStore | None = None
     _in_flight: dict[tuple[datetime, datetime], asyncio.Task[Digest]] = field(default_factory=dict)
     _charts_in_flight: dict[tuple[datetime, datetime], asyncio.Task[Photo | None]] = field(default_factory=dict)
     computations: int = 0
@@ -162,7 +163,12 @@ class DigestService:
 
     async def _compute(self, window: Window) -> Digest:
         started = time.monotonic()
-        digest = await make_digest(self.config, window, self.config.settings.digest_deadline_seconds)
+        digest = await make_digest(
+            self.config,
+            window,
+            self.config.settings.digest_deadline_seconds,
+            history=stored_history(self.config, self.history_store),
+        )
         if self.metrics is not None:
             self.metrics.observe_digest(digest, time.monotonic() - started)
         return digest

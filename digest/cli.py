@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from checks.contract import Window
-from digest.engine import Config, load_config, make_chart, make_digest
+from digest.engine import Config, load_config, make_chart, make_digest, open_history_store, stored_history
 from digest.logs import configure_logging
 from digest.policy import Policy
 from digest.render import FORMATS, Renderer, headline
@@ -118,7 +118,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from digest.serve import post_window
 
         return asyncio.run(post_window(config, token or "", window, args.format, chart))
-    digest = asyncio.run(make_digest(config, window))
+    # The state file keeps the trends' past days when one is configured; a plain `digest run` writes no file.
+    store = open_history_store(config.settings) if "state_path" in config.settings.model_fields_set else None
+    try:
+        digest = asyncio.run(make_digest(config, window, history=stored_history(config, store)))
+    finally:
+        if store is not None:
+            store.close()
     if chart is not None:
         asyncio.run(make_chart(config, window, chart, headline(digest)))
     sys.stdout.write(Renderer().render(digest, args.format))

@@ -7,6 +7,7 @@ replayed day runs exactly the code of today's digest.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -18,7 +19,10 @@ from digest.policy import Policy, PolicyError, load_policy
 from digest.score import Digest, grade
 from digest.settings import ConfigError, Settings, load_settings
 from digest.sources import PrometheusSource, VictoriaLogsSource, tls_context
+from digest.state import HistoryStore, StateError
 from digest.trends import History, graded_only, previous_digests, trend_lines
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,20 @@ def load_config() -> Config:
     except PolicyError as exc:
         raise ConfigError(f"DIGEST_POLICY_FILE: {exc}") from None
     return Config(settings=settings, policy=policy)
+
+
+def open_history_store(settings: Settings) -> HistoryStore | None:
+    """The trends' store of past graded findings in the state file; None (logged) when the file is unusable."""
+    try:
+        return HistoryStore(settings.state_path)
+    except StateError as exc:
+        log.warning("trends will query every past day: %s", exc)
+        return None
+
+
+def stored_history(config: Config, store: HistoryStore | None) -> History:
+    """A `History` for one digest that reads and fills ``store``."""
+    return History(store=store, cluster=config.settings.cluster, policy=config.policy)
 
 
 @asynccontextmanager

@@ -21,7 +21,7 @@ from telegram import Bot, Update
 from checks.contract import Window
 from digest.bot import DigestBot, DigestService, build_application
 from digest.delivery import Outcome, Photo, Poster, Sender
-from digest.engine import Config, make_chart, make_digest
+from digest.engine import Config, make_chart, make_digest, open_history_store, stored_history
 from digest.health import DigestMetrics
 from digest.render import Renderer, headline
 from digest.replay import replay
@@ -53,7 +53,9 @@ def serve(config: Config, token: str) -> int:
     except StateError as exc:
         print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    bot = DigestBot(config=config, state=state, service=DigestService(config, metrics=DigestMetrics()))
+    store = open_history_store(settings)
+    service = DigestService(config, metrics=DigestMetrics(), history_store=store)
+    bot = DigestBot(config=config, state=state, service=service)
     application = build_application(bot, token)
     try:
         if settings.telegram_webhook_url:
@@ -70,6 +72,8 @@ def serve(config: Config, token: str) -> int:
             application.run_polling(allowed_updates=Update.ALL_TYPES, drop_pending_updates=False)
     finally:
         state.close()
+        if store is not None:
+            store.close()
     return EXIT_OK
 
 
@@ -130,7 +134,12 @@ async def post_window(config: Config, token: str, window: Window, fmt: str, char
 
     With ``chart``, the window's chart is drawn there and attached to each post.
     """
-    digest = await make_digest(config, window)
+    store = open_history_store(config.settings)
+    try:
+        digest = await make_digest(config, window, history=stored_history(config, store))
+    finally:
+        if store is not None:
+            store.close()
     photo = None
     if chart is not None:
         caption = await make_chart(config, window, chart, headline(digest))

@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS chat_moves (
 );
 """
 _BUSY_TIMEOUT_SECONDS = 30.0
+_HISTORY_DAYS = 90
 
 
 class DeliveryStatus(StrEnum):
@@ -213,3 +214,70 @@ def _delivery(row: tuple[Any, ...]) -> Delivery:
         error=str(error) if error is not None else None,
         permanent=bool(permanent),
     )
+
+
+_HISTORY_SCHEMA = """
+CREATE TABLE IF NOT EXISTS graded_history (
+    cluster       TEXT NOT NULL,
+    policy        TEXT NOT NULL,
+    window_start  REAL NOT NULL,
+    window_end    REAL NOT NULL,
+    findings      TEXT NOT NULL,
+    stored_at     REAL NOT NULL,
+    PRIMARY KEY (cluster, policy, window_start, window_end)
+);
+"""
+
+
+class HistoryStore:
+    """The graded findings of past windows, so that a daily digest does not query its last seven days again.
+
+    Keyed by cluster, a fingerprint of the graded checks' policy (a changed threshold or rule recomputes) and the
+    window's bounds. The payload is opaque JSON written by `digest.trends`. Every SQLite error is a `StateError`;
+    the caller logs it and carries on without the store — a cache must never cost a digest. Rows are kept for
+    ``_HISTORY_DAYS`` days: trends look back at most 31.
+    """
+
+    def __init__(self, path: Path, busy_timeout_seconds: float = _BUSY_TIMEOUT_SECONDS) -> None:
+        self._path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._connection = sqlite3.connect(
+                path, timeout=busy_timeout_seconds, isolation_level=None, check_same_thread=False
+            )
+            self._connection.execute("PRAGMA journal_mode=WAL")
+            self._connection.execute("PRAGMA synchronous=NORMAL")
+            self._connection.executescript(_HISTORY_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise StateError(f"state file {path}: {exc}") from None
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def load(self, cluster: str, policy: str, start: float, end: float) -> str | None:
+        """The stored payload of that window, or None."""
+        try:
+            row = self._connection.execute(
+                "SELECT findings FROM graded_history WHERE cluster = ? AND policy = ? AND window_start = ? "
+                "AND window_end = ?",
+                (cluster, policy, start, end),
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise StateError(f"state file {self._path}: {exc}") from None
+        return None if row is None else str(row[0])
+
+    def save(self, cluster: str, policy: str, start: float, end: float, payload: str, now: float | None = None) -> None:
+        """Store (or replace) the payload of that window."""
+        try:
+            moment = time.time() if now is None else now
+            with self._connection:
+                self._connection.execute("BEGIN IMMEDIATE")
+                self._connection.execute(
+                    "INSERT OR REPLACE INTO graded_history VALUES (?, ?, ?, ?, ?, ?)",
+                    (cluster, policy, start, end, payload, moment),
+                )
+                self._connection.execute(
+                    "DELETE FROM graded_history WHERE stored_at < ?", (moment - _HISTORY_DAYS * 86_400,)
+                )
+        except sqlite3.Error as exc:
+            raise StateError(f"state file {self._path}: {exc}") from None

@@ -13,14 +13,20 @@ healthy cluster stays well within it, and the incidents behind this project were
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import logging
 import statistics
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from checks.contract import Finding, Sources, Status, Window, fmt_int
 from digest.collect import Collected, build_checks, collect
-from digest.policy import Policy
+from digest.policy import CHECK_POLICIES, Policy
 from digest.score import Digest, DigestStatus, grade
+from digest.state import HistoryStore, StateError
+
+log = logging.getLogger(__name__)
 
 
 def shifted(window: Window, days_back: int) -> Window:
@@ -41,11 +47,17 @@ WindowKey = tuple[datetime, datetime]
 class History:
     """Graded findings per window, each computed once: a replay's days are each other's history.
 
-    Holds tasks, not results, so that two days computed at the same time share the computation of a third.
+    Holds tasks, not results, so that two days computed at the same time share the computation of a third. With a
+    `HistoryStore` (the daily digest's state file), past windows read back what an earlier digest computed, so a
+    digest queries its own window and the one day not seen yet instead of the last seven again; a window is stored
+    only when none of its graded checks was UNKNOWN, so a day a backend was down is asked again next time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, store: HistoryStore | None = None, cluster: str = "", policy: Policy | None = None) -> None:
         self._tasks: dict[WindowKey, asyncio.Future[Collected]] = {}
+        self._store = store
+        self._cluster = cluster
+        self._fingerprint = policy_fingerprint(policy) if policy is not None else ""
 
     def offer(self, window: Window, graded: Awaitable[Collected]) -> None:
         """Make ``graded`` (the graded findings of ``window``, being computed anyway) available to later days."""
@@ -55,8 +67,77 @@ class History:
         """The graded findings of ``window``, computed now unless another day already did or is doing it."""
         key = (window.start, window.end)
         if key not in self._tasks:
-            self._tasks[key] = asyncio.ensure_future(compute())
+            self._tasks[key] = asyncio.ensure_future(self._stored_or_computed(window, compute))
         return await asyncio.shield(self._tasks[key])
+
+    async def _stored_or_computed(self, window: Window, compute: Callable[[], Awaitable[Collected]]) -> Collected:
+        stored = self._load(window)
+        if stored is not None:
+            return stored
+        computed = await compute()
+        if all(finding.status is not Status.UNKNOWN for finding in computed.findings):
+            self._save(window, computed)
+        return computed
+
+    def _load(self, window: Window) -> Collected | None:
+        if self._store is None:
+            return None
+        try:
+            payload = self._store.load(
+                self._cluster, self._fingerprint, window.start.timestamp(), window.end.timestamp()
+            )
+            return None if payload is None else _decode(payload)
+        except (StateError, ValueError, KeyError, TypeError) as exc:
+            self._give_up(exc)
+            return None
+
+    def _save(self, window: Window, collected: Collected) -> None:
+        if self._store is None:
+            return
+        try:
+            self._store.save(
+                self._cluster,
+                self._fingerprint,
+                window.start.timestamp(),
+                window.end.timestamp(),
+                _encode(collected),
+            )
+        except StateError as exc:
+            self._give_up(exc)
+
+    def _give_up(self, exc: Exception) -> None:
+        log.warning("trend history store disabled for this digest, querying the backends instead: %s", exc)
+        self._store = None
+
+
+def policy_fingerprint(policy: Policy) -> str:
+    """What the stored findings depend on: the graded checks' settings (a changed threshold recomputes)."""
+    graded = {name: repr(getattr(policy, name)) for name in sorted(CHECK_POLICIES) if policy.graded(name)}
+    return hashlib.sha256(json.dumps(graded, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _encode(collected: Collected) -> str:
+    findings = [
+        {"name": finding.name, "status": finding.status.value, "penalty": finding.penalty, "value": finding.value}
+        for finding in collected.findings
+    ]
+    return json.dumps({"findings": findings, "disabled": list(collected.disabled)})
+
+
+def _decode(payload: str) -> Collected:
+    """Findings as trends and grading need them: status, penalty and value (the wording is not kept)."""
+    raw = json.loads(payload)
+    findings = tuple(
+        Finding(
+            name=str(item["name"]),
+            status=Status(item["status"]),
+            penalty=int(item["penalty"]),
+            value=None if item["value"] is None else float(item["value"]),
+            summary="(stored by an earlier digest)",
+        )
+        for item in raw["findings"]
+    )
+    return Collected(findings=findings, disabled=tuple(str(name) for name in raw["disabled"]))
 
 
 def graded_only(collected: Collected, policy: Policy) -> Collected:
