@@ -22,7 +22,7 @@ under load, not on average. A near-idle container's ratio is noise (3 throttled 
 
 Default penalties are 0: the seed rule grades (the UH that throttling caused costs its points in ``envoy_flags``);
 this check explains it. No cAdvisor series at all: UNKNOWN. cAdvisor present but no CFS series: OK, "no container
-has a CPU limit".
+has a CPU limit". CFS series come from cAdvisor, so the cAdvisor presence query is asked only when there are none.
 """
 
 from __future__ import annotations

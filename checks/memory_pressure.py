@@ -25,6 +25,17 @@ window's largest limit, so a one-scrape spike still shows in the explanation.
 Default penalties are 0: the seed rule grades (an OOM kill costs its point in ``oom_kills``); this check explains
 what came before it. The policy file can give it points.
 
+Cost: ``sustained``, ``minutes`` and ``since`` step through the window minute by minute, nested for ``sustained``;
+over a whole cluster they were most of a digest's backend time. They are asked only about the candidates, whose
+highest working set over their lowest limit (from as early as those subqueries reach) crosses the warning ratio::
+
+    candidates: max by (…) (max_over_time(working_set[<window + sustain + 15m>]))
+                / min by (…) (min_over_time(limits[<window + sustain + 15m>]) > 0) >= 0.85
+
+That bound is at least every per-minute ratio, so a container below it cannot be found above the threshold by the
+subqueries (a limit lowered under a steady working set is still caught). The ``presence`` query is asked only when
+``peak`` is empty, to say which of cAdvisor, kube-state-metrics or the limits is missing.
+
 No cAdvisor series at all, or kube-state-metrics not scraped (the limits come from it): UNKNOWN. cAdvisor and
 kube-state-metrics present but no memory limit on any container: OK, "no memory limits set" — nothing can be near a
 limit that does not exist.

@@ -19,6 +19,9 @@ kill on the node, including child processes that did not terminate the container
 Threshold (the seed's rule): any OOM kill in the window costs one point; together with error lines at most two
 (the cap lives in the policy, not here). Without kube-state-metrics (no ``up`` series for its job, or ``up`` never 1)
 the check is UNKNOWN: no OOMKilled series means "healthy" only when the exporter was there to emit it.
+
+Cost: the ``kills`` subquery steps through the window minute by minute, so it is asked only about the containers whose
+restart counter changed (`checks.restarted`); no restart in the window, no subquery.
 """
 
 from __future__ import annotations

@@ -39,6 +39,9 @@ minutes not ready are shown, not graded: the restart they cause is what is count
 
 Default penalties are 0: the seed rule grades (OOM kills cost their point in ``oom_kills``); this check explains.
 Without kube-state-metrics (no ``up`` for its job, or never 1): UNKNOWN.
+
+Cost: the restart and reason subqueries step through the window minute by minute, so they are asked only about the
+containers whose counter changed (`checks.restarted`) — a dozen on a normal day, not the cluster's thousands.
 """
 
 from __future__ import annotations

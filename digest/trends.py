@@ -6,6 +6,10 @@ same queries, shifted), concurrently under the sources' bound. A signal is calle
 or when it appears from nothing; days whose check was UNKNOWN (no data) do not count toward the median. The previous
 day's grade gives "score 10 → 8 since yesterday".
 
+Re-running seven days' graded checks for every digest is seven days of log scanning on a real cluster: the daily
+digest (the bot, ``digest run`` with a state file) keeps each past window's graded findings in a `HistoryStore` and
+reads them back; a replay recomputes everything from the backends.
+
 Why the median: one bad day last week must not make today's flood look normal; why ×3: day-to-day noise of a
 healthy cluster stays well within it, and the incidents behind this project were ×100 and more.
 """

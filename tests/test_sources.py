@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -56,6 +57,30 @@ async def _query(url: str, timeout_seconds: float = 2.0, logs: bool = False) -> 
             ),
             SourceErrorKind.BAD_RESPONSE,
             "not a number",
+        ),
+        (
+            Behaviour(body=b'{"status":"success","data":{"resultType":"vector","result":[["up",1]]}}'),
+            SourceErrorKind.BAD_RESPONSE,
+            "not a list of series",
+        ),
+        (
+            Behaviour(
+                body=b'{"status":"success","data":{"resultType":"vector","result":[{"metric":[],"value":[1,"1"]}]}}'
+            ),
+            SourceErrorKind.BAD_RESPONSE,
+            "labels are not an object",
+        ),
+        (
+            Behaviour(body=b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1]}]}}'),
+            SourceErrorKind.BAD_RESPONSE,
+            "[time, value] pair",
+        ),
+        (
+            Behaviour(
+                body=b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":"1x"}]}}'
+            ),
+            SourceErrorKind.BAD_RESPONSE,
+            "[time, value] pair",
         ),
     ],
 )
@@ -127,3 +152,23 @@ async def test_concurrency_is_bounded() -> None:
         await source.aclose()
     assert len(served.requests) == 20
     assert served.max_in_flight == 3
+
+
+async def test_rows_keep_their_labels_as_text_and_drop_nan() -> None:
+    """A label sent as a number reads as text, a row without labels has none, and a NaN sample is no sample."""
+    result = [
+        {"metric": {"pod": "web-1", "restarts": 3}, "value": [1, "2"]},
+        {"value": [1, "4.5"]},
+        {"metric": {"pod": "web-2"}, "value": [1, "NaN"]},
+    ]
+    body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+    with misbehaving_server(Behaviour(body=body)) as url:
+        source = PrometheusSource(Endpoint(name="VictoriaMetrics", url=url))
+        try:
+            samples = await source.instant("up", AT)
+        finally:
+            await source.aclose()
+    assert [(dict(sample.labels), sample.value) for sample in samples] == [
+        ({"pod": "web-1", "restarts": "3"}, 2.0),
+        ({}, 4.5),
+    ]
