@@ -302,6 +302,7 @@ class DayResult:
     floors: list[FloorResult] = field(default_factory=list)
     recorded_floors: list[FloorResult] = field(default_factory=list)
     startup: list[Run] = field(default_factory=list)
+    warm_seconds: list[float] = field(default_factory=list)  # digests computed inside one running process
     naive: Run | None = None
     naive_out: dict[str, object] = field(default_factory=dict)
     naive_error: str = ""
@@ -329,6 +330,10 @@ class DayResult:
         return self.digest_median / self.floor_median
 
     @property
+    def warm_median(self) -> float:
+        return statistics.median(self.warm_seconds) if self.warm_seconds else float("nan")
+
+    @property
     def max_rss(self) -> float:
         return max(run.max_rss_mib for run in self.digest_runs)
 
@@ -352,6 +357,12 @@ class ReplayResult:
     other_cores: float = 0.0
     backends_cores: float = 0.0
     not_checked: dict[str, int] = field(default_factory=dict)
+    # `digest run` of the last replayed day, without a state file and with one that holds the past days.
+    run_day: dt.date | None = None
+    run_without_store: list[Run] = field(default_factory=list)
+    run_with_store: list[Run] = field(default_factory=list)
+    run_without_store_counts: tuple[Counts, Counts] = (Counts(), Counts())
+    run_with_store_counts: tuple[Counts, Counts] = (Counts(), Counts())
 
     @property
     def ratio(self) -> float:
@@ -497,6 +508,10 @@ def measure_day(
                 )
             for _ in range(repeats):
                 result.startup.append(checked(measured([*digest_command(), "--help"], env), "digest --help"))
+            warm_command = [sys.executable, "-m", "bench.warm", "--date", DAY.isoformat(), "--repeats", str(repeats)]
+            warm = checked(measured(warm_command, env), "warm digests")
+            result.warm_seconds = [float(seconds) for seconds in json.loads(warm.stdout)["seconds"]]
+            say(f"{label}: warm digests in one process: {', '.join(f'{t:.2f}' for t in result.warm_seconds)} s")
         result.other_cores = meter.other_cores
 
         if profile_dir is not None:
@@ -547,10 +562,39 @@ def measure_replay(cluster: Cluster, profile: Profile, repeats: int, profile_dir
                     f"1 day {result.one[-1].seconds:.2f} s"
                 )
         result.other_cores, result.backends_cores = meter.other_cores, meter.backends_cores
+        measure_history_store(backends, days[-1], result, repeats)
         if profile_dir is not None:
             run_profiled(many_command, env, profile_dir / "digest-replay-many.txt")
             run_profiled(one_command, env, profile_dir / "digest-replay-one.txt")
     return result
+
+
+def measure_history_store(backends: EmbeddedBackends, day: dt.date, result: ReplayResult, repeats: int) -> None:
+    """``digest run`` of a day whose 7 previous days have data: without a state file, and with one that has them."""
+    command = [*digest_command(), "run", "--date", day.isoformat(), "--format", "json"]
+    result.run_day = day
+    with tempfile.TemporaryDirectory(prefix="digest-bench-state-") as tmp:
+        plain = digest_env(backends.metrics.url, backends.logs.url)
+        stored = {**plain, "DIGEST_STATE_PATH": str(Path(tmp) / "state.sqlite")}
+        checked(measured(command, stored), "digest run filling the state file")
+        with CountingProxy(backends.metrics.url) as vm_proxy, CountingProxy(backends.logs.url) as vl_proxy:
+            proxied = digest_env(vm_proxy.url, vl_proxy.url)
+            without = checked(measured(command, proxied), "digest run without state (proxied)")
+            result.run_without_store_counts = (vm_proxy.reset(), vl_proxy.reset())
+            with_store = checked(
+                measured(command, {**proxied, "DIGEST_STATE_PATH": stored["DIGEST_STATE_PATH"]}),
+                "digest run with state (proxied)",
+            )
+            result.run_with_store_counts = (vm_proxy.reset(), vl_proxy.reset())
+        if json.loads(without.stdout) != json.loads(with_store.stdout):
+            raise RuntimeError(f"digest run {day}: the stored past days changed the digest")
+        for _ in range(repeats):
+            result.run_without_store.append(checked(measured(command, plain), "digest run without state"))
+            result.run_with_store.append(checked(measured(command, stored), "digest run with state"))
+    say(
+        f"history store: digest run {day}: {_median(result.run_without_store):.2f} s without state, "
+        f"{_median(result.run_with_store):.2f} s with the past days stored"
+    )
 
 
 # --------------------------------------------------------------------------------------------------- report
@@ -732,6 +776,14 @@ def render(
             "",
         ),
         (
+            "digest computed inside a running process (as `digest serve` answers `/digest`), median; ratio to the "
+            "checks floor",
+            f"{small.warm_median:.2f} s; {small.warm_median / small.floor_median:.2f}×",
+            f"{big.warm_median:.2f} s; {big.warm_median / big.floor_median:.2f}×",
+            "",
+            "",
+        ),
+        (
             "`digest run` CPU time (user + system), median",
             f"{_median(small.digest_runs, 'cpu_seconds'):.2f} s",
             f"{_median(big.digest_runs, 'cpu_seconds'):.2f} s",
@@ -878,6 +930,27 @@ def _replay_lines(replay: ReplayResult) -> list[str]:
         "Checks not checked in the proxied replay (days): "
         + (", ".join(f"`{name}` {count}" for name, count in sorted(replay.not_checked.items())) or "none")
         + ".",
+        "",
+        *_store_lines(replay),
+    ]
+
+
+def _store_lines(replay: ReplayResult) -> list[str]:
+    if replay.run_day is None or not replay.run_without_store:
+        return []
+    day, k = replay.run_day, len(replay.run_without_store)
+    with_data = sum(1 for other in replay.days if 1 <= (day - other).days <= 7)
+    without, stored = replay.run_without_store_counts, replay.run_with_store_counts
+    return [
+        f"The state file's trend history, on the replay dataset ({with_data} of the 7 days before {day} have data): "
+        f"`digest run --date {day}`, median of {k}.",
+        "",
+        "| `digest run` | wall time | CPU time of digest | requests (VM + VL) |",
+        "|---|---|---|---|",
+        f"| without a state file: the 7 past days queried again | {_median(replay.run_without_store):.2f} s | "
+        f"{_median(replay.run_without_store, 'cpu_seconds'):.2f} s | {without[0].requests} + {without[1].requests} |",
+        f"| `DIGEST_STATE_PATH` set, past days stored by an earlier digest | {_median(replay.run_with_store):.2f} s | "
+        f"{_median(replay.run_with_store, 'cpu_seconds'):.2f} s | {stored[0].requests} + {stored[1].requests} |",
         "",
     ]
 
