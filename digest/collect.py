@@ -10,10 +10,22 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from checks.alerts import AlertsCheck
 from checks.conntrack import ConntrackCheck
-from checks.contract import Check, Finding, Sources, Window, unknown
+from checks.contract import (
+    Check,
+    Finding,
+    LogsSource,
+    MetricsSource,
+    RangeSeries,
+    Sample,
+    SourceError,
+    Sources,
+    Window,
+    unknown,
+)
 from checks.cpu_throttling import CpuThrottlingCheck
 from checks.empty_endpoints import EmptyEndpointsCheck
 from checks.envoy_flags import EnvoyFlagsCheck
@@ -45,10 +57,63 @@ CHECK_ORDER = (
 
 @dataclass(frozen=True)
 class Collected:
-    """The findings of the enabled checks, in display order, and the names of the disabled ones."""
+    """The findings of the enabled checks, in display order, and the names of the disabled ones.
+
+    ``complete`` is False when a query failed or a check overran its deadline or raised: the findings are still
+    right to show (each says what it could not see), but not the final word on the window — a history store keeps
+    only complete windows, so that a backend's bad minute is not remembered as the day's truth.
+    """
 
     findings: tuple[Finding, ...]
     disabled: tuple[str, ...]
+    complete: bool = True
+
+
+@dataclass
+class _Failures:
+    """Whether any query of one collection failed."""
+
+    seen: bool = False
+
+
+@dataclass(frozen=True)
+class _WatchedMetrics:
+    inner: MetricsSource
+    failures: _Failures
+
+    async def instant(self, query: str, at: datetime) -> list[Sample]:
+        try:
+            return await self.inner.instant(query, at)
+        except SourceError:
+            self.failures.seen = True
+            raise
+
+    async def range(self, query: str, start: datetime, end: datetime, step_seconds: int) -> list[RangeSeries]:
+        try:
+            return await self.inner.range(query, start, end, step_seconds)
+        except SourceError:
+            self.failures.seen = True
+            raise
+
+
+@dataclass(frozen=True)
+class _WatchedLogs:
+    inner: LogsSource
+    failures: _Failures
+
+    async def stats(self, query: str, at: datetime) -> list[Sample]:
+        try:
+            return await self.inner.stats(query, at)
+        except SourceError:
+            self.failures.seen = True
+            raise
+
+    async def stats_range(self, query: str, start: datetime, end: datetime, step_seconds: int) -> list[RangeSeries]:
+        try:
+            return await self.inner.stats_range(query, start, end, step_seconds)
+        except SourceError:
+            self.failures.seen = True
+            raise
 
 
 def build_checks(policy: Policy) -> list[Check]:
@@ -69,17 +134,21 @@ def build_checks(policy: Policy) -> list[Check]:
     return [every[name] for name in CHECK_ORDER if policy.enabled(name)]
 
 
-async def _guarded(check: Check, sources: Sources, window: Window, deadline_seconds: float) -> Finding:
+async def _guarded(
+    check: Check, sources: Sources, window: Window, deadline_seconds: float, failures: _Failures
+) -> Finding:
     try:
         async with asyncio.timeout(deadline_seconds):
             return await check(sources, window)
     except TimeoutError:
+        failures.seen = True
         return unknown(
             check.name,
             f"{check.name} not checked: no answer within {deadline_seconds:g} s",
             f"timeout: no complete answer within the check deadline of {deadline_seconds:g} s",
         )
     except Exception as exc:  # a bug in one check must not take the whole digest down
+        failures.seen = True
         log.exception("check %s failed", check.name)
         return unknown(check.name, f"{check.name} not checked: internal error", f"internal error: {type(exc).__name__}")
 
@@ -88,6 +157,8 @@ async def collect(
     checks: Sequence[Check], sources: Sources, window: Window, policy: Policy, deadline_seconds: float
 ) -> Collected:
     """Run ``checks`` concurrently (the sources bound the number of queries in flight)."""
-    findings = await asyncio.gather(*(_guarded(check, sources, window, deadline_seconds) for check in checks))
+    failures = _Failures()
+    watched = Sources(metrics=_WatchedMetrics(sources.metrics, failures), logs=_WatchedLogs(sources.logs, failures))
+    findings = await asyncio.gather(*(_guarded(check, watched, window, deadline_seconds, failures) for check in checks))
     disabled = tuple(name for name in CHECK_ORDER if not policy.enabled(name))
-    return Collected(findings=tuple(findings), disabled=disabled)
+    return Collected(findings=tuple(findings), disabled=disabled, complete=not failures.seen)

@@ -53,8 +53,10 @@ class History:
 
     Holds tasks, not results, so that two days computed at the same time share the computation of a third. With a
     `HistoryStore` (the daily digest's state file), past windows read back what an earlier digest computed, so a
-    digest queries its own window and the one day not seen yet instead of the last seven again; a window is stored
-    only when none of its graded checks was UNKNOWN, so a day a backend was down is asked again next time.
+    digest queries its own window and the one day not seen yet instead of the last seven again. A window is stored
+    only when every query answered and every check finished (`Collected.complete`): a day the backends could not be
+    asked is asked again next time, while a day that answered "no data" (an exporter that is not there, a check that
+    is blind every day) is stored like any other.
     """
 
     def __init__(self, store: HistoryStore | None = None, cluster: str = "", policy: Policy | None = None) -> None:
@@ -79,7 +81,7 @@ class History:
         if stored is not None:
             return stored
         computed = await compute()
-        if all(finding.status is not Status.UNKNOWN for finding in computed.findings):
+        if computed.complete:
             self._save(window, computed)
         return computed
 
@@ -149,6 +151,7 @@ def graded_only(collected: Collected, policy: Policy) -> Collected:
     return Collected(
         findings=tuple(finding for finding in collected.findings if policy.graded(finding.name)),
         disabled=collected.disabled,
+        complete=collected.complete,
     )
 
 

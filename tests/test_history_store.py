@@ -8,13 +8,13 @@ from __future__ import annotations
 import logging
 import sqlite3
 from dataclasses import replace
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from checks.error_lines import ErrorLinesPolicy
-from digest.embedded import EmbeddedBackends
+from digest.embedded import EmbeddedBackends, free_port
 from digest.engine import Config, make_digest, open_history_store, open_sources, stored_history
 from digest.policy import Policy
 from digest.render import to_json
@@ -66,8 +66,33 @@ async def test_second_digest_reads_past_days_from_the_store(corpus_backends: Emb
     assert queries_second < queries_first
     with sqlite3.connect(tmp_path / "state.sqlite") as connection:
         stored = connection.execute("SELECT window_start FROM graded_history ORDER BY window_start").fetchall()
-    # 08-12 and 08-16 have data; the five empty days are UNKNOWN and asked again next time.
-    assert [datetime.fromtimestamp(start, UTC).date() for (start,) in stored] == [date(2026, 8, 12), date(2026, 8, 16)]
+    # Every past day answered — 08-12 and 08-16 with data, the five others with "no data" — so all seven are kept.
+    assert [datetime.fromtimestamp(start, UTC).date() for (start,) in stored] == [
+        date(2026, 8, 10) + timedelta(days=offset) for offset in range(7)
+    ]
+
+
+async def test_days_whose_queries_failed_are_not_stored(corpus_backends: EmbeddedBackends, tmp_path: Path) -> None:
+    """With the log backend unreachable, no past day is kept; once it answers, they are."""
+    state = tmp_path / "state.sqlite"
+    down = _config(corpus_backends, state)
+    down = Config(
+        settings=down.settings.model_copy(update={"vl_url": f"http://127.0.0.1:{free_port()}"}), policy=down.policy
+    )
+    store = open_history_store(down.settings)
+    assert store is not None
+    try:
+        blind, _ = await _digest_and_queries(down, store)
+        checks = blind["checks"]
+        assert isinstance(checks, list)
+        assert any(check["status"] == "UNKNOWN" for check in checks)
+        with sqlite3.connect(state) as connection:
+            assert connection.execute("SELECT count(*) FROM graded_history").fetchone() == (0,)
+        await _digest_and_queries(_config(corpus_backends, state), store)
+    finally:
+        store.close()
+    with sqlite3.connect(state) as connection:
+        assert connection.execute("SELECT count(*) FROM graded_history").fetchone() == (7,)
 
 
 def test_a_changed_graded_policy_does_not_read_old_findings() -> None:
