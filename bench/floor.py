@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfo
 import httpx
 
 from checks.contract import Window
-from checks.promql import ContainerKey
+from checks.promql import ContainerKey, quote
 from checks.restarted import narrowing
 from digest.collect import build_checks
 from digest.policy import Policy
@@ -93,7 +93,7 @@ def _range(query: str, start: datetime, end: datetime, step_seconds: int, purpos
 
 def conntrack_peak_query(instance: str) -> str:
     """The range query ``ConntrackCheck._peak_time`` sends for the worst node (same quoting)."""
-    selector = instance.replace("\\", "\\\\").replace('"', '\\"')
+    selector = quote(instance)
     return (
         f'node_nf_conntrack_entries{{instance="{selector}"}} / node_nf_conntrack_entries_limit{{instance="{selector}"}}'
     )

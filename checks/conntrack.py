@@ -33,6 +33,7 @@ from checks.contract import (
     node_name,
     unknown,
 )
+from checks.promql import quote
 
 NAME = "conntrack"
 
@@ -168,7 +169,7 @@ class ConntrackCheck:
 
     async def _peak_time(self, sources: Sources, window: Window, instance: str) -> str:
         """The minute the worst node peaked; empty when the range query fails (the peak itself is known)."""
-        selector = instance.replace("\\", "\\\\").replace('"', '\\"')
+        selector = quote(instance)
         query = (
             f'node_nf_conntrack_entries{{instance="{selector}"}} / '
             f'node_nf_conntrack_entries_limit{{instance="{selector}"}}'

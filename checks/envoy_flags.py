@@ -53,6 +53,7 @@ from checks.contract import (
     unknown,
 )
 from checks.logsql import field_name
+from checks.promql import quote
 
 NAME = "envoy_flags"
 
@@ -214,8 +215,8 @@ class EnvoyFlagsCheck:
         """Per-hour requests and UC answers of one Istio service (the access log has its hours already)."""
         namespace, service = upstream.removeprefix("istio:").split("/", 1)
         selector = (
-            f'reporter="destination", destination_service_namespace="{_escape(namespace)}", '
-            f'destination_service_name="{_escape(service)}"'
+            f'reporter="destination", destination_service_namespace="{quote(namespace)}", '
+            f'destination_service_name="{quote(service)}"'
         )
         return {
             "requests": f"sum(increase(istio_requests_total{{{selector}}}[1h]))",
@@ -386,10 +387,6 @@ def _bucket_start(text: str) -> float | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _clean(value: str) -> str:

@@ -1,9 +1,9 @@
 """Writing label values into PromQL safely, and narrowing an expensive query to a few containers.
 
 Label values come from the cluster (pod names, instances, services) and are hostile input like any other: they are
-written into double-quoted PromQL strings with backslashes and quotes escaped, and into regular expressions with
-RE2's metacharacters escaped as well (the set Go's ``regexp.QuoteMeta`` escapes — an escaped space or letter is an
-error in RE2, so Python's ``re.escape`` will not do).
+written into double-quoted PromQL strings with backslashes and quotes escaped, and into regular expressions with the
+metacharacters escaped that Go's ``regexp.QuoteMeta`` escapes (the backends are Go; an escaped letter would be an
+error there, so the set is explicit rather than borrowed from Python's ``re``).
 
 Narrowing: a subquery evaluated at one-minute steps over every container of a cluster costs the backend
 ~2,000 × 1,440 evaluations a day, although on a normal day only a handful of containers restart or come near their

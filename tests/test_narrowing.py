@@ -1,6 +1,8 @@
 """Cheap question first: the restart and memory subqueries narrowed to a few containers answer what the full ones do.
 
-Real VictoriaMetrics for the answers; a recording loopback server for what the sources send.
+Also what that relies on: values from the cluster or the policy written into queries as exact literals, identical
+queries coalesced by the sources. Real VictoriaMetrics and VictoriaLogs for the answers; a recording loopback server
+for what the sources send.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from checks.contract import Sample, Sources, Status, Window
+from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
 from checks.memory_pressure import MemoryPressureCheck, MemoryPressurePolicy
 from checks.oom_kills import OomKillsCheck, OomKillsPolicy
 from checks.promql import MAX_NARROWED, any_of, container_matchers, quote, regex_literal, with_matchers
@@ -229,3 +232,31 @@ def test_plain_http_backends_load_no_certificate_bundle_and_fail_closed() -> Non
     secure = tls_context(["http://vm:8428", "https://logs.example:9428"])
     assert secure.verify_mode is ssl.CERT_REQUIRED
     assert secure.cert_store_stats()["x509_ca"] > 0
+
+
+async def test_error_levels_with_spaces_and_dots_are_matched_literally(own_backends: EmbeddedBackends) -> None:
+    """Policy levels "fatal error" and "err.x" reach VictoriaLogs as exact literals: "errXx" is not counted."""
+    levels = {"fatal error": 3, "err.x": 2, "errXx": 5, "info": 7}
+    records = [
+        json.dumps(
+            {
+                "timestamp": f"2026-03-05T10:00:{index:02d}Z",
+                "message": "something happened",
+                "level": level,
+                "stream": "stdout",
+                "kubernetes": {"pod_namespace": "shop", "pod_name": "web-0", "container_name": "app"},
+            }
+        )
+        for index, level in enumerate(level for level, count in levels.items() for _ in range(count))
+    ]
+    own_backends.ingest_logs([("\n".join(records) + "\n").encode()])
+    start = datetime(2026, 3, 5, 10, tzinfo=UTC)
+    own_backends.wait_for_logs(start, start + timedelta(hours=1), sum(levels.values()))
+    check = ErrorLinesCheck(ErrorLinesPolicy(error_levels=("fatal error", "err.x"), message_word="nothing-matches"))
+    sources = _sources(own_backends)
+    try:
+        finding = await check(sources, _window(start))
+    finally:
+        await _close(sources)
+    assert finding.value == 5
+    assert finding.offenders[0].labels["total_lines"] == "17"
