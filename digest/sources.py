@@ -20,6 +20,7 @@ import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -28,7 +29,8 @@ import httpx
 from checks.contract import RangeSeries, Sample, SourceError, SourceErrorKind
 
 _MAX_ERROR_TEXT = 300
-_NO_LABELS: dict[str, str] = {}
+# A row without labels (an aggregate over everything) takes the checking path, which gives it a dict of its own.
+_NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
