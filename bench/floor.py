@@ -31,8 +31,9 @@ from zoneinfo import ZoneInfo
 
 import httpx
 
+from checks.conntrack import ConntrackCheck
 from checks.contract import Window
-from checks.promql import ContainerKey, quote
+from checks.promql import ContainerKey
 from checks.restarted import narrowing
 from digest.collect import build_checks
 from digest.policy import Policy
@@ -91,14 +92,6 @@ def _range(query: str, start: datetime, end: datetime, step_seconds: int, purpos
     return Query(METRICS, "/api/v1/query_range", form, purpose)
 
 
-def conntrack_peak_query(instance: str) -> str:
-    """The range query ``ConntrackCheck._peak_time`` sends for the worst node (same quoting)."""
-    selector = quote(instance)
-    return (
-        f'node_nf_conntrack_entries{{instance="{selector}"}} / node_nf_conntrack_entries_limit{{instance="{selector}"}}'
-    )
-
-
 @dataclass(frozen=True)
 class Dependencies:
     """Answers some queries depend on, looked up before the timing.
@@ -127,7 +120,7 @@ def _asked(name: str, purpose: str, dependencies: Dependencies) -> bool:
 _NARROWED = {
     "memory_pressure": ("memory_candidates", ("sustained", "minutes", "since")),
     "restarts": ("restarted", ("restarts", "reasons")),
-    "oom_kills": ("restarted", ("kills",)),
+    "oom_kills": ("restarted", ("kills", "kill_times")),
 }
 
 
@@ -175,7 +168,7 @@ def checks_queries(window: Window, dependencies: Dependencies, policy: Policy | 
             if callable(method):
                 add(_instant(method(window), window, f"{name}.{attribute}"))
         if name == "conntrack" and dependencies.conntrack_instance is not None:
-            text = conntrack_peak_query(dependencies.conntrack_instance)
+            text = ConntrackCheck.peak_time_query(dependencies.conntrack_instance)
             add(_range(text, window.start, window.end, 60, "conntrack.peak_time"))
     return queries
 

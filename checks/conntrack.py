@@ -167,15 +167,19 @@ class ConntrackCheck:
             evidence=evidence,
         )
 
-    async def _peak_time(self, sources: Sources, window: Window, instance: str) -> str:
-        """The minute the worst node peaked; empty when the range query fails (the peak itself is known)."""
+    @staticmethod
+    def peak_time_query(instance: str) -> str:
+        """The fill of one node, asked minute by minute to find when it peaked."""
         selector = quote(instance)
-        query = (
+        return (
             f'node_nf_conntrack_entries{{instance="{selector}"}} / '
             f'node_nf_conntrack_entries_limit{{instance="{selector}"}}'
         )
+
+    async def _peak_time(self, sources: Sources, window: Window, instance: str) -> str:
+        """The minute the worst node peaked; empty when the range query fails (the peak itself is known)."""
         try:
-            series = await sources.metrics.range(query, window.start, window.end, 60)
+            series = await sources.metrics.range(self.peak_time_query(instance), window.start, window.end, 60)
         except SourceError:
             return ""
         best: tuple[float, float] | None = None

@@ -44,9 +44,9 @@ from checks.contract import (
     unknown,
 )
 from checks.presence import cadvisor_present_query
+from checks.promql import CONTAINER_LABELS, container_key
 
 NAME = "cpu_throttling"
-_KEY = ("namespace", "pod", "container")
 _BY = "sum by (namespace, pod, container)"
 
 
@@ -146,10 +146,10 @@ class CpuThrottlingCheck:
         limited: int,
     ) -> Finding:
         policy = self.policy
-        limit_by = {_key(sample): sample.value for sample in limits}
-        ratio_by = {_key(sample): sample.value for sample in ratio}
-        worst_by = {_key(sample): sample.value for sample in worst}
-        periods_by = {_key(sample): sample.value for sample in periods}
+        limit_by = {container_key(sample.labels): sample.value for sample in limits}
+        ratio_by = {container_key(sample.labels): sample.value for sample in ratio}
+        worst_by = {container_key(sample.labels): sample.value for sample in worst}
+        periods_by = {container_key(sample.labels): sample.value for sample in periods}
 
         def level_of(key: tuple[str, str, str]) -> int:
             over_window = ratio_by.get(key, 0.0)
@@ -167,7 +167,7 @@ class CpuThrottlingCheck:
         offenders = [
             Offender(
                 labels={
-                    **dict(zip(_KEY, key, strict=True)),
+                    **dict(zip(CONTAINER_LABELS, key, strict=True)),
                     "throttled_percent": _percent(ratio_by.get(key, 0.0)),
                     "worst_5m_percent": _percent(worst_by.get(key, 0.0)),
                     **({"cpu_limit": _cores(limit_by[key])} if key in limit_by else {}),
@@ -223,11 +223,6 @@ class CpuThrottlingCheck:
             hint=hint,
             evidence=evidence,
         )
-
-
-def _key(sample: Sample) -> tuple[str, str, str]:
-    labels = sample.labels
-    return labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", "")
 
 
 def _percent(ratio: float) -> str:

@@ -61,11 +61,10 @@ from checks.contract import (
     unknown,
 )
 from checks.presence import kube_state_metrics_up_query
-from checks.promql import with_matchers
+from checks.promql import CONTAINER_LABELS, container_key, with_matchers
 from checks.restarted import narrowing
 
 NAME = "memory_pressure"
-_KEY = ("namespace", "pod", "container")
 # The backend's look-back for the sample at each step (Prometheus: 5 min; VictoriaMetrics adapts it to the scrape
 # interval), with room to spare: part of how far before the window a per-minute ratio can reach.
 _LOOK_BACK_SECONDS = 15 * 60
@@ -104,14 +103,13 @@ class MemoryPressureCheck:
             f"(max by (namespace, pod, container) ({narrow_ws}) / on (namespace, pod, container) "
             f"max by (namespace, pod, container) ({narrow_limits} > 0))"
         )
-        job = self.policy.ksm_job.replace('"', "")
         reach = f"{window.seconds + self.policy.sustain_minutes * 60 + _LOOK_BACK_SECONDS}s"
         return {
-            # Asked only when `peak` is empty, to tell which of the three things "no pressure" needs is missing.
+            # Asked only when `peak` is empty, to tell which of the things "no pressure" needs is missing (whether
+            # kube-state-metrics was up, `ksm_up` has said already).
             "presence": (
                 f'label_replace(count(count_over_time({working_set}[{rng}])), "signal", "cadvisor", "", "") or '
-                f'label_replace(count(count_over_time({limits}[{rng}])), "signal", "limits", "", "") or '
-                f'label_replace(max(max_over_time(up{{job=~"{job}"}}[{rng}])), "signal", "ksm", "", "")'
+                f'label_replace(count(count_over_time({limits}[{rng}])), "signal", "limits", "", "")'
             ),
             "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
             "peak": (
@@ -142,13 +140,14 @@ class MemoryPressureCheck:
             )
         except SourceError as exc:
             return unknown(NAME, "memory pressure not checked: the metrics backend did not answer", str(exc))
+        ksm_seen = bool(ksm_up) and max(sample.value for sample in ksm_up) >= 1
         if not peak:
-            blind = await self._why_no_peak(sources, window, queries["presence"])
+            blind = await self._why_no_peak(sources, window, queries["presence"], ksm_seen)
             if blind is not None:
                 return blind
-        elif not ksm_up or max(sample.value for sample in ksm_up) < 1:
+        elif not ksm_seen:
             return self._no_kube_state_metrics()
-        keys = sorted({_key(sample) for sample in candidates})
+        keys = sorted({container_key(sample.labels) for sample in candidates})
         sustained: Sequence[Sample] = ()
         minutes: Sequence[Sample] = ()
         since: Sequence[Sample] = ()
@@ -162,7 +161,9 @@ class MemoryPressureCheck:
                 return unknown(NAME, "memory pressure not checked: the metrics backend did not answer", str(exc))
         return self._finding(window, sustained, minutes, since, peak)
 
-    async def _why_no_peak(self, sources: Sources, window: Window, presence_query: str) -> Finding | None:
+    async def _why_no_peak(
+        self, sources: Sources, window: Window, presence_query: str, ksm_seen: bool
+    ) -> Finding | None:
         """No container has both a working set and a limit: an UNKNOWN naming what is missing, or None (OK)."""
         try:
             presence = await sources.metrics.instant(presence_query, window.end)
@@ -176,7 +177,7 @@ class MemoryPressureCheck:
                 "no container_memory_working_set_bytes in the window",
                 hint="Is the kubelet's /metrics/cadvisor endpoint scraped?",
             )
-        if signals.get("ksm", 0) < 1:
+        if not ksm_seen:
             return self._no_kube_state_metrics()
         if signals.get("limits", 0) < 1:
             return Finding(
@@ -206,20 +207,20 @@ class MemoryPressureCheck:
         peak: Sequence[Sample],
     ) -> Finding:
         policy = self.policy
-        minutes_by = {_key(sample): round(sample.value) for sample in minutes}
-        since_by = {_key(sample): local_time(sample.value, window) for sample in since}
-        peak_by = {_key(sample): sample.value for sample in peak}
-        ranked = sorted(sustained, key=lambda sample: (-sample.value, _key(sample)))
+        minutes_by = {container_key(sample.labels): round(sample.value) for sample in minutes}
+        since_by = {container_key(sample.labels): local_time(sample.value, window) for sample in since}
+        peak_by = {container_key(sample.labels): sample.value for sample in peak}
+        ranked = sorted(sustained, key=lambda sample: (-sample.value, container_key(sample.labels)))
         worst = ranked[0].value if ranked else 0.0
         level = 2 if worst >= policy.crit_ratio else 1 if ranked else 0
         status, penalty = grade(level, policy.warn_penalty, policy.crit_penalty)
         offenders = [
             Offender(
                 labels={
-                    **dict(zip(_KEY, _key(sample), strict=True)),
-                    "peak_percent": _percent(peak_by.get(_key(sample), sample.value)),
-                    "minutes_above": str(minutes_by.get(_key(sample), 0)),
-                    "since": since_by.get(_key(sample), ""),
+                    **dict(zip(CONTAINER_LABELS, container_key(sample.labels), strict=True)),
+                    "peak_percent": _percent(peak_by.get(container_key(sample.labels), sample.value)),
+                    "minutes_above": str(minutes_by.get(container_key(sample.labels), 0)),
+                    "since": since_by.get(container_key(sample.labels), ""),
                 },
                 value=round(sample.value, 4),
             )
@@ -261,7 +262,7 @@ class MemoryPressureCheck:
         brief_crossings: list[str] = []
         if peak:
             highest = max(peak, key=lambda sample: sample.value)
-            namespace, pod, container = _key(highest)
+            namespace, pod, container = container_key(highest.labels)
             summary += f" (highest peak {fmt_percent(highest.value)}: {namespace}/{pod}/{container})"
             briefly = [sample for sample in peak if sample.value >= policy.warn_ratio]
             if briefly:
@@ -269,11 +270,6 @@ class MemoryPressureCheck:
                     f"{len(briefly)} container(s) crossed {fmt_percent(policy.warn_ratio)} for less than {sustain}"
                 )
         return Finding(name=NAME, status=status, penalty=penalty, value=0, summary=summary, evidence=brief_crossings)
-
-
-def _key(sample: Sample) -> tuple[str, str, str]:
-    labels = sample.labels
-    return labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", "")
 
 
 def _percent(ratio: float) -> str:

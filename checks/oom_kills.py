@@ -44,11 +44,10 @@ from checks.contract import (
     unknown,
 )
 from checks.presence import kube_state_metrics_missing, kube_state_metrics_up_query
-from checks.promql import with_matchers
+from checks.promql import CONTAINER_LABELS, container_key, with_matchers
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
 NAME = "oom_kills"
-_KEY = ("namespace", "pod", "container")
 
 
 @dataclass(frozen=True)
@@ -70,17 +69,15 @@ class OomKillsCheck:
     name: str = NAME
 
     def queries(self, window: Window, matchers: str | None = None) -> dict[str, str]:
-        """The PromQL this check sends, by purpose; ``matchers`` narrow the per-minute ``kills`` (`restarted`)."""
+        """The PromQL this check sends, by purpose; ``matchers`` narrow the per-minute subqueries (`restarted`)."""
         rng = window.promql_range()
         restarts = with_matchers(RESTARTS_TOTAL, matchers or "")
         oom_reason = with_matchers(
             'kube_pod_container_status_last_terminated_reason{reason="OOMKilled"}', matchers or ""
         )
+        terminated_at = with_matchers("kube_pod_container_status_last_terminated_timestamp", matchers or "")
         fresh_oom = f"timestamp({oom_reason}) >= bool on (namespace, pod, container) timestamp({restarts})"
-        fresh_oom_filter = (
-            'timestamp(kube_pod_container_status_last_terminated_reason{reason="OOMKilled"}) '
-            ">= on (namespace, pod, container) timestamp(kube_pod_container_status_last_terminated_timestamp)"
-        )
+        fresh_oom_filter = f"timestamp({oom_reason}) >= on (namespace, pod, container) timestamp({terminated_at})"
         node_job = self.policy.node_exporter_job.replace('"', "")
         return {
             "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
@@ -92,8 +89,7 @@ class OomKillsCheck:
             ),
             "kill_times": (
                 "max by (namespace, pod, container) (max_over_time(("
-                "kube_pod_container_status_last_terminated_timestamp and on (namespace, pod, container) "
-                f"({fresh_oom_filter}))[{rng}:1m]))"
+                f"{terminated_at} and on (namespace, pod, container) ({fresh_oom_filter}))[{rng}:1m]))"
             ),
             "node_kills": f'sum by (instance) (increase(node_vmstat_oom_kill{{job=~"{node_job}"}}[{rng}]))',
         }
@@ -105,9 +101,7 @@ class OomKillsCheck:
             return missing
         at = window.end
         try:
-            kills, kill_times = await asyncio.gather(
-                self._kills(sources, window), sources.metrics.instant(queries["kill_times"], at)
-            )
+            kills, kill_times = await self._kills(sources, window)
         except SourceError as exc:
             return unknown(NAME, "OOM kills not checked: the metrics backend did not answer", str(exc))
         node_error: str | None = None
@@ -117,12 +111,20 @@ class OomKillsCheck:
             node_kills, node_error = (), str(exc)
         return self._finding(window, kills, kill_times, node_kills, node_error)
 
-    async def _kills(self, sources: Sources, window: Window) -> list[Sample]:
-        """OOM kills per container, asked only about the containers whose restart counter changed."""
+    async def _kills(self, sources: Sources, window: Window) -> tuple[list[Sample], list[Sample]]:
+        """OOM kills and kill times per container, asked only about the containers whose restart counter changed.
+
+        A kill in the window is a restart in the window, so a container outside the gate has neither.
+        """
         containers = await restarted_containers(sources, window)
         if not containers:
-            return []
-        return await sources.metrics.instant(self.queries(window, narrowing(containers))["kills"], window.end)
+            return [], []
+        narrowed = self.queries(window, narrowing(containers))
+        kills, kill_times = await asyncio.gather(
+            sources.metrics.instant(narrowed["kills"], window.end),
+            sources.metrics.instant(narrowed["kill_times"], window.end),
+        )
+        return kills, kill_times
 
     def _finding(
         self,
@@ -133,13 +135,9 @@ class OomKillsCheck:
         node_error: str | None,
     ) -> Finding:
         start = window.start.timestamp()
-        times = {
-            tuple(sample.labels.get(key, "") for key in _KEY): sample.value
-            for sample in kill_times
-            if sample.value >= start
-        }
+        times = {container_key(sample.labels): sample.value for sample in kill_times if sample.value >= start}
         counted = sorted(
-            ((round(sample.value), tuple(sample.labels.get(key, "") for key in _KEY)) for sample in kills),
+            ((round(sample.value), container_key(sample.labels)) for sample in kills),
             reverse=True,
         )
         counted = [(count, key) for count, key in counted if count > 0]
@@ -148,7 +146,7 @@ class OomKillsCheck:
         offenders: list[Offender] = []
         evidence: list[str] = []
         for count, key in counted[: self.policy.top]:
-            labels = dict(zip(_KEY, key, strict=True))
+            labels = dict(zip(CONTAINER_LABELS, key, strict=True))
             when = times.get(key)
             if when is not None:
                 labels["time"] = local_time(when, window)

@@ -15,7 +15,7 @@ containers; past ``MAX_NARROWED`` containers the gain is gone and the query is s
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 # Beyond this many containers a narrowed query is no cheaper and its body grows: send the query un-narrowed.
 MAX_NARROWED = 200
@@ -39,6 +39,12 @@ def any_of(values: Iterable[str]) -> str:
 
 
 ContainerKey = tuple[str, str, str]  # (namespace, pod, container)
+CONTAINER_LABELS = ("namespace", "pod", "container")
+
+
+def container_key(labels: Mapping[str, str]) -> ContainerKey:
+    """The (namespace, pod, container) of a series' labels; a missing label is empty."""
+    return labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", "")
 
 
 def container_matchers(containers: Iterable[ContainerKey]) -> str:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from checks.contract import Sample, Sources, Window
-from checks.promql import MAX_NARROWED, ContainerKey, container_matchers
+from checks.contract import Sources, Window
+from checks.promql import MAX_NARROWED, ContainerKey, container_key, container_matchers
 
 RESTARTS_TOTAL = "kube_pod_container_status_restarts_total"
 _MARGIN_SECONDS = 15 * 60
@@ -29,16 +29,10 @@ def restarted_query(window: Window) -> str:
     return f"max by (namespace, pod, container) (changes({RESTARTS_TOTAL}[{window.seconds + _MARGIN_SECONDS}s])) > 0"
 
 
-def container_key(sample: Sample) -> ContainerKey:
-    """The (namespace, pod, container) of a sample."""
-    labels = sample.labels
-    return labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", "")
-
-
 async def restarted_containers(sources: Sources, window: Window) -> list[ContainerKey]:
     """The containers to narrow the restart subqueries to; raises `SourceError` like any query."""
     rows = await sources.metrics.instant(restarted_query(window), window.end)
-    return sorted({container_key(sample) for sample in rows})
+    return sorted({container_key(sample.labels) for sample in rows})
 
 
 def narrowing(containers: Sequence[ContainerKey]) -> str | None:

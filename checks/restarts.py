@@ -63,11 +63,10 @@ from checks.contract import (
     unknown,
 )
 from checks.presence import kube_state_metrics_missing, kube_state_metrics_up_query
-from checks.promql import with_matchers
+from checks.promql import CONTAINER_LABELS, container_key, with_matchers
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
 NAME = "restarts"
-_KEY = ("namespace", "pod", "container")
 _PROBES_OBSERVED = "__observed__"
 
 
@@ -173,9 +172,9 @@ class RestartsCheck:
         policy = self.policy
         containers: dict[tuple[str, str, str], _Container] = defaultdict(_Container)
         for sample in restarts:
-            containers[_key(sample)].restarts += round(sample.value)
+            containers[container_key(sample.labels)].restarts += round(sample.value)
         for sample in reasons:
-            container = containers[_key(sample)]
+            container = containers[container_key(sample.labels)]
             if container.reasons is None:
                 container.reasons = {}
             reason = sample.labels.get("reason", "?")
@@ -186,9 +185,9 @@ class RestartsCheck:
             if probe_type == _PROBES_OBSERVED:
                 probes_observed = sample.value > 0
             elif probe_type == "Readiness":
-                containers[_key(sample)].readiness_failures += round(sample.value)
+                containers[container_key(sample.labels)].readiness_failures += round(sample.value)
             elif probe_type == "Liveness":
-                containers[_key(sample)].liveness_failures += round(sample.value)
+                containers[container_key(sample.labels)].liveness_failures += round(sample.value)
         not_ready_by = {
             (sample.labels.get("namespace", ""), sample.labels.get("pod", "")): round(sample.value)
             for sample in not_ready
@@ -205,7 +204,7 @@ class RestartsCheck:
         offenders = [
             Offender(
                 labels={
-                    **dict(zip(_KEY, key, strict=True)),
+                    **dict(zip(CONTAINER_LABELS, key, strict=True)),
                     "restarts": str(containers[key].restarts),
                     "reasons": _reasons(containers[key]),
                     "readiness_failures": str(containers[key].readiness_failures),
@@ -275,11 +274,6 @@ class RestartsCheck:
             hint=" ".join(hints),
             evidence=evidence,
         )
-
-
-def _key(sample: Sample) -> tuple[str, str, str]:
-    labels = sample.labels
-    return labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", "")
 
 
 def _reasons(container: _Container) -> str:
