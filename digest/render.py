@@ -96,14 +96,19 @@ def _context(digest: Digest) -> dict[str, Any]:
     }
 
 
+def _graded_seen(digest: Digest) -> tuple[int, int]:
+    """How many graded checks could run, of how many."""
+    graded = [finding for finding in digest.findings if digest.is_graded(finding)]
+    return len(graded) - sum(1 for finding in graded if finding.status is Status.UNKNOWN), len(graded)
+
+
 def _score_note(digest: Digest) -> str:
     if digest.status is not DigestStatus.UNKNOWN:
         return ""
-    graded = [finding for finding in digest.findings if digest.is_graded(finding)]
-    seen = len(graded) - len(digest.unknown)
+    seen, graded = _graded_seen(digest)
     if seen == 0:
         return "nothing that grades the day could be checked"
-    return f"score {digest.score}/{digest.max_score} on the {seen} of {len(graded)} graded checks that could run"
+    return f"score {digest.score}/{digest.max_score} on the {seen} of {graded} graded checks that could run"
 
 
 def _line(finding: Finding, digest: Digest) -> dict[str, Any]:
@@ -129,9 +134,11 @@ def to_json(digest: Digest) -> dict[str, Any]:
         "cluster": digest.cluster,
         "window": {"start": _rfc3339(digest.window.start), "end": _rfc3339(digest.window.end)},
         "timezone": str(digest.window.zone),
-        "score": digest.score,
+        # No number at all when no graded check could run: a bare 10 would read as a perfect day.
+        "score": digest.score if _graded_seen(digest)[0] else None,
         "max_score": digest.max_score,
         "status": digest.status.value,
+        "score_note": _score_note(digest),
         "headline": headline(digest),
         "checks": [
             {

@@ -120,10 +120,14 @@ def grade(cluster: str, window: Window, findings: Sequence[Finding], disabled: S
     else:
         status = DigestStatus.CRITICAL
     graded = [finding for finding in findings if policy.graded(finding.name)]
-    if status is DigestStatus.OK and any(finding.status is Status.UNKNOWN for finding in graded):
+    if status is DigestStatus.OK and (not graded or any(finding.status is Status.UNKNOWN for finding in graded)):
+        # Nothing graded, or a graded check blind: "OK" would be about something nobody saw.
         status = DigestStatus.UNKNOWN
-    if status is DigestStatus.OK and any(finding.status is not Status.OK for finding in graded):
-        # A graded check's WARN/CRIT whose penalty is configured to 0 still keeps the digest from a clean OK.
+    if status is DigestStatus.OK and any(
+        finding.status is not Status.OK and finding.penalty == 0 for finding in graded
+    ):
+        # A graded check's WARN/CRIT whose penalty is configured to 0 still keeps the digest from a clean OK; one that
+        # costs points is in the score already, which `ok_at` judges.
         status = DigestStatus.WARNING
     return Digest(
         cluster=cluster,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -10,6 +11,7 @@ import pytest
 
 from checks.contract import Finding, Status, Window
 from digest.policy import Policy, PolicyError, load_policy
+from digest.render import headline, to_json
 from digest.score import DigestStatus, grade
 
 WINDOW = Window(datetime(2026, 7, 20, tzinfo=UTC), datetime(2026, 7, 21, tzinfo=UTC), ZoneInfo("UTC"), "2026-07-20")
@@ -51,6 +53,33 @@ def test_unknown_is_never_ok() -> None:
         "c", WINDOW, [finding("error_lines", Status.UNKNOWN), finding("conntrack", Status.WARN, 1)], [], Policy()
     )
     assert worse.status is DigestStatus.WARNING
+
+
+def test_nothing_graded_is_unknown_with_no_score_in_json() -> None:
+    """With every graded check costing nothing, a calm day is UNKNOWN, never OK 10/10, and its JSON has no score."""
+    silent = replace(
+        Policy(),
+        oom_kills=replace(Policy().oom_kills, penalty=0),
+        error_lines=replace(Policy().error_lines, warn_penalty=0, crit_penalty=0),
+        conntrack=replace(Policy().conntrack, warn_penalty=0, crit_penalty=0),
+        envoy_flags=replace(Policy().envoy_flags, uh_penalty=0, warn_penalty=0, crit_penalty=0),
+    )
+    assert not any(silent.graded(name) for name in ("oom_kills", "error_lines", "conntrack", "envoy_flags"))
+    digest = grade("c", WINDOW, [finding("conntrack", Status.OK), finding("memory_pressure", Status.OK)], [], silent)
+    assert digest.status is DigestStatus.UNKNOWN
+    payload = to_json(digest)
+    assert payload["score"] is None
+    assert payload["score_note"] == "nothing that grades the day could be checked"
+    assert headline(digest) == "UNKNOWN · c · 2026-07-20"
+
+
+def test_ok_at_below_the_maximum_lets_a_point_lost_read_ok() -> None:
+    """grade.ok_at 9: an OOM kill's −1 is OK 9/10; a graded WARN that costs nothing still keeps it from OK."""
+    lenient = replace(Policy(), grade=replace(Policy().grade, ok_at=9, warning_at=8))
+    one_point = grade("c", WINDOW, [finding("oom_kills", Status.WARN, 1), finding("conntrack", Status.OK)], [], lenient)
+    assert (one_point.status, one_point.score) == (DigestStatus.OK, 9)
+    free_warning = grade("c", WINDOW, [finding("error_lines", Status.WARN, 0)], [], lenient)
+    assert (free_warning.status, free_warning.score) == (DigestStatus.WARNING, 10)
 
 
 def test_disabled_check_is_listed_not_ok() -> None:
