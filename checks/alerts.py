@@ -25,7 +25,8 @@ Presence (seed 001): on 2026-07-20 zero alerts fired in 19 hours of incident, an
 read as "no alert fired" when alerting is simply not visible. Alerting is observable only when some ``ALERTS`` or
 ``ALERTS_FOR_STATE`` series exists in the 30 days before the window end, or when the evaluator's own ``up`` (job
 matching ``alerting_job``) is in the window; otherwise UNKNOWN. An evaluator whose ``up`` never reached 1 in the
-window was down: UNKNOWN too.
+window was down: UNKNOWN too, even when another matched job was up. Alertmanager is not an evaluator and is not in
+the default ``alerting_job``.
 
 Default penalties are 0: the seed rule grades; the alerts say what the cluster already knew.
 """
@@ -59,7 +60,8 @@ class AlertsPolicy:
     """Which job evaluates the rules, how far back alerting counts as present, severities, and the cost."""
 
     enabled: bool = True
-    alerting_job: str = ".*(vmalert|prometheus|alertmanager).*"
+    # Rule evaluators only: Alertmanager routes alerts but evaluates none, so its `up` proves nothing here.
+    alerting_job: str = ".*(vmalert|prometheus).*"
     presence_days: int = 30
     # 0: read the evaluation interval from the data.
     evaluation_interval_seconds: int = 0
@@ -101,14 +103,15 @@ class AlertsCheck:
             evaluator_up = await sources.metrics.instant(queries["evaluator_up"], window.end)
         except SourceError as exc:
             return unknown(NAME, "alerts not checked: the metrics backend did not answer", str(exc))
-        evaluator_down = bool(evaluator_up) and max(sample.value for sample in evaluator_up) < 1
+        # Every evaluator the policy names must have run: one up beside one down is not "alerting works".
+        down_jobs = sorted(sample.labels.get("job", "?") for sample in evaluator_up if sample.value < 1)
         if not fired:
             try:
                 history = await sources.metrics.instant(queries["history"], window.end)
             except SourceError as exc:
                 return unknown(NAME, "alerts not checked: the metrics backend did not answer", str(exc))
-            if evaluator_down:
-                jobs = ", ".join(sorted(sample.labels.get("job", "?") for sample in evaluator_up))
+            if down_jobs:
+                jobs = ", ".join(down_jobs)
                 return unknown(
                     NAME,
                     f"alerts not checked: the rule evaluator ({jobs}) was down the whole window",

@@ -131,8 +131,11 @@ class ConntrackCheck:
             summary += "; " + ", ".join(
                 f"{fmt_int(count)} dropped on {node_name(instance)}" for instance, count in sorted(dropped.items())
             )
-        else:
+        elif drops:
             summary += ", no drops"
+        else:
+            # Older node_exporters have no conntrack stat collector: silence there is not "no drops".
+            summary += "; drops not visible (no node_nf_conntrack_stat_* series)"
         # The summary names the worst node; other nodes are worth a line only when they crossed a threshold too.
         evidence = [
             f"then {offender.labels['node']}: peak {fmt_percent(offender.value)} "

@@ -115,6 +115,15 @@ class LogStormsCheck:
                 hint=f"Check that the log shipper runs and that pods carry {self.policy.namespace_field} / "
                 f"{self.policy.pod_field}.",
             )
+        if not any(pod.pod for pod in pods):
+            # Lines are there but none names its pod: no pod can be found over budget, which is not "none is".
+            return unknown(
+                NAME,
+                f"log volume not checked: no log line carries {self.policy.pod_field}",
+                f"{fmt_int(all_lines)} lines in the window, none with {self.policy.pod_field}",
+                hint=f"Set log_storms.pod_field (and namespace_field) in the policy to the fields your shipper "
+                f"writes; now {self.policy.pod_field} / {self.policy.namespace_field}.",
+            )
         return self._finding(window, pods, all_lines)
 
     def _pods(self, rows: Sequence[Sample]) -> list[_Pod]:

@@ -43,8 +43,8 @@ from checks.contract import (
     node_name,
     unknown,
 )
-from checks.presence import kube_state_metrics_missing, kube_state_metrics_up_query
-from checks.promql import CONTAINER_LABELS, container_key, with_matchers
+from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
+from checks.promql import CONTAINER_LABELS, ContainerKey, container_key, with_matchers
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
 NAME = "oom_kills"
@@ -101,9 +101,14 @@ class OomKillsCheck:
             return missing
         at = window.end
         try:
-            kills, kill_times = await self._kills(sources, window)
+            containers = await restarted_containers(sources, window)
+            kills, kill_times = await self._kills(sources, window, containers)
         except SourceError as exc:
             return unknown(NAME, "OOM kills not checked: the metrics backend did not answer", str(exc))
+        if not containers:
+            absent = await family_missing(sources, window, NAME, "OOM kills", RESTARTS_TOTAL)
+            if absent is not None:
+                return absent
         node_error: str | None = None
         try:
             node_kills: Sequence[Sample] = await sources.metrics.instant(queries["node_kills"], at)
@@ -111,12 +116,13 @@ class OomKillsCheck:
             node_kills, node_error = (), str(exc)
         return self._finding(window, kills, kill_times, node_kills, node_error)
 
-    async def _kills(self, sources: Sources, window: Window) -> tuple[list[Sample], list[Sample]]:
+    async def _kills(
+        self, sources: Sources, window: Window, containers: Sequence[ContainerKey]
+    ) -> tuple[list[Sample], list[Sample]]:
         """OOM kills and kill times per container, asked only about the containers whose restart counter changed.
 
         A kill in the window is a restart in the window, so a container outside the gate has neither.
         """
-        containers = await restarted_containers(sources, window)
         if not containers:
             return [], []
         narrowed = self.queries(window, narrowing(containers))

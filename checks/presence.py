@@ -39,3 +39,28 @@ async def kube_state_metrics_missing(
             "another name.",
         )
     return None
+
+
+def family_present_query(metric: str, window: Window) -> str:
+    """How many series of ``metric`` had samples in the window; empty when none."""
+    return f"count(count_over_time({metric}[{window.promql_range()}]))"
+
+
+async def family_missing(sources: Sources, window: Window, check: str, subject: str, metric: str) -> Finding | None:
+    """An UNKNOWN finding when kube-state-metrics was scraped but wrote no ``metric`` at all; None when it did.
+
+    Asked only when a check found nothing to report: a metric family filtered out of kube-state-metrics
+    (``--resources``, ``--metric-allowlist``) is silent in exactly the way a healthy cluster is.
+    """
+    try:
+        rows = await sources.metrics.instant(family_present_query(metric, window), window.end)
+    except SourceError as exc:
+        return unknown(check, f"{subject} not checked: the metrics backend did not answer", str(exc))
+    if rows and max(sample.value for sample in rows) > 0:
+        return None
+    return unknown(
+        check,
+        f"{subject} not checked: kube-state-metrics was scraped but wrote no {metric}",
+        f"no {metric} series in the window",
+        hint="Is that metric family enabled in kube-state-metrics (--resources, --metric-allowlist)?",
+    )

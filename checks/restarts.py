@@ -62,7 +62,7 @@ from checks.contract import (
     grade,
     unknown,
 )
-from checks.presence import kube_state_metrics_missing, kube_state_metrics_up_query
+from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
 from checks.promql import CONTAINER_LABELS, container_key, with_matchers
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
@@ -148,6 +148,10 @@ class RestartsCheck:
             )
         except SourceError as exc:
             return unknown(NAME, "restarts not checked: the metrics backend did not answer", str(exc))
+        if not restarts:
+            absent = await family_missing(sources, window, NAME, "restarts", RESTARTS_TOTAL)
+            if absent is not None:
+                return absent
         return self._finding(restarts, reasons, probes, not_ready)
 
     async def _restarts(self, sources: Sources, window: Window) -> tuple[list[Sample], list[Sample]]:

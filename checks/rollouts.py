@@ -43,7 +43,7 @@ from checks.contract import (
     grade,
     unknown,
 )
-from checks.presence import kube_state_metrics_missing, kube_state_metrics_up_query
+from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
 
 NAME = "rollouts"
 _UNAVAILABLE = "kube_deployment_status_replicas_unavailable"
@@ -95,6 +95,10 @@ class RolloutsCheck:
             )
         except SourceError as exc:
             return unknown(NAME, "rollouts not checked: the metrics backend did not answer", str(exc))
+        if not scrapes and not maximum:
+            absent = await family_missing(sources, window, NAME, "rollouts", _UNAVAILABLE)
+            if absent is not None:
+                return absent
         strategy: Sequence[Sample] = ()
         if scrapes or maximum:
             try:

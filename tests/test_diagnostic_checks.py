@@ -368,7 +368,7 @@ async def test_presence_tells_absent_exporters_from_healthy_silence(own_backends
     assert (findings["cpu_throttling"].status, findings["cpu_throttling"].value) == (Status.OK, None)
     assert "no container has a CPU limit" in findings["cpu_throttling"].summary
     assert findings["alerts"].status is Status.UNKNOWN
-    assert findings["alerts"].error == 'up{job=~".*(vmalert|prometheus|alertmanager).*"} never 1 in the window'
+    assert findings["alerts"].error == 'up{job=~".*(vmalert|prometheus).*"} never 1 in the window'
 
     watchdog = (await _run(own_backends, watchdog_window, [AlertsCheck(AlertsPolicy())]))["alerts"]
     assert (watchdog.status, watchdog.value, watchdog.offenders) == (Status.OK, 0, ())
