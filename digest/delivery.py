@@ -25,7 +25,7 @@ from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
 
 from digest.state import DeliveryState, StateError
-from digest.telegram_text import MAX_CAPTION, plain_from_html, split_html, utf16_length
+from digest.telegram_text import MAX_CAPTION, fit_utf16, plain_from_html, split_html
 
 log = logging.getLogger(__name__)
 
@@ -135,10 +135,8 @@ class Sender:
         return chat_id, message_ids
 
     async def send_photo(self, chat_id: int, photo: Photo) -> tuple[int, int]:
-        """Send a PNG with its caption (cut to Telegram's 1,024 characters), with the same retries."""
-        caption = (
-            photo.caption if utf16_length(photo.caption) <= MAX_CAPTION else photo.caption[: MAX_CAPTION - 1] + "…"
-        )
+        """Send a PNG with its caption (cut to Telegram's 1,024 UTF-16 units), with the same retries."""
+        caption = fit_utf16(photo.caption, MAX_CAPTION)
 
         async def upload(chat: int, _as_html: bool) -> Message:
             return await self.bot.send_photo(chat_id=chat, photo=photo.png, caption=caption, filename=photo.filename)
@@ -220,10 +218,6 @@ class Poster:
         try:
             text = await message()
             final_chat, message_ids = await self.sender.send(chat_id, text)
-            attachment = await photo() if photo is not None else None
-            if attachment is not None:
-                final_chat, photo_id = await self.sender.send_photo(final_chat, attachment)
-                message_ids.append(photo_id)
         except DeliveryError as exc:
             log.error(
                 "delivery of %s to chat %s failed (%s): %s",
@@ -238,6 +232,8 @@ class Poster:
             log.exception("delivery of %s to chat %s failed while preparing the message", key, chat_id)
             self.state.mark_failed(chat_id, key, f"internal error: {type(exc).__name__}", permanent=False)
             return PostResult(Outcome.FAILED, chat_id, error=f"internal error: {type(exc).__name__}")
+        if photo is not None:
+            final_chat = await self._attach(final_chat, key, photo, message_ids)
         if final_chat != chat_id:
             # The delivery happened under the new id; keep the record on the id it was claimed under.
             log.info("delivery of %s moved from chat %s to %s", key, chat_id, final_chat)
@@ -246,3 +242,21 @@ class Poster:
         except StateError:
             log.exception("delivery of %s to chat %s was sent but could not be recorded", key, chat_id)
         return PostResult(Outcome.SENT, final_chat, tuple(message_ids))
+
+    async def _attach(
+        self, chat_id: int, key: str, photo: Callable[[], Awaitable[Photo | None]], message_ids: list[int]
+    ) -> int:
+        """Send the chart after the text; its failure is logged, never turned into a failed delivery.
+
+        The text is out: recording the delivery as failed would make the next attempt send the text again.
+        """
+        try:
+            attachment = await photo()
+            if attachment is None:
+                return chat_id
+            final_chat, photo_id = await self.sender.send_photo(chat_id, attachment)
+        except Exception:  # the chart is a bonus; the digest itself was delivered
+            log.exception("the chart of %s could not be sent to chat %s; the digest text was", key, chat_id)
+            return chat_id
+        message_ids.append(photo_id)
+        return final_chat

@@ -22,6 +22,23 @@ def utf16_length(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
+def fit_utf16(text: str, limit: int, ellipsis: str = "…") -> str:
+    """``text`` if it fits ``limit`` UTF-16 code units (what Telegram counts), else cut short with ``ellipsis``.
+
+    A character outside the Basic Multilingual Plane (most emoji) counts twice: cutting at ``limit`` characters
+    would leave such a caption over the limit, and Telegram refuses it.
+    """
+    if utf16_length(text) <= limit:
+        return text
+    budget = limit - utf16_length(ellipsis)
+    used = 0
+    for index, char in enumerate(text):
+        used += 2 if ord(char) > 0xFFFF else 1
+        if used > budget:
+            return text[:index] + ellipsis
+    return text
+
+
 def visible(html_text: str) -> str:
     """The text a reader sees: tags removed, entities decoded."""
     return html.unescape(_TAG.sub("", html_text))

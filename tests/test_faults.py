@@ -15,10 +15,11 @@ import pytest
 from telegram import Bot
 from telegram.request import HTTPXRequest
 
-from digest.delivery import Outcome, Pacer, Poster, Sender
+from digest.delivery import Outcome, Pacer, Photo, Poster, Sender
 from digest.embedded import EmbeddedBackends
 from digest.render import Renderer
 from digest.state import DeliveryState, StateError
+from digest.telegram_text import utf16_length
 from tests.command import clean_env, run_digest
 from tests.fake_telegram import FakeTelegram, parse_html
 from tests.test_bot import ALLOWED, QUIET, TOKEN, Clock, make_config, running, visible, wait_until
@@ -214,3 +215,34 @@ async def test_hundred_chats_at_once(corpus_backends: EmbeddedBackends, tmp_path
     for index in range(len(times)):
         in_window = [moment for moment in times[index:] if moment - times[index] < 1.0]
         assert len(in_window) <= 30
+
+
+async def test_chart_failing_after_the_text_does_not_send_the_text_again(tg: FakeTelegram, tmp_path: Path) -> None:
+    """SendPhoto refused after the digest went out: delivered once, recorded sent, the failure logged."""
+    tg.fail_next("sendPhoto", status=403)
+    state = DeliveryState(tmp_path / "state.sqlite", "t")
+
+    async def chart() -> Photo:
+        return Photo(png=b"\x89PNG fake", caption="CRITICAL 8/10")
+
+    async with Bot(TOKEN, base_url=tg.base_url, base_file_url=tg.base_file_url) as bot:
+        poster = Poster(Sender(bot, state=state, sleep=Sleeps(), pacer=Pacer(per_chat_interval=0)), state)
+        first = await poster.post_once(ALLOWED, "k", _message, photo=chart)
+        second = await poster.post_once(ALLOWED, "k", _message, photo=chart)
+    assert first.outcome is Outcome.SENT
+    assert second.outcome is Outcome.ALREADY_SENT
+    assert [call.method for call in tg.calls if call.method.startswith("send")] == ["sendMessage", "sendPhoto"]
+    assert len(tg.sent_to(ALLOWED)) == 1
+
+
+async def test_emoji_caption_is_cut_to_telegrams_utf16_limit(tg: FakeTelegram, tmp_path: Path) -> None:
+    """A caption of 600 emoji (1,200 UTF-16 units) is cut to fit 1,024 units, and Telegram takes it."""
+    state = DeliveryState(tmp_path / "state.sqlite", "t")
+    async with Bot(TOKEN, base_url=tg.base_url, base_file_url=tg.base_file_url) as bot:
+        sender = Sender(bot, state=state, sleep=Sleeps(), pacer=Pacer(per_chat_interval=0))
+        await sender.send_photo(ALLOWED, Photo(png=b"\x89PNG fake", caption="📈" * 600))
+    (photo,) = tg.sent_to(ALLOWED)
+    assert photo.caption is not None
+    assert photo.caption.endswith("…")
+    assert utf16_length(photo.caption) <= 1024
+    assert utf16_length(photo.caption) >= 1022
