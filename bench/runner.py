@@ -72,6 +72,8 @@ from bench.generate import (
 )
 from bench.proxy import CountingProxy, Counts
 from digest.embedded import EmbeddedBackends
+from digest.policy import Policy
+from digest.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "benchmarks.md"
@@ -83,6 +85,10 @@ RSS_GOAL_MB = 150.0
 REPLAY_GOAL = 3.0
 FLAT_TOLERANCE = 0.10
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# The digest's defaults that the figures depend on, read from the product, not restated here.
+MAX_CONCURRENCY: int = Settings.model_fields["max_concurrency"].default
+TREND_DAYS = Policy().trends.days
+REPLAY_CONCURRENCY = 2  # passed to `digest replay --concurrency` explicitly (its default, too)
 
 
 @dataclass(frozen=True)
@@ -241,15 +247,15 @@ class CpuMeter:
         self.backends_cores = backends / elapsed
 
 
-def settle(pids: Sequence[int], quiet_cores: float = 0.05, window_seconds: float = 2.0, limit: float = 180.0) -> float:
-    """Wait until the backends' background work (merges) uses under ``quiet_cores``; return the seconds waited."""
+def settle(pids: Sequence[int], quiet_cores: float = 0.05, window_seconds: float = 2.0, limit: float = 180.0) -> str:
+    """Wait until the backends' background work (merges) uses under ``quiet_cores``; say how long that took."""
     started = time.monotonic()
     while time.monotonic() - started < limit:
         before = sum(_process_cpu(pid) for pid in pids)
         time.sleep(window_seconds)
         if (sum(_process_cpu(pid) for pid in pids) - before) / window_seconds < quiet_cores:
-            break
-    return time.monotonic() - started
+            return f"backends idle {time.monotonic() - started:.0f} s later"
+    return f"backends still busy after {limit:.0f} s (measured anyway)"
 
 
 # --------------------------------------------------------------------------------------------------- backends
@@ -311,7 +317,7 @@ class DayResult:
     checks_query_count: int = 0
     unknown: dict[str, str] = field(default_factory=dict)
     other_cores: float = 0.0
-    settled_seconds: float = 0.0
+    settled: str = ""
 
     @property
     def digest_median(self) -> float:
@@ -352,6 +358,9 @@ class ReplayResult:
     one_day: dt.date
     many: list[Run] = field(default_factory=list)
     one: list[Run] = field(default_factory=list)
+    # CPU seconds VictoriaMetrics and VictoriaLogs used during each run of ``many`` / ``one``.
+    many_backend_cpu: list[tuple[float, float]] = field(default_factory=list)
+    one_backend_cpu: list[tuple[float, float]] = field(default_factory=list)
     many_counts: tuple[Counts, Counts] = (Counts(), Counts())
     one_counts: tuple[Counts, Counts] = (Counts(), Counts())
     other_cores: float = 0.0
@@ -367,6 +376,25 @@ class ReplayResult:
     @property
     def ratio(self) -> float:
         return statistics.median(run.seconds for run in self.many) / statistics.median(run.seconds for run in self.one)
+
+    @property
+    def work_ratio(self) -> float:
+        """CPU seconds of digest and both backends, 30 days over one day (medians)."""
+        return _work(self.many, self.many_backend_cpu) / _work(self.one, self.one_backend_cpu)
+
+
+def _work(runs: Sequence[Run], backend_cpu: Sequence[tuple[float, float]]) -> float:
+    return statistics.median(run.cpu_seconds + vm + vl for run, (vm, vl) in zip(runs, backend_cpu, strict=True))
+
+
+def with_backend_cpu(
+    pids: Sequence[int], command: Sequence[str], env: dict[str, str]
+) -> tuple[Run, tuple[float, float]]:
+    """``measured(command)`` and the CPU seconds each of the two backends used meanwhile."""
+    before = [_process_cpu(pid) for pid in pids]
+    run = measured(command, env)
+    vm, vl = (_process_cpu(pid) - start for pid, start in zip(pids, before, strict=True))
+    return run, (vm, vl)
 
 
 # --------------------------------------------------------------------------------------------------- phases
@@ -467,8 +495,8 @@ def measure_day(
         say(f"{label}: loading {volume.lines:,} log lines + {volume.envoy_records:,} access-log records")
         report = load(backends, cluster, [DAY], volume, progress=True)
         result = DayResult(label=label, facts=report.facts[0], load=report)
-        result.settled_seconds = settle(backends.pids)
-        say(f"{label}: backends idle after {result.settled_seconds:.0f} s")
+        result.settled = settle(backends.pids)
+        say(f"{label}: {result.settled}")
         vm_url, vl_url = backends.metrics.url, backends.logs.url
         command = [*digest_command(), "run", "--date", DAY.isoformat(), "--format", "json"]
 
@@ -494,13 +522,15 @@ def measure_day(
         queries = checks_queries(window, resolve_dependencies(vm_url, window))
         replayed = recorded_queries(result.vm_counts, result.vl_counts)
         result.checks_query_count = len(queries)
-        asyncio.run(run_floor(queries, vm_url, vl_url))  # warm-up, as the proxied run was for the digest
+        asyncio.run(
+            run_floor(queries, vm_url, vl_url, MAX_CONCURRENCY)
+        )  # warm-up, as the proxied run was for the digest
         env = digest_env(vm_url, vl_url)
         with CpuMeter(backends.pids) as meter:
             for index in range(repeats):
                 result.digest_runs.append(checked(measured(command, env), "digest run"))
-                result.floors.append(asyncio.run(run_floor(queries, vm_url, vl_url)))
-                result.recorded_floors.append(asyncio.run(run_floor(replayed, vm_url, vl_url)))
+                result.floors.append(asyncio.run(run_floor(queries, vm_url, vl_url, MAX_CONCURRENCY)))
+                result.recorded_floors.append(asyncio.run(run_floor(replayed, vm_url, vl_url, MAX_CONCURRENCY)))
                 say(
                     f"{label}: run {index + 1}/{repeats}: digest {result.digest_runs[-1].seconds:.2f} s "
                     f"({result.digest_runs[-1].max_rss_mib:.0f} MiB), checks floor {result.floors[-1].seconds:.2f} s, "
@@ -536,11 +566,12 @@ def measure_replay(cluster: Cluster, profile: Profile, repeats: int, profile_dir
         volume = profile.replay_volume
         say(f"replay: loading {len(days)} days of {volume.lines + volume.envoy_records:,} records")
         report = load(backends, cluster, days, volume, progress=True)
-        say(f"replay: backends idle after {settle(backends.pids):.0f} s")
+        say(f"replay: {settle(backends.pids)}")
         one_day = days[len(days) // 2]
         result = ReplayResult(days=days, load=report, one_day=one_day)
-        many_command = [*digest_command(), "replay", "--from", days[0].isoformat(), "--to", days[-1].isoformat()]
-        one_command = [*digest_command(), "replay", "--from", one_day.isoformat(), "--to", one_day.isoformat()]
+        replay = [*digest_command(), "replay", "--concurrency", str(REPLAY_CONCURRENCY)]
+        many_command = [*replay, "--from", days[0].isoformat(), "--to", days[-1].isoformat()]
+        one_command = [*replay, "--from", one_day.isoformat(), "--to", one_day.isoformat()]
         with CountingProxy(backends.metrics.url) as vm_proxy, CountingProxy(backends.logs.url) as vl_proxy:
             env = digest_env(vm_proxy.url, vl_proxy.url)
             summaries = checked(measured(many_command, env), "digest replay (proxied)").stdout.splitlines()
@@ -555,8 +586,12 @@ def measure_replay(cluster: Cluster, profile: Profile, repeats: int, profile_dir
         env = digest_env(backends.metrics.url, backends.logs.url)
         with CpuMeter(backends.pids) as meter:
             for index in range(repeats):
-                result.many.append(checked(measured(many_command, env), "digest replay"))
-                result.one.append(checked(measured(one_command, env), "digest replay one day"))
+                many, many_cpu = with_backend_cpu(backends.pids, many_command, env)
+                one, one_cpu = with_backend_cpu(backends.pids, one_command, env)
+                result.many.append(checked(many, "digest replay"))
+                result.one.append(checked(one, "digest replay one day"))
+                result.many_backend_cpu.append(many_cpu)
+                result.one_backend_cpu.append(one_cpu)
                 say(
                     f"replay: run {index + 1}/{repeats}: {len(days)} days {result.many[-1].seconds:.2f} s, "
                     f"1 day {result.one[-1].seconds:.2f} s"
@@ -755,7 +790,7 @@ def render(
         ),
         (
             f"checks floor: the checks' {small.checks_query_count} queries sent directly, concurrently "
-            "(≤ 4 per backend)",
+            f"(≤ {MAX_CONCURRENCY} per backend)",
             f"{small.floor_median:.2f} s",
             f"{big.floor_median:.2f} s",
             "",
@@ -776,8 +811,8 @@ def render(
             "",
         ),
         (
-            "digest computed inside a running process (as `digest serve` answers `/digest`), median; ratio to the "
-            "checks floor",
+            "digest computed inside a running process (start-up paid once, as in `digest serve`; no state file), "
+            "median; ratio to the checks floor",
             f"{small.warm_median:.2f} s; {small.warm_median / small.floor_median:.2f}×",
             f"{big.warm_median:.2f} s; {big.warm_median / big.floor_median:.2f}×",
             "",
@@ -879,7 +914,7 @@ def render(
         "",
         "| query | small | big |",
         "|---|---|---|",
-        *(f"| `{name}` | {small_q.get(name, 0):.3f} s | {big_q[name]:.3f} s |" for name in slowest),
+        *(f"| `{name}` | {_seconds(small_q.get(name))} | {_seconds(big_q.get(name))} |" for name in slowest),
         "",
         "Loading (not part of any measure):",
         "",
@@ -889,7 +924,7 @@ def render(
         lines.append(
             f"* {result.label}: {r.samples:,} samples in {r.metrics_seconds:.0f} s; {r.log_records:,} records "
             f"({_size(r.log_bytes)}) in {r.logs_seconds:.0f} s ({r.log_records / max(r.logs_seconds, 1e-9):,.0f}/s); "
-            f"backends idle {result.settled_seconds:.0f} s later"
+            f"{result.settled}"
         )
     if replay is not None:
         r = replay.load
@@ -917,15 +952,16 @@ def _replay_lines(replay: ReplayResult) -> list[str]:
         f"({per_day.error_lines:,} error lines), the same cluster and metrics. The backends used "
         f"{replay.backends_cores:.2f} cores on average during the replays.",
         "",
-        f"| `digest replay` (default `--concurrency 2`) | wall time, median of {k} | CPU time of digest | "
-        "requests (VM + VL) | goal | |",
+        f"| `digest replay --concurrency {REPLAY_CONCURRENCY}` | wall time, median of {k} | CPU seconds: digest / "
+        "VictoriaMetrics / VictoriaLogs | requests (VM + VL) | goal | |",
         "|---|---|---|---|---|---|",
         f"| `--from {first} --to {last}` ({len(replay.days)} days) | {many:.2f} s | "
-        f"{_median(replay.many, 'cpu_seconds'):.2f} s | "
+        f"{_cpu_cells(replay.many, replay.many_backend_cpu)} | "
         f"{replay.many_counts[0].requests} + {replay.many_counts[1].requests} | | |",
-        f"| `--from {middle} --to {middle}` (1 day) | {one:.2f} s | {_median(replay.one, 'cpu_seconds'):.2f} s | "
+        f"| `--from {middle} --to {middle}` (1 day) | {one:.2f} s | {_cpu_cells(replay.one, replay.one_backend_cpu)} | "
         f"{replay.one_counts[0].requests} + {replay.one_counts[1].requests} | | |",
-        f"| **ratio** | **{replay.ratio:.2f}×** | | | ≤ {REPLAY_GOAL}× | {_mark(replay.ratio <= REPLAY_GOAL)} |",
+        f"| **ratio** | **{replay.ratio:.2f}×** | work (all CPU seconds): {replay.work_ratio:.2f}× | | "
+        f"≤ {REPLAY_GOAL}× | {_mark(replay.ratio <= REPLAY_GOAL)} |",
         "",
         "Checks not checked in the proxied replay (days): "
         + (", ".join(f"`{name}` {count}" for name, count in sorted(replay.not_checked.items())) or "none")
@@ -935,20 +971,32 @@ def _replay_lines(replay: ReplayResult) -> list[str]:
     ]
 
 
+def _seconds(value: float | None) -> str:
+    """A latency, or a dash for a query that run did not send."""
+    return "–" if value is None else f"{value:.3f} s"
+
+
+def _cpu_cells(runs: Sequence[Run], backend_cpu: Sequence[tuple[float, float]]) -> str:
+    vm = statistics.median(cpu[0] for cpu in backend_cpu)
+    vl = statistics.median(cpu[1] for cpu in backend_cpu)
+    return f"{_median(runs, 'cpu_seconds'):.2f} / {vm:.2f} / {vl:.2f}"
+
+
 def _store_lines(replay: ReplayResult) -> list[str]:
     if replay.run_day is None or not replay.run_without_store:
         return []
     day, k = replay.run_day, len(replay.run_without_store)
-    with_data = sum(1 for other in replay.days if 1 <= (day - other).days <= 7)
+    with_data = sum(1 for other in replay.days if 1 <= (day - other).days <= TREND_DAYS)
     without, stored = replay.run_without_store_counts, replay.run_with_store_counts
     return [
-        f"The state file's trend history, on the replay dataset ({with_data} of the 7 days before {day} have data): "
-        f"`digest run --date {day}`, median of {k}.",
+        f"The state file's trend history, on the replay dataset ({with_data} of the {TREND_DAYS} days before {day} "
+        f"have data): `digest run --date {day}`, median of {k}.",
         "",
         "| `digest run` | wall time | CPU time of digest | requests (VM + VL) |",
         "|---|---|---|---|",
-        f"| without a state file: the 7 past days queried again | {_median(replay.run_without_store):.2f} s | "
-        f"{_median(replay.run_without_store, 'cpu_seconds'):.2f} s | {without[0].requests} + {without[1].requests} |",
+        f"| without a state file: the {TREND_DAYS} past days queried again | "
+        f"{_median(replay.run_without_store):.2f} s | {_median(replay.run_without_store, 'cpu_seconds'):.2f} s | "
+        f"{without[0].requests} + {without[1].requests} |",
         f"| `DIGEST_STATE_PATH` set, past days stored by an earlier digest | {_median(replay.run_with_store):.2f} s | "
         f"{_median(replay.run_with_store, 'cpu_seconds'):.2f} s | {stored[0].requests} + {stored[1].requests} |",
         "",

@@ -1,4 +1,4 @@
-"""A digest computed inside a running process, as ``digest serve`` computes ``/digest``: start-up is paid once.
+"""A digest computed inside a running process, start-up paid once as in ``digest serve`` (without its state file).
 
 ``python -m bench.warm --date D --repeats N`` reads the same ``DIGEST_*`` settings as ``digest run``, computes one
 digest to warm up, then times ``N`` more with ``make_digest`` (fresh clients each time, as the bot's service opens

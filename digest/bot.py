@@ -30,14 +30,13 @@ from telegram import BotCommand, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
 
-from checks.contract import Window
+from checks.contract import SourceError, Window
 from digest.delivery import Outcome, Photo, Poster, PostResult, Sender
-from digest.engine import Config, make_chart, make_digest, stored_history
+from digest.engine import Config, make_chart, make_digest, open_sources, stored_history
 from digest.health import DigestMetrics, HealthServer
 from digest.render import Renderer, headline
 from digest.score import Digest
 from digest.settings import Settings
-from digest.sources import Endpoint
 from digest.state import DeliveryState, HistoryStore, StateError
 from digest.window import WindowError, day_window, last_window, parse_date, parse_duration
 
@@ -342,8 +341,11 @@ class DigestBot:
                 metrics.last_delivery.labels(chat=str(chat_id)).set(max(sent))
 
     def next_post(self, now: datetime) -> datetime:
-        """The next scheduled post moment after ``now``."""
-        return last_scheduled(now, self.config) + timedelta(days=1)
+        """The next scheduled post moment after ``now``: the post time on the next local day (23 or 25 h on DST)."""
+        zone = self.settings.zone
+        last = last_scheduled(now, self.config).astimezone(zone)
+        post = self.settings.post_time.replace(tzinfo=None)
+        return datetime.combine(last.date() + timedelta(days=1), post, tzinfo=zone).astimezone(UTC)
 
     async def status_text(self, application: Application[Any, Any, Any, Any, Any, Any] | None) -> str:
         """What /status answers: posts per chat, failures, sources, next post."""
@@ -369,31 +371,36 @@ class DigestBot:
             else:
                 kind = "failed for good" if last.permanent else "failed, will retry"
                 lines.append(f"Chat {chat_id}: {last.key} {kind} after {last.attempts} attempt(s): {last.error}")
-        lines.extend(await source_status(self.config))
+        lines.extend(await source_status(self.config, now))
         return "\n".join(lines)
 
 
-async def source_status(config: Config) -> list[str]:
-    """Whether each backend answers a trivial query, with its latency."""
-    settings = config.settings
-    probes = [
-        ("VictoriaMetrics", settings.vm_endpoint(), "/api/v1/query", {"query": "1"}),
-        ("VictoriaLogs", settings.vl_endpoint(), "/select/logsql/stats_query", {"query": "_time:1m | stats count()"}),
-    ]
+async def source_status(config: Config, now: datetime) -> list[str]:
+    """Whether each backend answers a trivial query, and how fast.
 
-    async def probe(name: str, endpoint: Endpoint, path: str, form: dict[str, str]) -> str:
+    Asked through the digest's own clients, so with their credentials, tenant headers and TLS.
+    """
+
+    async def probe(name: str, ask: Callable[[], Awaitable[object]]) -> str:
         started = time.monotonic()
         try:
-            async with httpx.AsyncClient(headers=dict(endpoint.headers), timeout=5.0) as client:
-                response = await client.post(endpoint.url.rstrip("/") + path, data=form)
-            ok = response.status_code == 200
-            reason = "" if ok else f" (HTTP {response.status_code})"
-        except httpx.HTTPError as exc:
-            ok, reason = False, f" ({type(exc).__name__})"
+            async with asyncio.timeout(5.0):
+                await ask()
+            reason = ""
+        except SourceError as exc:
+            reason = f" ({exc.message})"
+        except TimeoutError:
+            reason = " (no answer within 5 s)"
         elapsed = (time.monotonic() - started) * 1000
-        return f"{name}: {'reachable' if ok else 'UNREACHABLE'}{reason}, {elapsed:.0f} ms"
+        return f"{name}: {'UNREACHABLE' + reason if reason else 'reachable'}, {elapsed:.0f} ms"
 
-    return list(await asyncio.gather(*(probe(*item) for item in probes)))
+    async with open_sources(config.settings) as sources:
+        return list(
+            await asyncio.gather(
+                probe("VictoriaMetrics", lambda: sources.metrics.instant("1", now)),
+                probe("VictoriaLogs", lambda: sources.logs.stats("_time:1m | stats count()", now)),
+            )
+        )
 
 
 def build_application(bot: DigestBot, token: str) -> Application[Any, Any, Any, Any, Any, Any]:

@@ -59,6 +59,7 @@ from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, PercentFormatter
 
+from checks.conntrack import ConntrackCheck
 from checks.contract import (
     Sample,
     SourceError,
@@ -71,6 +72,7 @@ from checks.contract import (
 )
 from checks.error_lines import ErrorLinesCheck, workload_of
 from checks.logsql import field_name
+from checks.promql import quote
 from digest.policy import Policy
 
 CAPTION_LIMIT = 1024  # Telegram's limit for a photo caption
@@ -212,7 +214,7 @@ def _time_bucket(window: Window, step: int) -> str:
 
 def conntrack_node_query(instance: str) -> str:
     """One node's conntrack fill, each point the peak of the 5 minutes ending there (1-minute subquery)."""
-    selector = instance.replace("\\", "\\\\").replace('"', '\\"')
+    selector = quote(instance)
     return (
         f'max_over_time((node_nf_conntrack_entries{{instance="{selector}"}} / '
         f'node_nf_conntrack_entries_limit{{instance="{selector}"}})[{CONNTRACK_STEP_SECONDS}s:1m])'
@@ -239,10 +241,8 @@ def chart_queries(window: Window, policy: Policy, instance: str = "<worst node>"
             f" | unpack_json from _msg fields ({code}, {flag}) keep_original_fields"
             f' | stats by ({bucket}, {flag}) count() if ({code}:~"^5[0-9][0-9]$") as errors'
         ),
-        "conntrack_worst": (
-            "max by (instance) (max_over_time((node_nf_conntrack_entries / node_nf_conntrack_entries_limit)"
-            f"[{window.promql_range()}:1m]))"
-        ),
+        # The conntrack check's own worst-node question: the chart shows the node the digest names.
+        "conntrack_worst": ConntrackCheck(policy.conntrack).queries(window)["peak"],
         "conntrack_node": conntrack_node_query(instance),
     }
 

@@ -20,7 +20,6 @@ import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -29,8 +28,6 @@ import httpx
 from checks.contract import RangeSeries, Sample, SourceError, SourceErrorKind
 
 _MAX_ERROR_TEXT = 300
-# A row without labels (an aggregate over everything) takes the checking path, which gives it a dict of its own.
-_NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -184,7 +181,7 @@ class _HttpSource:
         # raises the precise error. Answers of thousands of rows (one per pod) make this loop the client's hot spot.
         for item in result:
             try:
-                metric = item.get("metric", _NO_LABELS)
+                metric = item.get("metric")  # absent (an aggregate over everything): the checking path gives {}
                 pair = item["value"]
                 value = float(pair[1]) if len(pair) == 2 else math.nan
                 typed = type(metric) is dict and all(type(text) is str for text in metric.values())

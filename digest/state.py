@@ -44,6 +44,8 @@ CREATE TABLE IF NOT EXISTS chat_moves (
 );
 """
 _BUSY_TIMEOUT_SECONDS = 30.0
+# The trends' store is a cache read on the event loop: a locked file costs it the cache, not 30 s of the bot.
+_HISTORY_BUSY_TIMEOUT_SECONDS = 1.0
 _HISTORY_DAYS = 90
 
 
@@ -53,6 +55,19 @@ class DeliveryStatus(StrEnum):
     SENDING = "sending"
     SENT = "sent"
     FAILED = "failed"
+
+
+def _connect(path: Path, schema: str, busy_timeout_seconds: float) -> sqlite3.Connection:
+    """The state file opened in WAL mode with ``schema`` in place; `StateError` naming the file if it cannot be."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(path, timeout=busy_timeout_seconds, isolation_level=None, check_same_thread=False)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        connection.executescript(schema)
+    except (sqlite3.Error, OSError) as exc:
+        raise StateError(f"state file {path}: {exc}") from None
+    return connection
 
 
 class StateError(RuntimeError):
@@ -80,16 +95,7 @@ class DeliveryState:
     def __init__(self, path: Path, owner: str, busy_timeout_seconds: float = _BUSY_TIMEOUT_SECONDS) -> None:
         self._path = path
         self._owner = owner
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._connection = sqlite3.connect(
-                path, timeout=busy_timeout_seconds, isolation_level=None, check_same_thread=False
-            )
-            self._connection.execute("PRAGMA journal_mode=WAL")
-            self._connection.execute("PRAGMA synchronous=NORMAL")
-            self._connection.executescript(_SCHEMA)
-        except (sqlite3.Error, OSError) as exc:
-            raise StateError(f"state file {path}: {exc}") from None
+        self._connection = _connect(path, _SCHEMA, busy_timeout_seconds)
 
     def close(self) -> None:
         self._connection.close()
@@ -238,18 +244,9 @@ class HistoryStore:
     ``_HISTORY_DAYS`` days: trends look back at most 31.
     """
 
-    def __init__(self, path: Path, busy_timeout_seconds: float = _BUSY_TIMEOUT_SECONDS) -> None:
+    def __init__(self, path: Path, busy_timeout_seconds: float = _HISTORY_BUSY_TIMEOUT_SECONDS) -> None:
         self._path = path
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._connection = sqlite3.connect(
-                path, timeout=busy_timeout_seconds, isolation_level=None, check_same_thread=False
-            )
-            self._connection.execute("PRAGMA journal_mode=WAL")
-            self._connection.execute("PRAGMA synchronous=NORMAL")
-            self._connection.executescript(_HISTORY_SCHEMA)
-        except (sqlite3.Error, OSError) as exc:
-            raise StateError(f"state file {path}: {exc}") from None
+        self._connection = _connect(path, _HISTORY_SCHEMA, busy_timeout_seconds)
 
     def close(self) -> None:
         self._connection.close()

@@ -1,0 +1,82 @@
+"""The benchmark's parts: the big-day generator streams exact days, and the programme measures and checks itself.
+
+Real VictoriaMetrics and VictoriaLogs: the generated day is loaded and digested, and ``bench.runner --quick`` starts
+its own pair, measures every figure of docs/benchmarks.md on small volumes, and stops them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.generate import DAY, Shape, Volume, build_cluster, day_facts, load, log_chunks
+from digest.embedded import EmbeddedBackends
+from digest.engine import Config, make_digest
+from digest.policy import Policy
+from digest.settings import load_settings
+from digest.window import day_window
+
+REPO = Path(__file__).resolve().parent.parent
+SMALL = Shape(pods=40, namespaces=4, nodes=4, cadvisor=True)
+
+
+def test_log_generation_streams_bounded_chunks_with_the_planned_counts() -> None:
+    """A day is rendered chunk by chunk (never whole in memory), and its records are exactly the planned ones."""
+    cluster = build_cluster(SMALL)
+    volume = Volume(lines=30_000, envoy_records=3_000)
+    facts = day_facts(cluster, DAY, volume)
+    records = chunks = errors = 0
+    for chunk in log_chunks(cluster, DAY, volume, chunk_records=2_000):
+        lines = chunk.splitlines()
+        assert len(lines) <= 2_000 + 1_000  # a chunk closes at the first second past its size
+        chunks += 1
+        records += len(lines)
+        errors += sum(1 for line in lines if b"ERROR feeds.ws relay" in line)
+    assert chunks >= 10
+    assert records == facts.log_lines == volume.lines + volume.envoy_records
+    assert errors == facts.flood_error_lines
+
+
+async def test_generated_day_is_digested_with_its_exact_facts(own_backends: EmbeddedBackends) -> None:
+    """Loaded into real backends, the generated day's flood error lines and OOM kill are what the digest counts."""
+    cluster = build_cluster(SMALL)
+    report = load(own_backends, cluster, [DAY], Volume(lines=30_000, envoy_records=3_000))
+    (facts,) = report.facts
+    settings = load_settings(
+        vm_url=own_backends.metrics.url, vl_url=own_backends.logs.url, timezone="UTC", policy_file=None
+    )
+    digest = await make_digest(Config(settings=settings, policy=Policy()), day_window(DAY, settings.zone))
+    by_name = {finding.name: finding for finding in digest.findings}
+    assert by_name["error_lines"].value == facts.flood_error_lines
+    assert by_name["error_lines"].offenders[0].labels["workload"] == facts.flood_workload.split("/")[1]
+    assert by_name["oom_kills"].value == facts.oom_kills == 1
+
+
+def test_quick_benchmark_programme_measures_and_checks_every_figure() -> None:
+    """`bench.runner --quick` runs floor, proxy, naive, warm, replay and state-file measures, each checked."""
+    result = subprocess.run(  # our own module, fixed arguments
+        [sys.executable, "-m", "bench.runner", "--quick", "--no-write"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2_000:]
+    out = result.stdout
+    for measure in (
+        "ratio digest / checks floor",
+        "recorded floor",
+        "digest computed inside a running process",
+        "peak RSS",
+        "naive: download the error lines",
+        "backend requests per digest",
+        "`digest replay`",
+        "`DIGEST_STATE_PATH` set, past days stored by an earlier digest",
+    ):
+        assert measure in out, measure
+    assert "requests per digest independent of size ✅ met" in out
+    assert "digest counts every error line ✅ met" in out
+    assert "peak RSS ≤ 150 MB and flat ✅ met" in out
+    assert result.stderr.count("backends stopped") == 3  # small day, big day, replay: each pair stopped
