@@ -36,8 +36,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from checks import coverage
 from checks.contract import (
     Finding,
+    Need,
     Offender,
     Sample,
     SourceError,
@@ -79,6 +81,10 @@ class AlertsCheck:
 
     policy: AlertsPolicy
     name: str = NAME
+
+    def needs(self) -> tuple[Need, ...]:
+        """The sources whose coverage this check's verdict depends on."""
+        return (coverage.rule_evaluator(self.policy.alerting_job),)
 
     def queries(self, window: Window) -> dict[str, str]:
         """The PromQL this check sends, by purpose."""

@@ -19,8 +19,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from checks import coverage
 from checks.contract import (
     Finding,
+    Need,
     Offender,
     SourceError,
     Sources,
@@ -56,6 +58,10 @@ class ConntrackCheck:
 
     policy: ConntrackPolicy
     name: str = NAME
+
+    def needs(self) -> tuple[Need, ...]:
+        """The sources whose coverage this check's verdict depends on."""
+        return (coverage.node_exporter_conntrack(),)
 
     def queries(self, window: Window) -> dict[str, str]:
         """The PromQL this check sends, by purpose."""

@@ -144,6 +144,67 @@ class Offender:
     value: float
 
 
+class Backend(enum.StrEnum):
+    """Which backend answers for a source."""
+
+    METRICS = "metrics"
+    LOGS = "logs"
+
+
+@dataclass(frozen=True)
+class Need:
+    """A source a check depends on, and the key series (metrics) or log filter (logs) that proves it was there.
+
+    ``label`` is what a reader calls the source ("node_exporter", "logs"). ``per_node`` sources are expected on
+    every node of the fleet. ``up_target`` means the query is an ``up`` series: seen only when it is 1.
+    ``optional`` sources are measured only when they held any data in the window (Envoy's access log beside Istio).
+    """
+
+    label: str
+    backend: Backend
+    query: str
+    per_node: bool = False
+    up_target: bool = False
+    optional: bool = False
+
+
+class GapKind(enum.StrEnum):
+    """What part of the window or of the fleet a check did not see."""
+
+    HOURS = "hours"  # no source the digest asks held any data then (a cut, or the window's end not collected yet)
+    TARGET = "target"  # one scrape target or log stream (kube-state-metrics, access logs) had no data then
+    NODE = "node"  # one node's exporter (node_exporter, cAdvisor) had no data then
+    SHIPPER = "shipper"  # no log line came from one node then: its log shipper is stuck or gone
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One unseen part: ``source`` (what was missing) on ``name`` (a node, or the target) over [start, end)."""
+
+    kind: GapKind
+    name: str
+    source: str
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of the window and of the fleet a check saw (see `checks.coverage`).
+
+    ``fraction`` is the share of the window in which every source the check depends on answered with data;
+    ``missing`` the unseen parts that count; ``excused`` nodes whose silence is expected, with why ("drained",
+    "not ready", "expected absent"). ``partial`` is the verdict of the policy's thresholds: a partial check can
+    never be a clean OK. ``error`` says why coverage could not be measured (then it is partial too).
+    """
+
+    fraction: float
+    missing: tuple[Gap, ...] = ()
+    excused: tuple[tuple[str, str], ...] = ()
+    partial: bool = False
+    error: str | None = None
+
+
 @dataclass(frozen=True)
 class Finding:
     """What one check says about the window.
@@ -161,6 +222,7 @@ class Finding:
     hint: str = ""
     error: str | None = None
     evidence: Sequence[str] = field(default_factory=tuple)
+    coverage: Coverage | None = None  # None: not measured (coverage disabled in the policy)
 
     def __post_init__(self) -> None:
         if self.penalty < 0:
@@ -169,6 +231,8 @@ class Finding:
             raise ValueError("an OK finding cannot cost points")
         if self.status is Status.OK and self.error:
             raise ValueError("a finding with an error cannot be OK")
+        if self.status is Status.OK and self.coverage is not None and self.coverage.partial:
+            raise ValueError("a finding on partly seen data cannot be OK")
 
 
 class Check(Protocol):
@@ -177,6 +241,10 @@ class Check(Protocol):
     @property
     def name(self) -> str:
         """The check's name as it appears in the digest and its JSON."""
+        ...
+
+    def needs(self) -> Sequence[Need]:
+        """The sources this check depends on, whose coverage of the window and the fleet `checks.coverage` measures."""
         ...
 
     async def __call__(self, sources: Sources, window: Window) -> Finding: ...

@@ -30,8 +30,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from checks import coverage
 from checks.contract import (
     Finding,
+    Need,
     Offender,
     Sample,
     SourceError,
@@ -71,6 +73,10 @@ class CpuThrottlingCheck:
 
     policy: CpuThrottlingPolicy
     name: str = NAME
+
+    def needs(self) -> tuple[Need, ...]:
+        """The sources whose coverage this check's verdict depends on."""
+        return (coverage.cadvisor(),)
 
     def queries(self, window: Window) -> dict[str, str]:
         """The PromQL this check sends, by purpose."""

@@ -47,8 +47,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from checks import coverage
 from checks.contract import (
     Finding,
+    Need,
     Offender,
     RangeSeries,
     Sample,
@@ -95,6 +97,10 @@ class EmptyEndpointsCheck:
 
     policy: EmptyEndpointsPolicy
     name: str = NAME
+
+    def needs(self) -> tuple[Need, ...]:
+        """The sources whose coverage this check's verdict depends on."""
+        return (coverage.kube_state_metrics(coverage.KSM_JOB),)
 
     def step(self, window: Window) -> int:
         """The evaluation step in seconds: the policy's, coarser only when the window would exceed the point limit."""

@@ -38,8 +38,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from checks import coverage
 from checks.contract import (
     Finding,
+    Need,
     Offender,
     Sample,
     SourceError,
@@ -143,6 +145,10 @@ class EnvoyFlagsCheck:
 
     policy: EnvoyFlagsPolicy
     name: str = NAME
+
+    def needs(self) -> tuple[Need, ...]:
+        """The sources whose coverage this check's verdict depends on."""
+        return (coverage.access_logs(self.policy.scope_filter),)
 
     def log_query(self, window: Window) -> str:
         """The LogsQL stats query over the gateway's access log."""

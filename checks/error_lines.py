@@ -27,8 +27,10 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
+from checks import coverage
 from checks.contract import (
     Finding,
+    Need,
     Offender,
     SourceError,
     Sources,
@@ -88,6 +90,10 @@ class ErrorLinesCheck:
 
     policy: ErrorLinesPolicy
     name: str = NAME
+
+    def needs(self) -> tuple[Need, ...]:
+        """The sources whose coverage this check's verdict depends on."""
+        return (coverage.pod_logs(self.policy.scope_filter),)
 
     def error_predicate(self) -> str:
         """The LogsQL filter that selects error lines."""

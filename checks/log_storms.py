@@ -33,8 +33,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from checks import coverage
 from checks.contract import (
     Finding,
+    Need,
     Offender,
     Sample,
     SourceError,
@@ -88,6 +90,10 @@ class LogStormsCheck:
 
     policy: LogStormsPolicy
     name: str = NAME
+
+    def needs(self) -> tuple[Need, ...]:
+        """The sources whose coverage this check's verdict depends on."""
+        return (coverage.pod_logs(self.policy.scope_filter),)
 
     def query(self, window: Window) -> str:
         """The one stats query this check sends."""

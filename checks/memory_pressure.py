@@ -47,8 +47,10 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from checks import coverage
 from checks.contract import (
     Finding,
+    Need,
     Offender,
     Sample,
     SourceError,
@@ -90,6 +92,10 @@ class MemoryPressureCheck:
 
     policy: MemoryPressurePolicy
     name: str = NAME
+
+    def needs(self) -> tuple[Need, ...]:
+        """The sources whose coverage this check's verdict depends on."""
+        return (coverage.kube_state_metrics(self.policy.ksm_job), coverage.cadvisor())
 
     def queries(self, window: Window, matchers: str | None = None) -> dict[str, str]:
         """The PromQL this check sends, by purpose; ``matchers`` narrow the per-minute subqueries to candidates."""

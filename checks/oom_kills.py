@@ -30,8 +30,10 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from checks import coverage
 from checks.contract import (
     Finding,
+    Need,
     Offender,
     Sample,
     SourceError,
@@ -67,6 +69,10 @@ class OomKillsCheck:
 
     policy: OomKillsPolicy
     name: str = NAME
+
+    def needs(self) -> tuple[Need, ...]:
+        """The sources whose coverage this check's verdict depends on."""
+        return (coverage.kube_state_metrics(self.policy.ksm_job),)
 
     def queries(self, window: Window, matchers: str | None = None) -> dict[str, str]:
         """The PromQL this check sends, by purpose; ``matchers`` narrow the per-minute subqueries (`restarted`)."""

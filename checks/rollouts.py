@@ -32,8 +32,10 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from checks import coverage
 from checks.contract import (
     Finding,
+    Need,
     Offender,
     Sample,
     SourceError,
@@ -68,6 +70,10 @@ class RolloutsCheck:
 
     policy: RolloutsPolicy
     name: str = NAME
+
+    def needs(self) -> tuple[Need, ...]:
+        """The sources whose coverage this check's verdict depends on."""
+        return (coverage.kube_state_metrics(self.policy.ksm_job),)
 
     def queries(self, window: Window) -> dict[str, str]:
         """The PromQL this check sends, by purpose."""

@@ -1,7 +1,9 @@
-"""Running the enabled checks of a policy concurrently over one window.
+"""Running the enabled checks of a policy concurrently over one window, and judging what each of them saw.
 
 No check may crash the digest: a check that raises or overruns its deadline becomes an UNKNOWN finding that
-carries the reason.
+carries the reason. Beside the checks, `checks.coverage` measures how much of the window and of the fleet the
+sources they depend on covered (a constant number of queries), and its rule turns a clean result on partial data
+into UNKNOWN.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from checks import coverage
 from checks.alerts import AlertsCheck
 from checks.conntrack import ConntrackCheck
 from checks.contract import (
     Check,
+    Coverage,
     Finding,
     LogsSource,
     MetricsSource,
@@ -59,9 +63,10 @@ CHECK_ORDER = (
 class Collected:
     """The findings of the enabled checks, in display order, and the names of the disabled ones.
 
-    ``complete`` is False when a query failed or a check overran its deadline or raised: the findings are still
-    right to show (each says what it could not see), but not the final word on the window — a history store keeps
-    only complete windows, so that a backend's bad minute is not remembered as the day's truth.
+    ``complete`` is False when a query failed, a check overran its deadline or raised, or a check saw only part
+    of the window or of the fleet: the findings are still right to show (each says what it could not see), but not
+    the final word on the window — a history store keeps only complete windows, so that a backend's bad minute or a
+    day not over yet is not remembered as the day's truth.
     """
 
     findings: tuple[Finding, ...]
@@ -153,12 +158,46 @@ async def _guarded(
         return unknown(check.name, f"{check.name} not checked: internal error", f"internal error: {type(exc).__name__}")
 
 
+async def _coverage(
+    checks: Sequence[Check], sources: Sources, window: Window, policy: Policy, deadline_seconds: float
+) -> coverage.Report | str:
+    """What the checks' sources covered, or why it could not be measured."""
+    try:
+        async with asyncio.timeout(deadline_seconds):
+            return await coverage.measure(
+                sources, window, (need for check in checks for need in check.needs()), policy.coverage
+            )
+    except TimeoutError:
+        return f"no answer within the check deadline of {deadline_seconds:g} s"
+    except Exception as exc:  # a bug in the coverage code must not take the digest down, nor read as full coverage
+        log.exception("coverage failed")
+        return f"internal error: {type(exc).__name__}"
+
+
 async def collect(
     checks: Sequence[Check], sources: Sources, window: Window, policy: Policy, deadline_seconds: float
 ) -> Collected:
-    """Run ``checks`` concurrently (the sources bound the number of queries in flight)."""
+    """Run ``checks`` concurrently (the sources bound the number of queries in flight) and judge their coverage."""
     failures = _Failures()
     watched = Sources(metrics=_WatchedMetrics(sources.metrics, failures), logs=_WatchedLogs(sources.logs, failures))
-    findings = await asyncio.gather(*(_guarded(check, watched, window, deadline_seconds, failures) for check in checks))
+    measuring = (
+        asyncio.ensure_future(_coverage(checks, watched, window, policy, deadline_seconds))
+        if policy.coverage.enabled
+        else None
+    )
+    findings = list(
+        await asyncio.gather(*(_guarded(check, watched, window, deadline_seconds, failures) for check in checks))
+    )
+    partial = False
+    if measuring is not None:
+        report = await measuring
+        for index, check in enumerate(checks):
+            seen = (
+                coverage.coverage_of(report, check.needs(), policy.coverage)
+                if isinstance(report, coverage.Report)
+                else Coverage(fraction=0.0, partial=True, error=report)
+            )
+            findings[index] = coverage.apply(findings[index], seen, window)
+            partial = partial or seen.partial
     disabled = tuple(name for name in CHECK_ORDER if not policy.enabled(name))
-    return Collected(findings=tuple(findings), disabled=disabled, complete=not failures.seen)
+    return Collected(findings=tuple(findings), disabled=disabled, complete=not failures.seen and not partial)

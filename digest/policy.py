@@ -13,6 +13,12 @@ WARNING, 8 and below CRITICAL.
     caps:
       - {checks: [oom_kills, error_lines], max_penalty: 2}
     grade: {max_score: 10, ok_at: 10, warning_at: 9}
+    coverage:                            # checks.coverage: how much of the window and the fleet must be seen
+      window_fraction: 0.95              # below this share of the window a check is partial: never a clean OK
+      node_tolerance: 0                  # known nodes that may go unseen before a check is partial
+      node_gap_minutes: 30               # a node's exporter silent this long is a blind spot
+      shipper_silence_minutes: 30        # a node's logs silent this long is a stuck shipper
+      absent_nodes: [pi5-4]              # nodes expected to be silent (named "expected absent", not blind)
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from checks.alerts import AlertsPolicy
 from checks.conntrack import ConntrackPolicy
+from checks.coverage import CoveragePolicy
 from checks.cpu_throttling import CpuThrottlingPolicy
 from checks.empty_endpoints import EmptyEndpointsPolicy
 from checks.envoy_flags import EnvoyFlagsPolicy
@@ -101,6 +108,7 @@ class Policy:
     caps: tuple[Cap, ...] = (Cap(checks=("oom_kills", "error_lines"), max_penalty=2),)
     grade: Grade = field(default_factory=Grade)
     trends: TrendsPolicy = field(default_factory=TrendsPolicy)
+    coverage: CoveragePolicy = field(default_factory=CoveragePolicy)
 
     def enabled(self, name: str) -> bool:
         """Whether the check called ``name`` runs."""
@@ -147,7 +155,7 @@ def policy_from_mapping(raw: object) -> Policy:
     """Build a policy from parsed YAML/TOML, rejecting unknown keys and wrong types by their dotted path."""
     if not isinstance(raw, Mapping):
         raise PolicyError("the policy must be a mapping with keys checks, caps, grade")
-    _reject_unknown(raw, {"checks", "caps", "grade", "trends"}, "")
+    _reject_unknown(raw, {"checks", "caps", "grade", "trends", "coverage"}, "")
     checks_raw = raw.get("checks") or {}
     if not isinstance(checks_raw, Mapping):
         raise PolicyError("checks: must be a mapping of check name to settings")
@@ -175,6 +183,12 @@ def policy_from_mapping(raw: object) -> Policy:
         if not 0 <= trends.days <= 31 or trends.min_factor <= 1:
             raise PolicyError("trends: needs 0 <= days <= 31 and min_factor > 1")
         values["trends"] = trends
+    if "coverage" in raw:
+        coverage = _dataclass_from(CoveragePolicy, raw["coverage"] or {}, "coverage")
+        problem = coverage.validate()
+        if problem:
+            raise PolicyError(f"coverage.{problem}")
+        values["coverage"] = coverage
     return Policy(**values)
 
 

@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from checks.contract import Finding, Status
+from checks.contract import Coverage, Finding, Status
+from checks.coverage import phrases
 from digest.score import Digest, DigestStatus
 
 if TYPE_CHECKING:
@@ -66,11 +67,41 @@ class Renderer:
         return self._templates[fmt]
 
 
+# More unseen parts than this and the headline counts the rest: it must stay readable on a phone.
+_HEADLINE_PARTS = 3
+
+
 def headline(digest: Digest) -> str:
-    """``CRITICAL 8/10 · homelab · 2026-07-20``; UNKNOWN carries no score, since part of the day was not seen."""
+    """``CRITICAL 8/10 · homelab · 2026-07-20``, then what was not seen; UNKNOWN carries no score."""
     if digest.status is DigestStatus.UNKNOWN:
-        return f"UNKNOWN · {digest.cluster} · {digest.window.label}"
-    return f"{digest.status.value} {digest.score}/{digest.max_score} · {digest.cluster} · {digest.window.label}"
+        line = f"UNKNOWN · {digest.cluster} · {digest.window.label}"
+    else:
+        line = f"{digest.status.value} {digest.score}/{digest.max_score} · {digest.cluster} · {digest.window.label}"
+    parts = not_seen(digest)
+    if parts:
+        shown = parts[:_HEADLINE_PARTS]
+        more = len(parts) - len(shown)
+        line += " · not seen: " + "; ".join(shown) + (f"; {more} more" if more else "")
+    return line
+
+
+def not_seen(digest: Digest) -> list[str]:
+    """The unseen parts of the checks that saw only part of the window or the fleet, in words."""
+    partial = digest.partial
+    parts = phrases((gap for finding in partial for gap in _coverage(finding).missing), digest.window)
+    unmeasured = [finding.name for finding in partial if _coverage(finding).error]
+    if unmeasured:
+        parts.append(f"coverage of {', '.join(unmeasured)} not measured")
+    return parts
+
+
+def _coverage(finding: Finding) -> Coverage:
+    return finding.coverage if finding.coverage is not None else Coverage(fraction=1.0)
+
+
+def excused(digest: Digest) -> list[tuple[str, str]]:
+    """Nodes whose silence was expected (drained, not ready, declared absent), once each."""
+    return sorted({pair for finding in digest.findings for pair in _coverage(finding).excused})
 
 
 def _context(digest: Digest) -> dict[str, Any]:
@@ -93,6 +124,7 @@ def _context(digest: Digest) -> dict[str, Any]:
         "unexplained": [(finding.name, finding.error or finding.summary) for finding in digest.unexplained],
         "quiet": [finding.name for finding in digest.quiet],
         "score_note": _score_note(digest),
+        "excused": excused(digest),
     }
 
 
@@ -128,6 +160,28 @@ def _rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+def coverage_json(coverage: Coverage | None) -> dict[str, Any] | None:
+    """A check's coverage in the JSON contract; None when it was not measured (coverage off in the policy)."""
+    if coverage is None:
+        return None
+    return {
+        "fraction": coverage.fraction,
+        "partial": coverage.partial,
+        "missing": [
+            {
+                "kind": gap.kind.value,
+                "name": gap.name,
+                "source": gap.source,
+                "from": _rfc3339(gap.start),
+                "to": _rfc3339(gap.end),
+            }
+            for gap in coverage.missing
+        ],
+        "excused": [{"node": node, "why": why} for node, why in coverage.excused],
+        "error": coverage.error,
+    }
+
+
 def to_json(digest: Digest) -> dict[str, Any]:
     """The JSON contract: one object per digest."""
     return {
@@ -155,9 +209,16 @@ def to_json(digest: Digest) -> dict[str, Any]:
                 "hint": finding.hint,
                 "error": finding.error,
                 "evidence": list(finding.evidence),
+                "coverage": coverage_json(finding.coverage),
             }
             for finding in digest.findings
         ],
+        "coverage": {
+            "complete": not digest.partial,
+            "partial": [finding.name for finding in digest.partial],
+            "not_seen": not_seen(digest),
+            "excused": [{"node": node, "why": why} for node, why in excused(digest)],
+        },
         "not_checked": [finding.name for finding in (*digest.unknown, *digest.unexplained)],
         "explanations": [{"rule": e.rule, "text": e.text} for e in digest.explanations],
         "trends": list(digest.trends),

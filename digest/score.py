@@ -1,8 +1,9 @@
 """From findings to a grade: penalties, caps, the 10-point score and the digest's status.
 
 The status follows the score (10 OK, 9 WARNING, 8 and below CRITICAL by default), with one law on top: when any
-check is UNKNOWN the digest is never OK — it says UNKNOWN when nothing else is wrong, and the headline names what
-could not be checked. A disabled check is listed as disabled, never counted as OK.
+graded check is UNKNOWN, or any check (graded or diagnostic) saw only part of the window or of the fleet, the digest
+is never OK — it says UNKNOWN when nothing else is wrong, and the headline names what could not be checked or seen.
+A disabled check is listed as disabled, never counted as OK.
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ class Digest:
     def is_graded(self, finding: Finding) -> bool:
         """Whether ``finding`` comes from a check that can cost points (and so gates the grade)."""
         return finding.name in self.graded_names
+
+    @property
+    def partial(self) -> tuple[Finding, ...]:
+        """Checks that saw only part of the window or of the fleet: their unseen parts are named in the headline."""
+        return tuple(f for f in self.findings if f.coverage is not None and f.coverage.partial)
 
     @property
     def unknown(self) -> tuple[Finding, ...]:
@@ -122,6 +128,9 @@ def grade(cluster: str, window: Window, findings: Sequence[Finding], disabled: S
     graded = [finding for finding in findings if policy.graded(finding.name)]
     if status is DigestStatus.OK and (not graded or any(finding.status is Status.UNKNOWN for finding in graded)):
         # Nothing graded, or a graded check blind: "OK" would be about something nobody saw.
+        status = DigestStatus.UNKNOWN
+    if status is DigestStatus.OK and any(f.coverage is not None and f.coverage.partial for f in findings):
+        # Part of the day or of the fleet unseen, even by a diagnostic check: the day cannot be vouched for.
         status = DigestStatus.UNKNOWN
     if status is DigestStatus.OK and any(
         finding.status is not Status.OK and finding.penalty == 0 for finding in graded

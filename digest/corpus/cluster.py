@@ -555,6 +555,31 @@ def up_series(w: Window) -> Iterator[Series]:
         yield _series("up", {**PROBES, "instance": node}, times, ones)
 
 
+# The nodes' addresses on the home LAN, as kube-state-metrics' kube_node_info{internal_ip} reports them.
+NODE_IPS = {"pi5-1": "192.168.1.21", "pi5-2": "192.168.1.22", "pi5-3": "192.168.1.23"}
+
+
+def node_object_series(w: Window) -> Iterator[Series]:
+    """kube-state-metrics' node objects: info (with the internal IP), schedulable, and Ready all day."""
+    times = w.scrapes()
+    ones, zeros = [1.0] * len(times), [0.0] * len(times)
+    for node in NODES:
+        info = {
+            **KSM,
+            "node": node,
+            "internal_ip": NODE_IPS[node],
+            "kernel_version": "6.6.31+rpt-rpi-2712",
+            "os_image": "Debian GNU/Linux 12 (bookworm)",
+            "container_runtime_version": "containerd://1.7.17-k3s1",
+            "kubelet_version": "v1.30.2+k3s2",
+        }
+        yield _series("kube_node_info", info, times, ones)
+        yield _series("kube_node_spec_unschedulable", {**KSM, "node": node}, times, zeros)
+        for status, values in (("true", ones), ("false", zeros), ("unknown", zeros)):
+            labels = {**KSM, "node": node, "condition": "Ready", "status": status}
+            yield _series("kube_node_status_condition", labels, times, values)
+
+
 def node_series(w: Window, nodes: Sequence[NodeModel]) -> Iterator[Series]:
     """node_exporter's conntrack and vmstat families for each node."""
     times = w.scrapes()
@@ -2094,6 +2119,7 @@ class HomelabDay(abc.ABC):
         """Every series of the day."""
         w = self.window
         yield from up_series(w)
+        yield from node_object_series(w)
         yield from node_series(w, [self.lab.nodes[n] for n in NODES])
         for p in sorted(self.lab.pods, key=lambda p: (p.namespace, p.name)):
             yield from pod_series(w, p)

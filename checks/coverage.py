@@ -1,0 +1,566 @@
+"""Coverage: how much of the window, and of the fleet, each check actually saw — one model for every check.
+
+Monitoring rarely fails all at once. An exporter crashes at 01:00, one node's node_exporter is gone, the log
+shipper on one node is stuck: the checks' own queries then answer with whatever the rest of the cluster said, and a
+quiet answer reads as a healthy one. So every check declares the sources it depends on (`Need`), and this module
+measures, server-side and with a constant number of queries per digest (not per node or pod), when and where each
+of them held data:
+
+* **time** — the window is cut into buckets (`Grid`: 10 minutes for a day, at least 5 minutes, at most ~160
+  buckets). Metrics: one range query per source, ``count by (<node label>) (count_over_time(<key series>[<bucket>]))``
+  (``max(max_over_time(up{job=~…}[<bucket>]))`` for a single target such as kube-state-metrics: seen only when
+  it was up). Logs: one stats query per source, ``| stats by (_time:<bucket>, <node field>) count()``.
+* **fleet** — the nodes that existed in the window: ``kube_node_info`` (and its ``internal_ip``, to map
+  node_exporter targets named by IP), every node a per-node source named, and the nodes kube-state-metrics or
+  node_exporter knew in the previous days (a node silent everywhere today is a blind spot, unless
+  kube-state-metrics answered today without it: then it was deleted). ``kube_node_spec_unschedulable`` and
+  ``kube_node_status_condition{condition="Ready"}`` excuse a drained or NotReady node; the policy may declare nodes
+  expected to be absent.
+
+From those buckets each check gets a `Coverage`: the fraction of the window in which all its sources held data, the
+unseen parts (`Gap`: hours nothing answered, a target, a node's exporter, a node's logs) and whether it is
+*partial*. The rule (`apply`): a check is partial when it saw less than ``window_fraction`` (95 %) of the window or
+more than ``node_tolerance`` (0) nodes went unseen for ``node_gap_minutes`` (30; ``shipper_silence_minutes`` for
+logs, since a quiet node may legitimately log nothing for a few minutes). What a partial check found still counts —
+a flood seen for five hours still costs its points — but a clean result on partial data is UNKNOWN, never OK.
+
+The thresholds: 95 % leaves a day ~70 minutes of scattered scrape gaps before a check stops vouching for it; 30
+minutes is longer than an exporter's rolling restart or a node reboot (which leave one or two 10-minute buckets
+thin, not empty) and shorter than any outage worth naming. A window that ends after the newest data (today, before
+it is over; an ingestion lag) is partial in the same way: its tail is an unseen gap, said as "data until HH:MM".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from checks.contract import (
+    Backend,
+    Coverage,
+    Finding,
+    Gap,
+    GapKind,
+    Need,
+    RangeSeries,
+    Sample,
+    SourceError,
+    Sources,
+    Status,
+    Window,
+    local_time,
+    node_name,
+)
+from checks.logsql import field_name
+
+# At most this many buckets per window: a day is cut in 10-minute buckets (144).
+_MAX_BUCKETS = 160
+_STEPS = (300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+
+@dataclass(frozen=True)
+class CoveragePolicy:
+    """The coverage rule's thresholds and where a node's name is found in each source."""
+
+    enabled: bool = True
+    window_fraction: float = 0.95
+    node_tolerance: int = 0
+    node_gap_minutes: int = 30
+    shipper_silence_minutes: int = 30
+    # Nodes that may be silent without being a blind spot (a node powered off on purpose); named "expected absent".
+    absent_nodes: tuple[str, ...] = ()
+    history_days: int = 7
+    log_node_field: str = "kubernetes.pod_node_name"
+    node_exporter_job: str = ".*node.*exporter.*"
+    node_exporter_node_label: str = "instance"
+    cadvisor_node_label: str = "instance"
+
+    def validate(self) -> str | None:
+        """The first key whose value makes no sense, with why; None when all do."""
+        if not (math.isfinite(self.window_fraction) and 0 < self.window_fraction <= 1):
+            return "window_fraction: must be a number in (0, 1]"
+        if self.node_tolerance < 0:
+            return "node_tolerance: must be 0 or more"
+        if not 1 <= self.node_gap_minutes <= 1440:
+            return "node_gap_minutes: must be between 1 and 1440"
+        if not 1 <= self.shipper_silence_minutes <= 1440:
+            return "shipper_silence_minutes: must be between 1 and 1440"
+        if not 0 <= self.history_days <= 31:
+            return "history_days: must be between 0 and 31"
+        return None
+
+
+# kube-state-metrics' job as the checks name it by default (the checks without a ksm_job of their own use it).
+KSM_JOB = ".*kube-state-metrics.*"
+
+# The sources the checks depend on ------------------------------------------------------------------------------
+
+
+def node_exporter_conntrack() -> Need:
+    """node_exporter on every node, proved by its conntrack series (what the conntrack check reads)."""
+    return Need("node_exporter", Backend.METRICS, "node_nf_conntrack_entries", per_node=True)
+
+
+def kube_state_metrics(job: str) -> Need:
+    """kube-state-metrics, proved by its ``up`` being 1."""
+    return Need("kube-state-metrics", Backend.METRICS, f'up{{job=~"{job.replace(chr(34), "")}"}}', up_target=True)
+
+
+def cadvisor() -> Need:
+    """The kubelets' cAdvisor on every node, proved by container working sets."""
+    return Need("cAdvisor", Backend.METRICS, 'container_memory_working_set_bytes{container!=""}', per_node=True)
+
+
+def pod_logs(scope_filter: str) -> Need:
+    """Pod logs from every node (the log shipper runs as a DaemonSet)."""
+    return Need("logs", Backend.LOGS, scope_filter, per_node=True)
+
+
+def access_logs(scope_filter: str) -> Need:
+    """The gateway's access log: optional, since a cluster may answer for its proxies through Istio's metrics."""
+    return Need("access logs", Backend.LOGS, scope_filter, optional=True)
+
+
+def rule_evaluator(job: str) -> Need:
+    """The alerting rule evaluator (vmalert, Prometheus), proved by its ``up`` being 1."""
+    return Need("rule evaluator", Backend.METRICS, f'up{{job=~"{job.replace(chr(34), "")}"}}', up_target=True)
+
+
+# The grid of buckets ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Buckets ``(point - step, point]`` at multiples of ``step`` (VictoriaMetrics aligns range queries so).
+
+    From the first bucket ending after the window's start to the first one ending at or after its end.
+    """
+
+    window: Window
+    step: int
+    points: tuple[float, ...]
+
+    @classmethod
+    def of(cls, window: Window) -> Grid:
+        """The grid of ``window``: the smallest step that keeps it within ~160 buckets."""
+        seconds = window.seconds
+        step = next((s for s in _STEPS if seconds / s <= _MAX_BUCKETS), _STEPS[-1])
+        start, end = window.start.timestamp(), window.end.timestamp()
+        first = math.floor(start / step) * step + step
+        last = math.ceil(end / step) * step
+        return cls(window=window, step=step, points=tuple(float(p) for p in range(int(first), int(last) + 1, step)))
+
+    def weight(self, index: int) -> float:
+        """The share of the window bucket ``index`` covers (the first and last ones may be partial)."""
+        point = self.points[index]
+        start, end = self.window.start.timestamp(), self.window.end.timestamp()
+        return max(0.0, min(point, end) - max(point - self.step, start)) / (end - start)
+
+    def index_of_point(self, moment: float) -> int | None:
+        """The bucket ending at ``moment`` (a range query's point)."""
+        index = round((moment - self.points[0]) / self.step)
+        return index if 0 <= index < len(self.points) else None
+
+    def index_of_start(self, moment: float) -> int | None:
+        """The bucket starting at ``moment`` (a LogsQL ``_time:<step>`` row)."""
+        return self.index_of_point(moment + self.step)
+
+    def span(self, first: int, last: int) -> tuple[datetime, datetime]:
+        """Buckets ``first..last`` as a time span clipped to the window."""
+        start = max(self.points[first] - self.step, self.window.start.timestamp())
+        end = min(self.points[last], self.window.end.timestamp())
+        return datetime.fromtimestamp(start, tz=UTC), datetime.fromtimestamp(end, tz=UTC)
+
+    @property
+    def range_start(self) -> datetime:
+        return datetime.fromtimestamp(self.points[0], tz=UTC)
+
+    @property
+    def range_end(self) -> datetime:
+        return datetime.fromtimestamp(self.points[-1], tz=UTC)
+
+
+# Measuring --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Seen:
+    """One source's buckets with data: cluster-wide, and per node for a per-node source."""
+
+    buckets: set[int] = field(default_factory=set)
+    nodes: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The nodes of the window: when each first appeared, when one was deleted, and when one was excused."""
+
+    first_seen: Mapping[str, int]  # node → first bucket it existed in (0 when it existed before the window)
+    deleted_after: Mapping[str, int]  # node → last bucket kube-state-metrics listed it in, when it was deleted
+    excused: Mapping[str, Mapping[int, str]]  # node → bucket → "drained" | "not ready" | "expected absent"
+    by_ip: Mapping[str, str] = field(default_factory=dict)  # internal IP → node name (kube_node_info)
+    error: str | None = None
+
+    def canonical(self, raw: str) -> str:
+        """A node's name from a label value: ``pi5-2:9100`` → ``pi5-2``, ``10.0.0.5:9100`` → its node's name."""
+        bare = node_name(raw)
+        return self.by_ip.get(bare, bare)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What `measure` saw, for `coverage_of` to turn into each check's `Coverage`."""
+
+    grid: Grid
+    seen: Mapping[Need, Seen]
+    errors: Mapping[Need, str]
+    fleet: Fleet
+
+
+def queries(need: Need, grid: Grid, policy: CoveragePolicy) -> str:
+    """The one query that measures ``need`` over ``grid``."""
+    window = grid.window
+    if need.backend is Backend.LOGS:
+        scope = f" {need.query}" if need.query else ""
+        by = f"_time:{grid.step}s" + (f", {field_name(policy.log_node_field)}" if need.per_node else "")
+        return f"{window.logsql_time_filter()}{scope} | stats by ({by}) count() as lines"
+    bucket = f"[{grid.step}s]"
+    if need.up_target:
+        return f"max(max_over_time({need.query}{bucket}))"
+    if need.per_node:
+        return f"count by ({_node_label(need, policy)}) (count_over_time({need.query}{bucket}))"
+    return f"count(count_over_time({need.query}{bucket}))"
+
+
+def fleet_queries(grid: Grid, policy: CoveragePolicy) -> dict[str, str]:
+    """The fleet's queries: range queries over ``grid`` except ``before_*`` (instant, at the window's start)."""
+    bucket = f"[{grid.step}s]"
+    days = f"[{policy.history_days}d]"
+    job = policy.node_exporter_job.replace('"', "")
+    return {
+        "nodes": f"max by (node, internal_ip) (max_over_time(kube_node_info{bucket}))",
+        "drained": f"max by (node) (max_over_time(kube_node_spec_unschedulable{bucket}))",
+        "not_ready": (
+            f'min by (node) (min_over_time(kube_node_status_condition{{condition="Ready", status="true"}}{bucket}))'
+        ),
+        "before_nodes": f"group by (node) (last_over_time(kube_node_info{days}))",
+        "before_exporters": (
+            f'group by ({policy.node_exporter_node_label}) (last_over_time(up{{job=~"{job}"}}{days}))'
+        ),
+    }
+
+
+def _node_label(need: Need, policy: CoveragePolicy) -> str:
+    return policy.cadvisor_node_label if need.label == "cAdvisor" else policy.node_exporter_node_label
+
+
+async def measure(sources: Sources, window: Window, needs: Iterable[Need], policy: CoveragePolicy) -> Report:
+    """Ask the backends, once per source plus the fleet's few queries, concurrently; never raises `SourceError`."""
+    grid = Grid.of(window)
+    unique = list(dict.fromkeys(needs))
+    results = await asyncio.gather(*(_measure_need(sources, grid, need, policy) for need in unique))
+    seen: dict[Need, Seen] = {}
+    errors: dict[Need, str] = {}
+    for need, (one, error) in zip(unique, results, strict=True):
+        if error is not None:
+            errors[need] = error
+        else:
+            seen[need] = one
+    fleet = await _fleet(sources, grid, policy, seen) if any(need.per_node for need in unique) else _NO_FLEET
+    return Report(grid=grid, seen=seen, errors=errors, fleet=fleet)
+
+
+_NO_FLEET = Fleet(first_seen={}, deleted_after={}, excused={})
+
+
+async def _measure_need(sources: Sources, grid: Grid, need: Need, policy: CoveragePolicy) -> tuple[Seen, str | None]:
+    seen = Seen()
+    query = queries(need, grid, policy)
+    try:
+        if need.backend is Backend.LOGS:
+            rows: Sequence[Sample] = await sources.logs.stats(query, grid.window.end)
+            for row in rows:
+                index = grid.index_of_start(_parse_time(row.labels.get("_time", "")))
+                if index is None or row.value <= 0:
+                    continue
+                seen.buckets.add(index)
+                if need.per_node:
+                    seen.nodes[row.labels.get(policy.log_node_field, "")].add(index)
+            return seen, None
+        series: Sequence[RangeSeries] = await sources.metrics.range(query, grid.range_start, grid.range_end, grid.step)
+    except SourceError as exc:
+        return seen, str(exc)
+    label = _node_label(need, policy)
+    for one in series:
+        for moment, value in one.points:
+            index = grid.index_of_point(moment)
+            if index is None or value <= 0 or (need.up_target and value < 1):
+                continue
+            seen.buckets.add(index)
+            if need.per_node:
+                seen.nodes[one.labels.get(label, "")].add(index)
+    return seen, None
+
+
+def _parse_time(raw: str) -> float:
+    try:
+        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return math.nan
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+async def _fleet(sources: Sources, grid: Grid, policy: CoveragePolicy, seen: Mapping[Need, Seen]) -> Fleet:
+    texts = fleet_queries(grid, policy)
+    ranged = ("nodes", "drained", "not_ready")
+    try:
+        ranges = asyncio.gather(
+            *(sources.metrics.range(texts[key], grid.range_start, grid.range_end, grid.step) for key in ranged)
+        )
+        instants = asyncio.gather(
+            *(sources.metrics.instant(texts[key], grid.window.start) for key in ("before_nodes", "before_exporters"))
+        )
+        (nodes, drained, not_ready), (before_nodes, before_exporters) = await asyncio.gather(ranges, instants)
+    except SourceError as exc:
+        return Fleet(first_seen={}, deleted_after={}, excused={}, error=str(exc))
+
+    by_ip: dict[str, str] = {}
+    listed: dict[str, set[int]] = defaultdict(set)
+    for one in nodes:
+        name = one.labels.get("node", "")
+        if not name:
+            continue
+        if one.labels.get("internal_ip"):
+            by_ip[one.labels["internal_ip"]] = name
+        listed[name].update(i for moment, _ in one.points if (i := grid.index_of_point(moment)) is not None)
+
+    canonical = Fleet(first_seen={}, deleted_after={}, excused={}, by_ip=by_ip).canonical
+    first_seen: dict[str, int] = {}
+    for name, buckets in listed.items():
+        first_seen[name] = min(buckets)
+    for one_seen in seen.values():
+        for raw, buckets in one_seen.nodes.items():
+            if raw and buckets:
+                name = canonical(raw)
+                first_seen[name] = min(first_seen.get(name, len(grid.points)), min(buckets))
+    for sample in (*before_nodes, *before_exporters):
+        raw = sample.labels.get("node") or sample.labels.get(policy.node_exporter_node_label, "")
+        name = canonical(raw) if raw else ""
+        # A node known before the window and listed nowhere today is expected from the start, unless
+        # kube-state-metrics answered today without it: then it was deleted.
+        if name and (name in first_seen or not listed):
+            first_seen[name] = 0
+    for name in list(first_seen):
+        if name in listed and min(listed[name]) == 0:
+            first_seen[name] = 0
+
+    last_listed = max((max(b) for b in listed.values() if b), default=-1)
+    deleted_after = {name: max(b) for name, b in listed.items() if b and max(b) < last_listed}
+
+    excused: dict[str, dict[int, str]] = defaultdict(dict)
+    for one in not_ready:
+        for moment, value in one.points:
+            index = grid.index_of_point(moment)
+            if index is not None and value < 1:
+                excused[one.labels.get("node", "")][index] = "not ready"
+    for one in drained:
+        for moment, value in one.points:
+            index = grid.index_of_point(moment)
+            if index is not None and value >= 1:
+                excused[one.labels.get("node", "")][index] = "drained"
+    for name in policy.absent_nodes:
+        excused[name] = dict.fromkeys(range(len(grid.points)), "expected absent")
+    return Fleet(first_seen=first_seen, deleted_after=deleted_after, excused=excused, by_ip=by_ip)
+
+
+# Judging ----------------------------------------------------------------------------------------------------------
+
+
+def _runs(indexes: Iterable[int]) -> list[tuple[int, int]]:
+    """Consecutive indexes as (first, last) runs."""
+    runs: list[tuple[int, int]] = []
+    for index in sorted(indexes):
+        if runs and runs[-1][1] == index - 1:
+            runs[-1] = (runs[-1][0], index)
+        else:
+            runs.append((index, index))
+    return runs
+
+
+def _minutes(grid: Grid, run: tuple[int, int]) -> float:
+    start, end = grid.span(*run)
+    return (end - start).total_seconds() / 60
+
+
+def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -> Coverage:
+    """The coverage of a check that depends on ``needs``, judged by the policy."""
+    grid, fleet = report.grid, report.fleet
+    errors = [f"{need.label}: {report.errors[need]}" for need in needs if need in report.errors]
+    if fleet.error and any(need.per_node for need in needs):
+        errors.append(f"nodes: {fleet.error}")
+    measured = [need for need in needs if need in report.seen and not (need.optional and not report.seen[need].buckets)]
+    anything: set[int] = set().union(*(seen.buckets for seen in report.seen.values()))
+    gaps: list[Gap] = []
+    unseen: set[int] = set()
+    node_gaps: dict[str, list[Gap]] = defaultdict(list)
+    excused: dict[str, str] = {}
+    for need in measured:
+        seen = report.seen[need]
+        silence = policy.shipper_silence_minutes if need.backend is Backend.LOGS else 0
+        for run in _runs(i for i in range(len(grid.points)) if i not in seen.buckets):
+            if _minutes(grid, run) < silence:
+                continue  # a quiet spell of the logs, not a gap
+            unseen.update(range(run[0], run[1] + 1))
+            # Within the run, the buckets nothing at all answered in are the window's blind hours; the rest is
+            # this source alone.
+            for part in _runs(i for i in range(run[0], run[1] + 1) if i not in anything):
+                gaps.append(Gap(GapKind.HOURS, "", need.label, *grid.span(*part)))
+            for part in _runs(i for i in range(run[0], run[1] + 1) if i in anything):
+                gaps.append(Gap(GapKind.TARGET, need.label, need.label, *grid.span(*part)))
+        if need.per_node:
+            _node_gaps(report, need, seen, policy, node_gaps, excused)
+    for node_list in node_gaps.values():
+        gaps.extend(node_list)
+    fraction = 1.0 - sum(grid.weight(index) for index in unseen)
+    fraction = max(0.0, min(1.0, round(fraction, 4)))
+    partial = bool(errors) or fraction < policy.window_fraction or len(node_gaps) > policy.node_tolerance
+    return Coverage(
+        fraction=fraction,
+        missing=tuple(sorted(dict.fromkeys(gaps), key=lambda gap: (gap.start, gap.kind.value, gap.name))),
+        excused=tuple(sorted(excused.items())),
+        partial=partial,
+        error="; ".join(errors) or None,
+    )
+
+
+def _node_gaps(
+    report: Report,
+    need: Need,
+    seen: Seen,
+    policy: CoveragePolicy,
+    node_gaps: dict[str, list[Gap]],
+    excused: dict[str, str],
+) -> None:
+    """The nodes of the fleet that ``need`` did not hear from, for longer than the policy tolerates."""
+    grid, fleet = report.grid, report.fleet
+    by_node: dict[str, set[int]] = defaultdict(set)
+    for raw, buckets in seen.nodes.items():
+        by_node[fleet.canonical(raw)].update(buckets)
+    last = len(grid.points) - 1
+    is_logs = need.backend is Backend.LOGS
+    tolerance = policy.shipper_silence_minutes if is_logs else policy.node_gap_minutes
+    for node in sorted(set(fleet.first_seen) | set(by_node) | set(policy.absent_nodes)):
+        first = fleet.first_seen.get(node, 0)
+        life = range(first, fleet.deleted_after.get(node, last) + 1)
+        # Buckets the whole source missed are said once, as the source's gap, not once per node.
+        silent = [i for i in life if i not in by_node.get(node, ()) and i in seen.buckets]
+        reasons = fleet.excused.get(node, {})
+        for index in silent:
+            if index in reasons:
+                excused.setdefault(node, reasons[index])
+        for run in _runs(i for i in silent if i not in reasons):
+            if _minutes(grid, run) >= tolerance:
+                kind = GapKind.SHIPPER if is_logs else GapKind.NODE
+                node_gaps[node].append(Gap(kind, node, need.label, *grid.span(*run)))
+
+
+def apply(finding: Finding, coverage: Coverage, window: Window) -> Finding:
+    """The grade rule: a partial check keeps what it found, but a clean result on partial data is UNKNOWN."""
+    if finding.status is Status.UNKNOWN or not coverage.partial:
+        return replace(finding, coverage=coverage)
+    note = f"partial: {describe(coverage, window)}"
+    if finding.status is Status.OK:
+        return replace(
+            finding,
+            status=Status.UNKNOWN,
+            summary=f"{finding.summary}, in the part seen",
+            error=note,
+            hint=_hint(coverage),
+            coverage=coverage,
+        )
+    return replace(finding, evidence=(*finding.evidence, note), coverage=coverage)
+
+
+def _hint(coverage: Coverage) -> str:
+    if coverage.error:
+        return "The coverage queries failed: see the error, then ask again."
+    kinds = {gap.kind for gap in coverage.missing}
+    if GapKind.SHIPPER in kinds:
+        nodes = sorted({gap.name for gap in coverage.missing if gap.kind is GapKind.SHIPPER})
+        return (
+            f"Is the log shipper on {', '.join(nodes)} running and shipping (its pod's logs and restarts, "
+            "its buffer on the node)?"
+        )
+    if GapKind.NODE in kinds:
+        nodes = sorted({gap.name for gap in coverage.missing if gap.kind is GapKind.NODE})
+        return f'Is every exporter on {", ".join(nodes)} running and scraped (up{{instance=~"{nodes[0]}.*"}})?'
+    if GapKind.TARGET in kinds:
+        return "Is that exporter running and scraped over the whole window (its up series)?"
+    return "The backends hold no data for part of the window: is the day over, and is ingestion keeping up?"
+
+
+# Words ------------------------------------------------------------------------------------------------------------
+
+
+def _hours(seconds: float) -> str:
+    hours = seconds / 3600
+    if hours >= 1:
+        text = f"{hours:.1f}".removesuffix(".0")
+        return f"{text} h"
+    return f"{max(1, round(seconds / 60))} min"
+
+
+def when(gap: Gap, window: Window) -> str:
+    """A gap's span as read at noon: "24 h", "after 05:10", "00:00–03:00", "05:00–09:00"."""
+    at_start, at_end = gap.start <= window.start, gap.end >= window.end
+    if at_start and at_end:
+        return _hours(window.seconds)
+    if at_end:
+        return f"after {local_time(gap.start.timestamp(), window)}"
+    # "until 03:00" would read as "seen until": a span that starts the window is said with both ends.
+    return f"{local_time(gap.start.timestamp(), window)}–{local_time(gap.end.timestamp(), window)}"
+
+
+def phrases(gaps: Iterable[Gap], window: Window) -> list[str]:
+    """The unseen parts in words, one per node or source and span, most telling first."""
+    unique = list(dict.fromkeys(gaps))
+    out: list[str] = []
+    hours = [gap for gap in unique if gap.kind is GapKind.HOURS]
+    for start, end in sorted({(gap.start, gap.end) for gap in hours}):
+        seconds = (end - start).total_seconds()
+        blind = Gap(GapKind.HOURS, "", "", start, end)
+        if end >= window.end and start > window.start:
+            out.append(f"data until {local_time(start.timestamp(), window)} ({_hours(seconds)} unseen)")
+        else:
+            out.append(f"no data {when(blind, window)}" if start > window.start or end < window.end else "no data")
+    grouped: dict[tuple[GapKind, str, datetime, datetime], list[str]] = defaultdict(list)
+    for gap in unique:
+        if gap.kind is not GapKind.HOURS and gap.source not in grouped[(gap.kind, gap.name, gap.start, gap.end)]:
+            grouped[(gap.kind, gap.name, gap.start, gap.end)].append(gap.source)
+    order = {GapKind.TARGET: 0, GapKind.NODE: 1, GapKind.SHIPPER: 2}
+    for (kind, name, start, end), sources in sorted(grouped.items(), key=lambda item: (order[item[0][0]], item[0])):
+        span = when(Gap(kind, name, "", start, end), window)
+        full = start <= window.start and end >= window.end
+        if kind is GapKind.TARGET:
+            out.append(f"{', '.join(sources)} ({span})" if full else f"{', '.join(sources)} {span}")
+        elif kind is GapKind.NODE:
+            joined = ", ".join(sources)
+            out.append(f"node {name} ({joined}, {span})" if full else f"node {name} ({joined} {span})")
+        else:
+            out.append(f"logs from {name} ({span})" if full else f"logs from {name} {span}")
+    return out
+
+
+def describe(coverage: Coverage, window: Window) -> str:
+    """One check's coverage in words: "saw 1 h of 24; data until 01:00 (23 h unseen)"."""
+    parts: list[str] = []
+    if coverage.error:
+        parts.append(f"coverage not measured ({coverage.error})")
+    if coverage.fraction < 1:
+        parts.append(f"saw {_hours(window.seconds * coverage.fraction)} of {_hours(window.seconds)}")
+    parts.extend(phrases(coverage.missing, window))
+    return "; ".join(parts)
