@@ -34,7 +34,7 @@ from checks.contract import SourceError, Window
 from digest.delivery import Outcome, Photo, Poster, PostResult, Sender
 from digest.engine import Config, make_chart, make_digest, open_sources, stored_history
 from digest.health import DigestMetrics, HealthServer
-from digest.render import Renderer, headline
+from digest.render import Renderer, headline, unseen_spans
 from digest.score import Digest
 from digest.settings import Settings
 from digest.state import DeliveryState, HistoryStore, StateError
@@ -154,7 +154,7 @@ class DigestService:
         try:
             with tempfile.TemporaryDirectory(prefix="digest-chart-") as folder:
                 path = Path(folder) / "digest.png"
-                caption = await make_chart(self.config, window, path, headline(digest))
+                caption = await make_chart(self.config, window, path, headline(digest), unseen=unseen_spans(digest))
                 return Photo(png=await asyncio.to_thread(path.read_bytes), caption=caption)
         except Exception:  # a chart is a bonus: the digest goes out without it rather than not at all
             log.exception("could not draw the chart of %s", window.label)

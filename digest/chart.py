@@ -543,6 +543,22 @@ def _shade_gaps(ax: Axes, edges: Sequence[float], blind: Sequence[bool], label: 
             labelled = True
 
 
+def _shade_unseen(ax: Axes, data: ChartData, unseen: Sequence[tuple[float, float]]) -> None:
+    """Cross-hatch the spans some source of the digest did not cover (before the panel draws, so its legend has it)."""
+    start, end = data.window.start.timestamp(), data.window.end.timestamp()
+    for index, (first, last) in enumerate(sorted(unseen)):
+        ax.axvspan(
+            max(first, start),
+            min(last, end),
+            facecolor="#F6E0E0",
+            edgecolor="#C98C8C",
+            hatch="xx",
+            linewidth=0,
+            label="not seen (coverage)" if index == 0 else None,
+            zorder=0,
+        )
+
+
 def _legend(ax: Axes) -> None:
     # "best" places the legend where it covers the fewest bars, points and lines (the thresholds included).
     ax.legend(loc="best", fontsize=_LEGEND_PT, frameon=True, framealpha=0.92, edgecolor="#CCCCCC", borderpad=0.5)
@@ -714,8 +730,12 @@ def _time_axis(ax: Axes, data: ChartData) -> None:
     ax.set_xlabel(f"time ({_zone_name(window)})", fontsize=_LABEL_PT, color=_MUTED_COLOUR)
 
 
-def render_chart(data: ChartData, path: Path, title: str) -> None:
-    """Draw the three panels into a PNG at ``path`` (1080 × 1350 px), titled ``title``."""
+def render_chart(data: ChartData, path: Path, title: str, unseen: Sequence[tuple[float, float]] = ()) -> None:
+    """Draw the three panels into a PNG at ``path`` (1080 × 1350 px), titled ``title``.
+
+    ``unseen`` are the spans (unix seconds) the digest's coverage could not vouch for: shaded on every panel, so a
+    quiet stretch of a line is never read as a calm one.
+    """
     # Constrained layout (matplotlib's successor of tight_layout) fits titles, legends and tick labels.
     layout = ConstrainedLayoutEngine(h_pad=0.1, hspace=0.07, w_pad=0.08)
     figure = Figure(figsize=_FIG_SIZE, dpi=_DPI, layout=layout, facecolor="white")
@@ -726,6 +746,8 @@ def render_chart(data: ChartData, path: Path, title: str) -> None:
         for ax in axes:
             ax.tick_params(labelsize=_TICK_PT, colors=_TEXT_COLOUR)
             ax.tick_params(axis="x", which="major", length=6, width=1.2)
+        for ax in axes:
+            _shade_unseen(ax, data, unseen)
         _draw_errors(axes[0], data)
         _draw_flags(axes[1], data)
         _draw_conntrack(axes[2], data)

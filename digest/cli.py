@@ -20,7 +20,7 @@ from checks.contract import Window
 from digest.engine import Config, load_config, make_chart, make_digest, open_history_store, stored_history
 from digest.logs import configure_logging
 from digest.policy import Policy
-from digest.render import FORMATS, Renderer, headline
+from digest.render import FORMATS, Renderer, headline, unseen_spans
 from digest.settings import ConfigError, Settings, load_settings
 from digest.window import WindowError, day_window, last_window, parse_date, parse_duration, parse_moment
 
@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if store is not None:
             store.close()
     if chart is not None:
-        asyncio.run(make_chart(config, window, chart, headline(digest)))
+        asyncio.run(make_chart(config, window, chart, headline(digest), unseen=unseen_spans(digest)))
     sys.stdout.write(Renderer().render(digest, args.format))
     return EXIT_OK
 

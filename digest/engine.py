@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -111,8 +111,18 @@ async def _graded(today: Awaitable[Collected], policy: Policy) -> Collected:
     return graded_only(await today, policy)
 
 
-async def make_chart(config: Config, window: Window, path: Path, headline: str, sources: Sources | None = None) -> str:
-    """Draw the day's chart to ``path`` (PNG) and return its caption; the drawing runs off the event loop."""
+async def make_chart(
+    config: Config,
+    window: Window,
+    path: Path,
+    headline: str,
+    sources: Sources | None = None,
+    unseen: Sequence[tuple[float, float]] = (),
+) -> str:
+    """Draw the day's chart to ``path`` (PNG) and return its caption; the drawing runs off the event loop.
+
+    ``unseen``: the digest's unseen spans (`digest.render.unseen_spans`), shaded on every panel.
+    """
     from digest.chart import chart_caption, collect_chart_data, render_chart
 
     if sources is None:
@@ -120,5 +130,5 @@ async def make_chart(config: Config, window: Window, path: Path, headline: str, 
             data = await collect_chart_data(own, window, config.policy)
     else:
         data = await collect_chart_data(sources, window, config.policy)
-    await asyncio.to_thread(render_chart, data, path, headline)
+    await asyncio.to_thread(render_chart, data, path, headline, unseen)
     return chart_caption(headline, data)

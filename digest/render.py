@@ -87,12 +87,16 @@ def headline(digest: Digest) -> str:
 
 def not_seen(digest: Digest) -> list[str]:
     """The unseen parts of the checks that saw only part of the window or the fleet, in words."""
-    partial = digest.partial
-    parts = phrases((gap for finding in partial for gap in _coverage(finding).missing), digest.window)
-    unmeasured = [finding.name for finding in partial if _coverage(finding).error]
-    if unmeasured:
-        parts.append(f"coverage of {', '.join(unmeasured)} not measured")
-    return parts
+    # A check whose coverage could not be measured is named where it is not checked, with why; here, the gaps.
+    return phrases((gap for finding in digest.partial for gap in _coverage(finding).missing), digest.window)
+
+
+def unseen_spans(digest: Digest) -> list[tuple[float, float]]:
+    """The spans (unix seconds) a partial check did not see, for the chart to shade; a node's gap included."""
+    spans = {
+        (gap.start.timestamp(), gap.end.timestamp()) for finding in digest.partial for gap in _coverage(finding).missing
+    }
+    return sorted(spans)
 
 
 def _coverage(finding: Finding) -> Coverage:

@@ -23,7 +23,7 @@ from digest.bot import DigestBot, DigestService, build_application
 from digest.delivery import Outcome, Photo, Poster, Sender
 from digest.engine import Config, make_chart, make_digest, open_history_store, stored_history
 from digest.health import DigestMetrics
-from digest.render import Renderer, headline
+from digest.render import Renderer, headline, unseen_spans
 from digest.replay import replay
 from digest.score import Digest
 from digest.state import DeliveryState, StateError
@@ -142,7 +142,7 @@ async def post_window(config: Config, token: str, window: Window, fmt: str, char
             store.close()
     photo = None
     if chart is not None:
-        caption = await make_chart(config, window, chart, headline(digest))
+        caption = await make_chart(config, window, chart, headline(digest), unseen=unseen_spans(digest))
         photo = Photo(png=await asyncio.to_thread(chart.read_bytes), caption=caption)
     try:
         async with chat_poster(config, token) as post:
