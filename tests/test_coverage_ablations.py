@@ -16,6 +16,7 @@ with it, in this test's policy for that day only), and trends are off (they do n
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -188,13 +189,36 @@ def _day_start(day: date) -> int:
 def _corpus(day: date) -> CorpusDay:
     one = DAYS[day]
     scale = getattr(one, "with_volume_scale", None)
-    return scale(0.01) if callable(scale) else one  # type: ignore[no-any-return]
+    return scale(0.01) if callable(scale) else one
+
+
+@functools.lru_cache(maxsize=1)  # copies come day by day: each day is generated once
+def _day_series(day: date) -> tuple[Series, ...]:
+    return tuple(_corpus(day).series())
+
+
+@functools.lru_cache(maxsize=1)
+def _day_lines(day: date) -> tuple[bytes, ...]:
+    """The day's log records, the storm's thinned to one in ``STORM_THINNING``."""
+    storm = b'"pod_name":"feed-aggregator-' if day == STORM else None
+    kept: list[bytes] = []
+    seen_storm = 0
+    for chunk in _corpus(day).log_chunks():
+        for line in chunk.split(b"\n"):
+            if not line:
+                continue
+            if storm is not None and storm in line:
+                seen_storm += 1
+                if seen_storm % STORM_THINNING:
+                    continue
+            kept.append(line)
+    return tuple(kept)
 
 
 def _series(copy: Copy) -> Iterator[bytes]:
     start = _day_start(copy.day)
     shift_ms = (_day_start(copy.at) - start) * 1000
-    for one in _corpus(copy.day).series():
+    for one in _day_series(copy.day):
         kept = copy.ablation.series(one, start, copy.node)
         if kept is not None:
             yield Series(kept.labels, [t + shift_ms for t in kept.timestamps_ms], kept.values).to_import_line()
@@ -203,24 +227,17 @@ def _series(copy: Copy) -> Iterator[bytes]:
 def _lines(copy: Copy, counter: list[int]) -> Iterator[bytes]:
     old = f'"timestamp":"{copy.day.isoformat()}T'.encode()
     new = f'"timestamp":"{copy.at.isoformat()}T'.encode()
-    storm = b'"pod_name":"feed-aggregator-' if copy.day == STORM else None
-    seen_storm = 0
-    for chunk in _corpus(copy.day).log_chunks():
+    lines = _day_lines(copy.day)
+    for first in range(0, len(lines), 20_000):
         kept: list[bytes] = []
-        for line in chunk.split(b"\n"):
-            if not line:
-                continue
-            if storm is not None and storm in line:
-                seen_storm += 1
-                if seen_storm % STORM_THINNING:
-                    continue
+        for line in lines[first : first + 20_000]:
             where = line.rfind(old)
             clock = line[where + len(old) : where + len(old) + 8].decode()
             if copy.ablation.lines(line, clock, copy.node):
-                kept.append(line.replace(old, new))
+                kept.append(line)
         counter[0] += len(kept)
         if kept:
-            yield b"\n".join(kept) + b"\n"
+            yield (b"\n".join(kept) + b"\n").replace(old, new)
 
 
 def _wait_for_metrics(backends: EmbeddedBackends, timeout_seconds: float = 120.0) -> None:
@@ -298,6 +315,7 @@ async def test_no_ablation_reads_ok_or_better_unnamed(ablated_backends: Embedded
             continue
         ran += 1
         headline = str(digest["headline"])
+        print(f"{copy.day} · {copy.ablation.name:<38} · {headline}")
         where = f"{copy.day} {copy.ablation.name} ({copy.node}): {headline}"
         if digest["status"] == "OK":
             failures.append(f"(a) OK: {where}")

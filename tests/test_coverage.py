@@ -1,0 +1,193 @@
+"""Coverage beyond the ablation matrix: excused nodes, exporters named by IP, the window's edge, policy validation.
+
+Real VictoriaMetrics + VictoriaLogs hold variants of the calm day (07-19), each at a date of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import date
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from checks.contract import Window
+from checks.coverage import CoveragePolicy, Grid
+from digest.corpus.cluster import NODE_IPS
+from digest.corpus.model import Series
+from digest.embedded import EmbeddedBackends
+from digest.engine import Config, make_digest
+from digest.policy import Policy, PolicyError, TrendsPolicy, load_policy
+from digest.render import Renderer, to_json
+from digest.settings import load_settings
+from digest.window import day_window
+from tests.test_coverage_ablations import Ablation, Copy, _absent_exporter, _keep_line, _keep_series, _lines, _series
+
+CALM = date(2026, 7, 19)
+NODE = "pi5-1"  # the node the ablations of the calm day touch
+
+
+def _drained(one: Series, start: int, node: str) -> Series | None:
+    if one.labels["__name__"] == "kube_node_spec_unschedulable" and one.labels.get("node") == node:
+        return Series(one.labels, one.timestamps_ms, [1.0] * len(one.values))
+    return _absent_exporter(one, start, node)
+
+
+def _by_ip(one: Series, _start: int, _node: str) -> Series | None:
+    instance = one.labels.get("instance", "")
+    if instance.endswith(":9100"):
+        address = NODE_IPS[instance.removesuffix(":9100")]
+        return Series({**one.labels, "instance": f"{address}:9100"}, one.timestamps_ms, one.values)
+    return one
+
+
+VARIANTS = {
+    "drained": Copy(CALM, Ablation("drained, exporter gone", _drained, _keep_line, lambda _n: ()), date(2024, 1, 1)),
+    "absent": Copy(CALM, Ablation("exporter gone", _absent_exporter, _keep_line, lambda _n: ()), date(2024, 1, 11)),
+    "by_ip": Copy(CALM, Ablation("exporters named by IP", _by_ip, _keep_line, lambda _n: ()), date(2024, 1, 21)),
+    "full": Copy(CALM, Ablation("full", _keep_series, _keep_line, lambda _n: ()), date(2024, 1, 31)),
+}
+
+
+@pytest.fixture(scope="module")
+def variants() -> Iterator[EmbeddedBackends]:
+    """The calm day's variants in one backend pair."""
+    with EmbeddedBackends() as backends:
+        counter = [0]
+        for copy in VARIANTS.values():
+            backends.import_series(_series(copy))
+            backends.ingest_logs(_lines(copy, counter))
+        for copy in VARIANTS.values():
+            start, end = day_window(copy.at, ZoneInfo("UTC")).start, day_window(copy.at, ZoneInfo("UTC")).end
+            backends.wait_for_series("kube_node_info", end, 3)
+            backends.wait_for_series("kube_node_info", start, 3)
+        first, last = day_window(date(2024, 1, 1), ZoneInfo("UTC")), day_window(date(2024, 1, 31), ZoneInfo("UTC"))
+        backends.wait_for_logs(first.start, last.end, counter[0])
+        yield backends
+
+
+def _config(backends: EmbeddedBackends, policy: Policy | None = None) -> Config:
+    settings = load_settings(
+        vm_url=backends.metrics.url, vl_url=backends.logs.url, cluster="homelab", timezone="UTC", policy_file=None
+    )
+    return Config(settings=settings, policy=policy or Policy(trends=TrendsPolicy(enabled=False)))
+
+
+async def _digest(backends: EmbeddedBackends, day: date, policy: Policy | None = None) -> dict[str, object]:
+    return to_json(await make_digest(_config(backends, policy), day_window(day, ZoneInfo("UTC"))))
+
+
+def _check(payload: dict[str, object], name: str) -> dict[str, object]:
+    checks = payload["checks"]
+    assert isinstance(checks, list)
+    return next(item for item in checks if item["name"] == name)
+
+
+async def test_full_calm_day_is_fully_covered(variants: EmbeddedBackends) -> None:
+    """The unablated day: every check saw the whole window and every node; OK 10/10 with nothing unseen."""
+    payload = await _digest(variants, VARIANTS["full"].at)
+    assert (payload["status"], payload["score"]) == ("OK", 10)
+    assert payload["coverage"] == {"complete": True, "partial": [], "not_seen": [], "excused": []}
+    assert _check(payload, "conntrack")["coverage"] == {
+        "fraction": 1.0,
+        "partial": False,
+        "missing": [],
+        "excused": [],
+        "error": None,
+    }
+
+
+async def test_drained_node_is_named_not_blind(variants: EmbeddedBackends) -> None:
+    """A cordoned node whose node_exporter is gone is "drained", not a blind spot: the day stays OK."""
+    payload = await _digest(variants, VARIANTS["drained"].at)
+    assert (payload["status"], payload["score"]) == ("OK", 10)
+    assert _check(payload, "conntrack")["status"] == "OK"
+    coverage = payload["coverage"]
+    assert isinstance(coverage, dict)
+    assert coverage["excused"] == [{"node": NODE, "why": "drained"}]
+    text = Renderer().render(
+        await make_digest(_config(variants), day_window(VARIANTS["drained"].at, ZoneInfo("UTC"))), "text"
+    )
+    assert f"○ node {NODE} · drained" in text
+
+
+async def test_missing_exporter_is_partial_unless_declared_absent(variants: EmbeddedBackends) -> None:
+    """The same gap without a drain is a blind spot; declared in the policy's absent_nodes, it is "expected absent"."""
+    blind = await _digest(variants, VARIANTS["absent"].at)
+    assert blind["status"] == "UNKNOWN"
+    assert f"not seen: node {NODE} (node_exporter, 24 h)" in str(blind["headline"])
+    conntrack = _check(blind, "conntrack")
+    assert conntrack["status"] == "UNKNOWN"
+    assert str(conntrack["error"]).startswith("partial: ")
+    coverage = conntrack["coverage"]
+    assert isinstance(coverage, dict)
+    assert coverage["missing"] == [
+        {
+            "kind": "node",
+            "name": NODE,
+            "source": "node_exporter",
+            "from": f"{VARIANTS['absent'].at}T00:00:00Z",
+            "to": "2024-01-12T00:00:00Z",
+        }
+    ]
+    declared = Policy(trends=TrendsPolicy(enabled=False), coverage=CoveragePolicy(absent_nodes=(NODE,)))
+    excused = await _digest(variants, VARIANTS["absent"].at, declared)
+    assert (excused["status"], excused["score"]) == ("OK", 10)
+    assert _check(excused, "conntrack")["coverage"]["excused"] == [{"node": NODE, "why": "expected absent"}]
+
+
+async def test_exporters_named_by_ip_map_to_their_nodes(variants: EmbeddedBackends) -> None:
+    """node_exporter targets named by IP are matched to kube_node_info's internal_ip: no node reads as unseen."""
+    payload = await _digest(variants, VARIANTS["by_ip"].at)
+    assert (payload["status"], payload["score"]) == ("OK", 10)
+    assert payload["coverage"]["not_seen"] == []
+
+
+async def test_window_after_the_newest_data_says_until_when(variants: EmbeddedBackends) -> None:
+    """The day after the last one loaded (only its first 30 minutes collected) is partial: "data until 00:30"."""
+    payload = await _digest(variants, date(2024, 2, 1))
+    assert payload["status"] == "UNKNOWN"
+    assert "not seen: data until 00:30 (23.5 h unseen)" in str(payload["headline"])
+    assert all(item["status"] != "OK" for item in payload["checks"])
+
+
+def test_grid_cuts_a_day_in_ten_minute_buckets_whatever_its_zone() -> None:
+    """A UTC day has 144 buckets of 600 s; a 23-hour DST day 138; an odd window keeps partial end buckets."""
+    utc = day_window(CALM, ZoneInfo("UTC"))
+    assert (Grid.of(utc).step, len(Grid.of(utc).points)) == (600, 144)
+    spring = day_window(date(2026, 3, 29), ZoneInfo("Europe/Paris"))
+    assert (Grid.of(spring).step, len(Grid.of(spring).points)) == (600, 138)
+    odd = Window(utc.start.replace(minute=3), utc.end.replace(minute=3), ZoneInfo("UTC"), "odd")
+    grid = Grid.of(odd)
+    assert sum(grid.weight(index) for index in range(len(grid.points))) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("coverage", "key"),
+    [
+        ({"window_fraction": 1.5}, "coverage.window_fraction"),
+        ({"window_fraction": ".nan"}, "coverage.window_fraction"),
+        ({"node_tolerance": -1}, "coverage.node_tolerance"),
+        ({"shipper_silence_minutes": 0}, "coverage.shipper_silence_minutes"),
+        ({"node_gap_minutes": 99999}, "coverage.node_gap_minutes"),
+        ({"bogus": 1}, "coverage.bogus"),
+    ],
+)
+def test_bad_coverage_policy_is_refused_naming_the_key(tmp_path: Path, coverage: dict[str, object], key: str) -> None:
+    """A coverage threshold that makes no sense is one error naming its key, not a silent blind spot."""
+    path = tmp_path / "policy.yaml"
+    body = json.dumps({"coverage": coverage}).replace('".nan"', ".nan")
+    path.write_text(body)
+    with pytest.raises(PolicyError, match=key.replace(".", r"\.")):
+        load_policy(path)
+
+
+def test_coverage_policy_defaults_are_the_documented_ones() -> None:
+    """The defaults the README documents: 95 % of the window, every node, 30-minute gaps."""
+    policy = load_policy(None).coverage
+    assert (policy.window_fraction, policy.node_tolerance, policy.node_gap_minutes) == (0.95, 0, 30)
+    assert (policy.shipper_silence_minutes, policy.absent_nodes) == (30, ())
+    assert replace(policy, window_fraction=0.5).validate() is None
