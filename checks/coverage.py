@@ -11,11 +11,15 @@ of them held data:
   (``max(max_over_time(up{job=~…}[<bucket>]))`` for a single target such as kube-state-metrics: seen only when
   it was up). Logs: one stats query per source, ``| stats by (_time:<bucket>, <node field>) count()``.
 * **fleet** — the nodes that existed in the window: ``kube_node_info`` (and its ``internal_ip``, to map
-  node_exporter targets named by IP), every node a per-node source named, and the nodes kube-state-metrics or
-  node_exporter knew in the previous days (a node silent everywhere today is a blind spot, unless
-  kube-state-metrics answered today without it: then it was deleted). ``kube_node_spec_unschedulable`` and
+  node_exporter targets named by IP), the nodes that ran pods (``kube_pod_info{node}``), node_exporter's targets
+  (``up``, even at 0), every node a per-node source named, and the nodes kube-state-metrics or node_exporter knew
+  in the previous days (a node silent everywhere today is a blind spot, unless kube-state-metrics answered today
+  without it: then it was deleted). ``kube_node_spec_unschedulable`` and
   ``kube_node_status_condition{condition="Ready"}`` excuse a drained or NotReady node; the policy may declare nodes
   expected to be absent.
+
+Optional sources (Envoy's access log, Istio's metrics: a cluster may have either) count only when they held data in
+the window or the day before — then their silence is a gap like any other.
 
 From those buckets each check gets a `Coverage`: the fraction of the window in which all its sources held data, the
 unseen parts (`Gap`: hours nothing answered, a target, a node's exporter, a node's logs) and whether it is
@@ -37,7 +41,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from checks.contract import (
     Backend,
@@ -125,6 +129,11 @@ def access_logs(scope_filter: str) -> Need:
     return Need("access logs", Backend.LOGS, scope_filter, optional=True)
 
 
+def istio_requests() -> Need:
+    """Istio's request metrics: optional, like the access log (a gateway without a mesh has none)."""
+    return Need("Istio metrics", Backend.METRICS, "istio_requests_total", optional=True)
+
+
 def rule_evaluator(job: str) -> Need:
     """The alerting rule evaluator (vmalert, Prometheus), proved by its ``up`` being 1."""
     return Need("rule evaluator", Backend.METRICS, f'up{{job=~"{job.replace(chr(34), "")}"}}', up_target=True)
@@ -193,6 +202,7 @@ class Seen:
 
     buckets: set[int] = field(default_factory=set)
     nodes: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    expected: bool = False  # an optional source silent in the window, but not the day before: its silence is a gap
 
 
 @dataclass(frozen=True)
@@ -243,13 +253,19 @@ def fleet_queries(grid: Grid, policy: CoveragePolicy) -> dict[str, str]:
     job = policy.node_exporter_job.replace('"', "")
     return {
         "nodes": f"max by (node, internal_ip) (max_over_time(kube_node_info{bucket}))",
-        "drained": f"max by (node) (max_over_time(kube_node_spec_unschedulable{bucket}))",
-        "not_ready": (
-            f'min by (node) (min_over_time(kube_node_status_condition{{condition="Ready", status="true"}}{bucket}))'
+        "pods": f'count by (node) (count_over_time(kube_pod_info{{node!=""}}{bucket}))',
+        "targets": f'count by ({policy.node_exporter_node_label}) (count_over_time(up{{job=~"{job}"}}{bucket}))',
+        # One query for both excuses: a bucket where the node was cordoned ("drained") or not Ready at some point.
+        "excused": (
+            "max by (node, why) ("
+            f'label_replace(max_over_time(kube_node_spec_unschedulable{bucket}) > 0, "why", "drained", "", "") or '
+            'label_replace(1 - min_over_time(kube_node_status_condition{condition="Ready", status="true"}'
+            f'{bucket}) > 0, "why", "not ready", "", ""))'
         ),
-        "before_nodes": f"group by (node) (last_over_time(kube_node_info{days}))",
-        "before_exporters": (
-            f'group by ({policy.node_exporter_node_label}) (last_over_time(up{{job=~"{job}"}}{days}))'
+        # The nodes known before the window: kube-state-metrics' and node_exporter's (its node label copied to node).
+        "before": (
+            f"group by (node) (last_over_time(kube_node_info{days})) or group by (node) (label_replace("
+            f'last_over_time(up{{job=~"{job}"}}{days}), "node", "$1", "{policy.node_exporter_node_label}", "(.+)"))'
         ),
     }
 
@@ -262,7 +278,11 @@ async def measure(sources: Sources, window: Window, needs: Iterable[Need], polic
     """Ask the backends, once per source plus the fleet's few queries, concurrently; never raises `SourceError`."""
     grid = Grid.of(window)
     unique = list(dict.fromkeys(needs))
-    results = await asyncio.gather(*(_measure_need(sources, grid, need, policy) for need in unique))
+    per_node = any(need.per_node for need in unique)
+    results, fleet_rows = await asyncio.gather(
+        asyncio.gather(*(_measure_need(sources, grid, need, policy) for need in unique)),
+        _fleet_rows(sources, grid, policy) if per_node else _no_rows(),
+    )
     seen: dict[Need, Seen] = {}
     errors: dict[Need, str] = {}
     for need, (one, error) in zip(unique, results, strict=True):
@@ -270,11 +290,15 @@ async def measure(sources: Sources, window: Window, needs: Iterable[Need], polic
             errors[need] = error
         else:
             seen[need] = one
-    fleet = await _fleet(sources, grid, policy, seen) if any(need.per_node for need in unique) else _NO_FLEET
+    fleet = _fleet(grid, policy, seen, fleet_rows) if per_node else _NO_FLEET
     return Report(grid=grid, seen=seen, errors=errors, fleet=fleet)
 
 
 _NO_FLEET = Fleet(first_seen={}, deleted_after={}, excused={})
+
+
+async def _no_rows() -> dict[str, Sequence[RangeSeries]] | str:
+    return {}
 
 
 async def _measure_need(sources: Sources, grid: Grid, need: Need, policy: CoveragePolicy) -> tuple[Seen, str | None]:
@@ -290,20 +314,36 @@ async def _measure_need(sources: Sources, grid: Grid, need: Need, policy: Covera
                 seen.buckets.add(index)
                 if need.per_node:
                     seen.nodes[row.labels.get(policy.log_node_field, "")].add(index)
-            return seen, None
-        series: Sequence[RangeSeries] = await sources.metrics.range(query, grid.range_start, grid.range_end, grid.step)
+        else:
+            series: Sequence[RangeSeries] = await sources.metrics.range(
+                query, grid.range_start, grid.range_end, grid.step
+            )
+            label = _node_label(need, policy)
+            for one in series:
+                for moment, value in one.points:
+                    index = grid.index_of_point(moment)
+                    if index is None or value <= 0 or (need.up_target and value < 1):
+                        continue
+                    seen.buckets.add(index)
+                    if need.per_node:
+                        seen.nodes[one.labels.get(label, "")].add(index)
+        if need.optional and not seen.buckets and await _held_data_before(sources, grid, need):
+            seen.expected = True
     except SourceError as exc:
         return seen, str(exc)
-    label = _node_label(need, policy)
-    for one in series:
-        for moment, value in one.points:
-            index = grid.index_of_point(moment)
-            if index is None or value <= 0 or (need.up_target and value < 1):
-                continue
-            seen.buckets.add(index)
-            if need.per_node:
-                seen.nodes[one.labels.get(label, "")].add(index)
     return seen, None
+
+
+async def _held_data_before(sources: Sources, grid: Grid, need: Need) -> bool:
+    """Whether an optional source that is silent in the window held data the day before: then it is expected."""
+    start = grid.window.start
+    if need.backend is Backend.LOGS:
+        day_before = Window(start - timedelta(days=1), start, grid.window.zone, "day before")
+        scope = f" {need.query}" if need.query else ""
+        rows = await sources.logs.stats(f"{day_before.logsql_time_filter()}{scope} | stats count() as lines", start)
+    else:
+        rows = await sources.metrics.instant(f"count(count_over_time({need.query}[1d]))", start)
+    return any(row.value > 0 for row in rows)
 
 
 def _parse_time(raw: str) -> float:
@@ -314,64 +354,82 @@ def _parse_time(raw: str) -> float:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
-async def _fleet(sources: Sources, grid: Grid, policy: CoveragePolicy, seen: Mapping[Need, Seen]) -> Fleet:
+_RANGED = ("nodes", "pods", "targets", "excused")
+_BEFORE = ("before",)
+
+
+async def _fleet_rows(sources: Sources, grid: Grid, policy: CoveragePolicy) -> dict[str, Sequence[RangeSeries]] | str:
+    """The fleet's answers by purpose (the ``before_*`` instants as one-point series), or why they failed."""
     texts = fleet_queries(grid, policy)
-    ranged = ("nodes", "drained", "not_ready")
     try:
         ranges = asyncio.gather(
-            *(sources.metrics.range(texts[key], grid.range_start, grid.range_end, grid.step) for key in ranged)
+            *(sources.metrics.range(texts[key], grid.range_start, grid.range_end, grid.step) for key in _RANGED)
         )
-        instants = asyncio.gather(
-            *(sources.metrics.instant(texts[key], grid.window.start) for key in ("before_nodes", "before_exporters"))
-        )
-        (nodes, drained, not_ready), (before_nodes, before_exporters) = await asyncio.gather(ranges, instants)
+        instants = asyncio.gather(*(sources.metrics.instant(texts[key], grid.window.start) for key in _BEFORE))
+        ranged, before = await asyncio.gather(ranges, instants)
     except SourceError as exc:
-        return Fleet(first_seen={}, deleted_after={}, excused={}, error=str(exc))
+        return str(exc)
+    rows: dict[str, Sequence[RangeSeries]] = dict(zip(_RANGED, ranged, strict=True))
+    for key, samples in zip(_BEFORE, before, strict=True):
+        rows[key] = [RangeSeries(sample.labels, ((grid.window.start.timestamp(), sample.value),)) for sample in samples]
+    return rows
+
+
+def _fleet(
+    grid: Grid, policy: CoveragePolicy, seen: Mapping[Need, Seen], rows: Mapping[str, Sequence[RangeSeries]] | str
+) -> Fleet:
+    if isinstance(rows, str):
+        return Fleet(first_seen={}, deleted_after={}, excused={}, error=rows)
+
+    def buckets(one: RangeSeries) -> set[int]:
+        return {i for moment, value in one.points if value > 0 and (i := grid.index_of_point(moment)) is not None}
 
     by_ip: dict[str, str] = {}
     listed: dict[str, set[int]] = defaultdict(set)
-    for one in nodes:
+    for one in rows["nodes"]:
         name = one.labels.get("node", "")
-        if not name:
-            continue
-        if one.labels.get("internal_ip"):
-            by_ip[one.labels["internal_ip"]] = name
-        listed[name].update(i for moment, _ in one.points if (i := grid.index_of_point(moment)) is not None)
-
+        if name:
+            if one.labels.get("internal_ip"):
+                by_ip[one.labels["internal_ip"]] = name
+            listed[name].update(buckets(one))
     canonical = Fleet(first_seen={}, deleted_after={}, excused={}, by_ip=by_ip).canonical
-    first_seen: dict[str, int] = {}
-    for name, buckets in listed.items():
-        first_seen[name] = min(buckets)
+
+    # Where each node first showed up today: kube_node_info, its pods, its node_exporter target (even down), or any
+    # per-node source.
+    appeared: dict[str, set[int]] = defaultdict(set)
+    for name, found in listed.items():
+        appeared[name].update(found)
+    for one in rows["pods"]:
+        if one.labels.get("node"):
+            appeared[canonical(one.labels["node"])].update(buckets(one))
+    for one in rows["targets"]:
+        if one.labels.get(policy.node_exporter_node_label):
+            appeared[canonical(one.labels[policy.node_exporter_node_label])].update(buckets(one))
     for one_seen in seen.values():
-        for raw, buckets in one_seen.nodes.items():
-            if raw and buckets:
-                name = canonical(raw)
-                first_seen[name] = min(first_seen.get(name, len(grid.points)), min(buckets))
-    for sample in (*before_nodes, *before_exporters):
-        raw = sample.labels.get("node") or sample.labels.get(policy.node_exporter_node_label, "")
-        name = canonical(raw) if raw else ""
-        # A node known before the window and listed nowhere today is expected from the start, unless
-        # kube-state-metrics answered today without it: then it was deleted.
+        for raw, found in one_seen.nodes.items():
+            if raw:
+                appeared[canonical(raw)].update(found)
+    first_seen = {name: min(found) for name, found in appeared.items() if found}
+    for name in listed:
+        if listed[name] and min(listed[name]) == 0:
+            first_seen[name] = 0
+    for one in rows["before"]:
+        name = canonical(one.labels["node"]) if one.labels.get("node") else ""
+        # A node known before the window is expected from the start, unless kube-state-metrics listed nodes today
+        # without it: then it was deleted.
         if name and (name in first_seen or not listed):
             first_seen[name] = 0
-    for name in list(first_seen):
-        if name in listed and min(listed[name]) == 0:
-            first_seen[name] = 0
 
-    last_listed = max((max(b) for b in listed.values() if b), default=-1)
-    deleted_after = {name: max(b) for name, b in listed.items() if b and max(b) < last_listed}
+    last_listed = max((max(found) for found in listed.values() if found), default=-1)
+    deleted_after = {name: max(found) for name, found in listed.items() if found and max(found) < last_listed}
 
     excused: dict[str, dict[int, str]] = defaultdict(dict)
-    for one in not_ready:
-        for moment, value in one.points:
-            index = grid.index_of_point(moment)
-            if index is not None and value < 1:
-                excused[one.labels.get("node", "")][index] = "not ready"
-    for one in drained:
-        for moment, value in one.points:
-            index = grid.index_of_point(moment)
-            if index is not None and value >= 1:
-                excused[one.labels.get("node", "")][index] = "drained"
+    for one in rows["excused"]:
+        why = one.labels.get("why", "drained")
+        for index in buckets(one):
+            # Drained says more than not ready (a drain is on purpose): it wins a bucket that is both.
+            if excused[one.labels.get("node", "")].get(index) != "drained":
+                excused[one.labels.get("node", "")][index] = why
     for name in policy.absent_nodes:
         excused[name] = dict.fromkeys(range(len(grid.points)), "expected absent")
     return Fleet(first_seen=first_seen, deleted_after=deleted_after, excused=excused, by_ip=by_ip)

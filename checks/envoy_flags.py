@@ -148,7 +148,8 @@ class EnvoyFlagsCheck:
 
     def needs(self) -> tuple[Need, ...]:
         """The sources whose coverage this check's verdict depends on."""
-        return (coverage.access_logs(self.policy.scope_filter),)
+        istio = (coverage.istio_requests(),) if self.policy.use_istio_metrics else ()
+        return (coverage.access_logs(self.policy.scope_filter), *istio)
 
     def log_query(self, window: Window) -> str:
         """The LogsQL stats query over the gateway's access log."""

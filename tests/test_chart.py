@@ -322,3 +322,34 @@ def test_a_short_window_renders_with_hourly_ticks(tmp_path: Path) -> None:
     assert len(major) == len(labels)
     render_chart(data, tmp_path / "short.png", "WARNING 9/10 · homelab · 6h to 2026-07-21 00:00")
     assert _png_size(tmp_path / "short.png") == (1080, 1350)
+
+
+async def test_unseen_spans_are_shaded_on_the_chart(corpus_backends: EmbeddedBackends, tmp_path: Path) -> None:
+    """The digest's unseen hours (here 12:00-24:00) are cross-hatched on every panel, and only there."""
+    from PIL import Image
+
+    data = await _chart_of(corpus_backends, STORM)
+    window = day_window(STORM, UTC_ZONE)
+    noon = window.start.timestamp() + 12 * 3600
+    path = tmp_path / "unseen.png"
+    render_chart(
+        data,
+        path,
+        "CRITICAL 8/10 · homelab · 2026-07-20 · not seen: logs from pi5-2 after 12:00",
+        unseen=[(noon, window.end.timestamp())],
+    )
+    unseen_fill = (0xF6, 0xE0, 0xE0)
+    with Image.open(path) as image:
+        pixels = image.convert("RGB")
+        width, height = pixels.size
+        left = sum(
+            1 for x in range(0, width // 2, 3) for y in range(0, height, 3) if pixels.getpixel((x, y)) == unseen_fill
+        )
+        right = sum(
+            1
+            for x in range(width // 2, width, 3)
+            for y in range(0, height, 3)
+            if pixels.getpixel((x, y)) == unseen_fill
+        )
+    assert right > 1_000  # a third of the plot area, on three panels
+    assert left < right / 20  # the legend swatch at most: nothing before noon is shaded

@@ -36,6 +36,13 @@ def _drained(one: Series, start: int, node: str) -> Series | None:
     return _absent_exporter(one, start, node)
 
 
+def _not_ready(one: Series, start: int, node: str) -> Series | None:
+    if one.labels["__name__"] == "kube_node_status_condition" and one.labels.get("node") == node:
+        ready = one.labels.get("status") == "false"
+        return Series(one.labels, one.timestamps_ms, [1.0 if ready else 0.0] * len(one.values))
+    return _absent_exporter(one, start, node)
+
+
 def _by_ip(one: Series, _start: int, _node: str) -> Series | None:
     instance = one.labels.get("instance", "")
     if instance.endswith(":9100"):
@@ -49,6 +56,9 @@ VARIANTS = {
     "absent": Copy(CALM, Ablation("exporter gone", _absent_exporter, _keep_line, lambda _n: ()), date(2024, 1, 11)),
     "by_ip": Copy(CALM, Ablation("exporters named by IP", _by_ip, _keep_line, lambda _n: ()), date(2024, 1, 21)),
     "full": Copy(CALM, Ablation("full", _keep_series, _keep_line, lambda _n: ()), date(2024, 1, 31)),
+    "not_ready": Copy(
+        CALM, Ablation("NotReady, no exporter", _not_ready, _keep_line, lambda _n: ()), date(2024, 2, 10)
+    ),
 }
 
 
@@ -64,7 +74,7 @@ def variants() -> Iterator[EmbeddedBackends]:
             start, end = day_window(copy.at, ZoneInfo("UTC")).start, day_window(copy.at, ZoneInfo("UTC")).end
             backends.wait_for_series("kube_node_info", end, 3)
             backends.wait_for_series("kube_node_info", start, 3)
-        first, last = day_window(date(2024, 1, 1), ZoneInfo("UTC")), day_window(date(2024, 1, 31), ZoneInfo("UTC"))
+        first, last = day_window(date(2024, 1, 1), ZoneInfo("UTC")), day_window(date(2024, 2, 10), ZoneInfo("UTC"))
         backends.wait_for_logs(first.start, last.end, counter[0])
         yield backends
 
@@ -114,6 +124,13 @@ async def test_drained_node_is_named_not_blind(variants: EmbeddedBackends) -> No
     assert f"○ node {NODE} · drained" in text
 
 
+async def test_not_ready_node_is_named_not_blind(variants: EmbeddedBackends) -> None:
+    """A NotReady node whose node_exporter is silent is "not ready", not a blind spot."""
+    payload = await _digest(variants, VARIANTS["not_ready"].at)
+    assert _check(payload, "conntrack")["status"] == "OK"
+    assert payload["coverage"]["excused"] == [{"node": NODE, "why": "not ready"}]
+
+
 async def test_missing_exporter_is_partial_unless_declared_absent(variants: EmbeddedBackends) -> None:
     """The same gap without a drain is a blind spot; declared in the policy's absent_nodes, it is "expected absent"."""
     blind = await _digest(variants, VARIANTS["absent"].at)
@@ -148,7 +165,7 @@ async def test_exporters_named_by_ip_map_to_their_nodes(variants: EmbeddedBacken
 
 async def test_window_after_the_newest_data_says_until_when(variants: EmbeddedBackends) -> None:
     """The day after the last one loaded (only its first 30 minutes collected) is partial: "data until 00:30"."""
-    payload = await _digest(variants, date(2024, 2, 1))
+    payload = await _digest(variants, date(2024, 2, 11))
     assert payload["status"] == "UNKNOWN"
     assert "not seen: data until 00:30 (23.5 h unseen)" in str(payload["headline"])
     assert all(item["status"] != "OK" for item in payload["checks"])

@@ -644,6 +644,8 @@ def pod_series(w: Window, pod: Pod) -> Iterator[Series]:
     if not times:
         return
     ident = {"namespace": pod.namespace, "pod": pod.name, "uid": pod.uid}
+    placed = {**KSM, **ident, "node": pod.node, "host_ip": NODE_IPS[pod.node]}
+    yield _series("kube_pod_info", placed, times, [1.0] * len(times))
     ready = [pod.ready(t) for t in times]
     for condition, vals in (
         ("true", [1.0 if r else 0.0 for r in ready]),
