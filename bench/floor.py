@@ -7,7 +7,8 @@ What it measures and why: ``digest run`` cannot be faster than the backends answ
   ``queries(window)`` (PromQL instant queries at the window's end), ``query(window)`` / ``log_query(window)``
   (LogsQL stats when pinned with ``_time:``, PromQL otherwise) and ``istio_query(window)``, plus conntrack's
   peak-minute range query for the worst node, which depends on an answer and is resolved beforehand, outside the
-  timing;
+  timing, and the coverage queries (``checks.coverage``: one per source the checks depend on, and the fleet's),
+  which every digest must ask;
 * the **recorded floor** — the exact requests one ``digest run`` sent, captured by ``bench.proxy`` (path and body),
   replayed as they were. It covers whatever the digest asks that the checks floor does not (trends over previous
   days, a check's data-dependent follow-ups such as Envoy's hour-by-hour query of an Istio service) and omits what
@@ -31,6 +32,7 @@ from zoneinfo import ZoneInfo
 
 import httpx
 
+from checks import coverage
 from checks.conntrack import ConntrackCheck
 from checks.contract import Window
 from checks.promql import ContainerKey
@@ -170,7 +172,33 @@ def checks_queries(window: Window, dependencies: Dependencies, policy: Policy | 
         if name == "conntrack" and dependencies.conntrack_instance is not None:
             text = ConntrackCheck.peak_time_query(dependencies.conntrack_instance)
             add(_range(text, window.start, window.end, 60, "conntrack.peak_time"))
+    for query in coverage_queries(window, policy):
+        add(query)
     return queries
+
+
+def coverage_queries(window: Window, policy: Policy) -> list[Query]:
+    """What `checks.coverage` asks for the enabled checks: one query per source, and the fleet's."""
+    if not policy.coverage.enabled:
+        return []
+    grid = coverage.Grid.of(window)
+    needs = list(dict.fromkeys(need for check in build_checks(policy) for need in check.needs()))
+    out: list[Query] = []
+    for need in needs:
+        text = coverage.queries(need, grid, policy.coverage)
+        purpose = f"coverage.{need.label}"
+        if is_logsql(text):
+            out.append(_instant(text, window, purpose))
+        else:
+            out.append(_range(text, grid.range_start, grid.range_end, grid.step, purpose))
+    if any(need.per_node for need in needs):
+        for purpose, text in coverage.fleet_queries(grid, policy.coverage).items():
+            if purpose == "before":
+                form = {"query": text, "time": rfc3339(window.start)}
+                out.append(Query(METRICS, "/api/v1/query", form, f"coverage.fleet.{purpose}"))
+            else:
+                out.append(_range(text, grid.range_start, grid.range_end, grid.step, f"coverage.fleet.{purpose}"))
+    return out
 
 
 def resolve_dependencies(vm_url: str, window: Window, policy: Policy | None = None) -> Dependencies:

@@ -252,14 +252,18 @@ def fleet_queries(grid: Grid, policy: CoveragePolicy) -> dict[str, str]:
     days = f"[{policy.history_days}d]"
     job = policy.node_exporter_job.replace('"', "")
     return {
-        "nodes": f"max by (node, internal_ip) (max_over_time(kube_node_info{bucket}))",
-        "pods": f'count by (node) (count_over_time(kube_pod_info{{node!=""}}{bucket}))',
-        "targets": f'count by ({policy.node_exporter_node_label}) (count_over_time(up{{job=~"{job}"}}{bucket}))',
-        # One query for both excuses: a bucket where the node was cordoned ("drained") or not Ready at some point.
-        "excused": (
-            "max by (node, why) ("
-            f'label_replace(max_over_time(kube_node_spec_unschedulable{bucket}) > 0, "why", "drained", "", "") or '
-            'label_replace(1 - min_over_time(kube_node_status_condition{condition="Ready", status="true"}'
+        # One range query for the whole fleet, each part marked by its ``why``: the nodes (kube_node_info), those that
+        # ran pods, node_exporter's targets (even down), and the buckets a node was cordoned or not Ready in.
+        "nodes": (
+            "max by (node, internal_ip, why) ("
+            f'label_replace(max_over_time(kube_node_info{bucket}), "why", "info", "", "")'
+            " or label_replace(count by (node) ("
+            f'count_over_time(kube_pod_info{{node!=""}}{bucket})), "why", "pods", "", "")'
+            f" or label_replace(label_replace(count by ({policy.node_exporter_node_label}) (count_over_time("
+            f'up{{job=~"{job}"}}{bucket})), "node", "$1", "{policy.node_exporter_node_label}", "(.+)"),'
+            ' "why", "target", "", "")'
+            f' or label_replace(max_over_time(kube_node_spec_unschedulable{bucket}) > 0, "why", "drained", "", "")'
+            ' or label_replace(1 - min_over_time(kube_node_status_condition{condition="Ready", status="true"}'
             f'{bucket}) > 0, "why", "not ready", "", ""))'
         ),
         # The nodes known before the window: kube-state-metrics' and node_exporter's (its node label copied to node).
@@ -354,7 +358,7 @@ def _parse_time(raw: str) -> float:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
-_RANGED = ("nodes", "pods", "targets", "excused")
+_RANGED = ("nodes",)
 _BEFORE = ("before",)
 
 
@@ -384,35 +388,26 @@ def _fleet(
     def buckets(one: RangeSeries) -> set[int]:
         return {i for moment, value in one.points if value > 0 and (i := grid.index_of_point(moment)) is not None}
 
-    by_ip: dict[str, str] = {}
-    listed: dict[str, set[int]] = defaultdict(set)
+    parts: dict[str, list[RangeSeries]] = defaultdict(list)
     for one in rows["nodes"]:
-        name = one.labels.get("node", "")
-        if name:
-            if one.labels.get("internal_ip"):
-                by_ip[one.labels["internal_ip"]] = name
-            listed[name].update(buckets(one))
+        if one.labels.get("node"):
+            parts[one.labels.get("why", "")].append(one)
+    by_ip = {one.labels["internal_ip"]: one.labels["node"] for one in parts["info"] if one.labels.get("internal_ip")}
     canonical = Fleet(first_seen={}, deleted_after={}, excused={}, by_ip=by_ip).canonical
+    listed: dict[str, set[int]] = defaultdict(set)
+    for one in parts["info"]:
+        listed[one.labels["node"]].update(buckets(one))
 
     # Where each node first showed up today: kube_node_info, its pods, its node_exporter target (even down), or any
     # per-node source.
     appeared: dict[str, set[int]] = defaultdict(set)
-    for name, found in listed.items():
-        appeared[name].update(found)
-    for one in rows["pods"]:
-        if one.labels.get("node"):
-            appeared[canonical(one.labels["node"])].update(buckets(one))
-    for one in rows["targets"]:
-        if one.labels.get(policy.node_exporter_node_label):
-            appeared[canonical(one.labels[policy.node_exporter_node_label])].update(buckets(one))
+    for one in (*parts["info"], *parts["pods"], *parts["target"]):
+        appeared[canonical(one.labels["node"])].update(buckets(one))
     for one_seen in seen.values():
         for raw, found in one_seen.nodes.items():
             if raw:
                 appeared[canonical(raw)].update(found)
     first_seen = {name: min(found) for name, found in appeared.items() if found}
-    for name in listed:
-        if listed[name] and min(listed[name]) == 0:
-            first_seen[name] = 0
     for one in rows["before"]:
         name = canonical(one.labels["node"]) if one.labels.get("node") else ""
         # A node known before the window is expected from the start, unless kube-state-metrics listed nodes today
@@ -424,12 +419,10 @@ def _fleet(
     deleted_after = {name: max(found) for name, found in listed.items() if found and max(found) < last_listed}
 
     excused: dict[str, dict[int, str]] = defaultdict(dict)
-    for one in rows["excused"]:
-        why = one.labels.get("why", "drained")
-        for index in buckets(one):
-            # Drained says more than not ready (a drain is on purpose): it wins a bucket that is both.
-            if excused[one.labels.get("node", "")].get(index) != "drained":
-                excused[one.labels.get("node", "")][index] = why
+    for why in ("not ready", "drained"):  # drained says more (a drain is on purpose): it wins a bucket that is both
+        for one in parts[why]:
+            for index in buckets(one):
+                excused[canonical(one.labels["node"])][index] = why
     for name in policy.absent_nodes:
         excused[name] = dict.fromkeys(range(len(grid.points)), "expected absent")
     return Fleet(first_seen=first_seen, deleted_after=deleted_after, excused=excused, by_ip=by_ip)
