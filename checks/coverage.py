@@ -51,7 +51,6 @@ from checks.contract import (
     GapKind,
     Need,
     RangeSeries,
-    Sample,
     SourceError,
     Sources,
     Status,
@@ -232,18 +231,23 @@ class Report:
 
 
 def queries(need: Need, grid: Grid, policy: CoveragePolicy) -> str:
-    """The one query that measures ``need`` over ``grid``."""
-    window = grid.window
-    if need.backend is Backend.LOGS:
-        scope = f" {need.query}" if need.query else ""
-        by = f"_time:{grid.step}s" + (f", {field_name(policy.log_node_field)}" if need.per_node else "")
-        return f"{window.logsql_time_filter()}{scope} | stats by ({by}) count() as lines"
+    """The range query that measures a metrics ``need`` over ``grid`` (log needs share `logs_query`)."""
     bucket = f"[{grid.step}s]"
     if need.up_target:
         return f"max(max_over_time({need.query}{bucket}))"
     if need.per_node:
         return f"count by ({_node_label(need, policy)}) (count_over_time({need.query}{bucket}))"
     return f"count(count_over_time({need.query}{bucket}))"
+
+
+def logs_query(needs: Sequence[Need], grid: Grid, policy: CoveragePolicy) -> str:
+    """One stats query, one scan, for every log need: lines per bucket and node, one count per need (``n<i>``)."""
+    counts = ", ".join(
+        (f"count() if ({need.query}) as n{index}" if need.query else f"count() as n{index}")
+        for index, need in enumerate(needs)
+    )
+    by = f"_time:{grid.step}s, {field_name(policy.log_node_field)}"
+    return f"{grid.window.logsql_time_filter()} | stats by ({by}) {counts}"
 
 
 def fleet_queries(grid: Grid, policy: CoveragePolicy) -> dict[str, str]:
@@ -279,17 +283,27 @@ def _node_label(need: Need, policy: CoveragePolicy) -> str:
 
 
 async def measure(sources: Sources, window: Window, needs: Iterable[Need], policy: CoveragePolicy) -> Report:
-    """Ask the backends, once per source plus the fleet's few queries, concurrently; never raises `SourceError`."""
+    """Ask the backends, once per metrics source, once for all log sources, plus the fleet; never raises."""
     grid = Grid.of(window)
     unique = list(dict.fromkeys(needs))
+    metric_needs = [need for need in unique if need.backend is Backend.METRICS]
+    log_needs = [need for need in unique if need.backend is Backend.LOGS]
     per_node = any(need.per_node for need in unique)
-    results, fleet_rows = await asyncio.gather(
-        asyncio.gather(*(_measure_need(sources, grid, need, policy) for need in unique)),
+    metric_results, log_results, fleet_rows = await asyncio.gather(
+        asyncio.gather(*(_measure_metrics(sources, grid, need, policy) for need in metric_needs)),
+        _measure_logs(sources, grid, log_needs, policy),
         _fleet_rows(sources, grid, policy) if per_node else _no_rows(),
     )
+    results = dict(zip(metric_needs, metric_results, strict=True)) | log_results
     seen: dict[Need, Seen] = {}
     errors: dict[Need, str] = {}
-    for need, (one, error) in zip(unique, results, strict=True):
+    for need in unique:
+        one, error = results[need]
+        if error is None and need.optional and not one.buckets:
+            try:
+                one.expected = await _held_data_before(sources, grid, need)
+            except SourceError as exc:
+                error = str(exc)
         if error is not None:
             errors[need] = error
         else:
@@ -305,37 +319,46 @@ async def _no_rows() -> dict[str, Sequence[RangeSeries]] | str:
     return {}
 
 
-async def _measure_need(sources: Sources, grid: Grid, need: Need, policy: CoveragePolicy) -> tuple[Seen, str | None]:
+async def _measure_metrics(sources: Sources, grid: Grid, need: Need, policy: CoveragePolicy) -> tuple[Seen, str | None]:
     seen = Seen()
-    query = queries(need, grid, policy)
     try:
-        if need.backend is Backend.LOGS:
-            rows: Sequence[Sample] = await sources.logs.stats(query, grid.window.end)
-            for row in rows:
-                index = grid.index_of_start(_parse_time(row.labels.get("_time", "")))
-                if index is None or row.value <= 0:
-                    continue
-                seen.buckets.add(index)
-                if need.per_node:
-                    seen.nodes[row.labels.get(policy.log_node_field, "")].add(index)
-        else:
-            series: Sequence[RangeSeries] = await sources.metrics.range(
-                query, grid.range_start, grid.range_end, grid.step
-            )
-            label = _node_label(need, policy)
-            for one in series:
-                for moment, value in one.points:
-                    index = grid.index_of_point(moment)
-                    if index is None or value <= 0 or (need.up_target and value < 1):
-                        continue
-                    seen.buckets.add(index)
-                    if need.per_node:
-                        seen.nodes[one.labels.get(label, "")].add(index)
-        if need.optional and not seen.buckets and await _held_data_before(sources, grid, need):
-            seen.expected = True
+        series = await sources.metrics.range(queries(need, grid, policy), grid.range_start, grid.range_end, grid.step)
     except SourceError as exc:
         return seen, str(exc)
+    label = _node_label(need, policy)
+    for one in series:
+        for moment, value in one.points:
+            index = grid.index_of_point(moment)
+            if index is None or value <= 0 or (need.up_target and value < 1):
+                continue
+            seen.buckets.add(index)
+            if need.per_node:
+                seen.nodes[one.labels.get(label, "")].add(index)
     return seen, None
+
+
+async def _measure_logs(
+    sources: Sources, grid: Grid, needs: Sequence[Need], policy: CoveragePolicy
+) -> dict[Need, tuple[Seen, str | None]]:
+    if not needs:
+        return {}
+    seen = {f"n{index}": Seen() for index in range(len(needs))}
+    try:
+        rows = await sources.logs.stats(logs_query(needs, grid, policy), grid.window.end)
+    except SourceError as exc:
+        return {need: (Seen(), str(exc)) for need in needs}
+    for row in rows:
+        one = seen.get(row.labels.get("__name__", ""))
+        index = grid.index_of_start(_parse_time(row.labels.get("_time", "")))
+        if one is None or index is None or row.value <= 0:
+            continue
+        one.buckets.add(index)
+        one.nodes[row.labels.get(policy.log_node_field, "")].add(index)
+    # A source that is not per node keeps only its buckets: its rows' nodes say nothing about the fleet.
+    return {
+        need: (seen[f"n{index}"] if need.per_node else Seen(buckets=seen[f"n{index}"].buckets), None)
+        for index, need in enumerate(needs)
+    }
 
 
 async def _held_data_before(sources: Sources, grid: Grid, need: Need) -> bool:
@@ -519,11 +542,15 @@ def _node_gaps(
                 node_gaps[node].append(Gap(kind, node, need.label, *grid.span(*run)))
 
 
+# How a partial finding's error starts; the renderers say "partly seen" for it.
+PARTIAL = "partial: "
+
+
 def apply(finding: Finding, coverage: Coverage, window: Window) -> Finding:
     """The grade rule: a partial check keeps what it found, but a clean result on partial data is UNKNOWN."""
     if finding.status is Status.UNKNOWN or not coverage.partial:
         return replace(finding, coverage=coverage)
-    note = f"partial: {describe(coverage, window)}"
+    note = f"{PARTIAL}{describe(coverage, window)}"
     if finding.status is Status.OK:
         return replace(
             finding,

@@ -543,6 +543,18 @@ def _shade_gaps(ax: Axes, edges: Sequence[float], blind: Sequence[bool], label: 
             labelled = True
 
 
+# Characters per title line at the title's size on the 1080 px wide figure.
+_TITLE_WIDTH = 52
+
+
+def _wrapped(title: str) -> str:
+    """The headline on as many lines as it needs, the unseen parts starting their own."""
+    import textwrap
+
+    lines = title.replace(" · not seen: ", "\nnot seen: ").split("\n")
+    return "\n".join(part for line in lines for part in textwrap.wrap(line, _TITLE_WIDTH) or [""])
+
+
 def _shade_unseen(ax: Axes, data: ChartData, unseen: Sequence[tuple[float, float]]) -> None:
     """Cross-hatch the spans some source of the digest did not cover (before the panel draws, so its legend has it)."""
     start, end = data.window.start.timestamp(), data.window.end.timestamp()
@@ -730,11 +742,16 @@ def _time_axis(ax: Axes, data: ChartData) -> None:
     ax.set_xlabel(f"time ({_zone_name(window)})", fontsize=_LABEL_PT, color=_MUTED_COLOUR)
 
 
-def render_chart(data: ChartData, path: Path, title: str, unseen: Sequence[tuple[float, float]] = ()) -> None:
+# The sources each panel is drawn from: a panel shades only the unseen spans of its own sources.
+PANEL_SOURCES = (("logs",), ("access logs", "Istio metrics"), ("node_exporter",))
+
+
+def render_chart(data: ChartData, path: Path, title: str, unseen: Sequence[tuple[float, float, str]] = ()) -> None:
     """Draw the three panels into a PNG at ``path`` (1080 × 1350 px), titled ``title``.
 
-    ``unseen`` are the spans (unix seconds) the digest's coverage could not vouch for: shaded on every panel, so a
-    quiet stretch of a line is never read as a calm one.
+    ``unseen`` are the spans (unix seconds) the digest's coverage could not vouch for, with the source that missed
+    them: each panel shades those of its own sources (`PANEL_SOURCES`), so a quiet stretch of a line is never read
+    as a calm one. A long title (the headline's unseen parts) is wrapped.
     """
     # Constrained layout (matplotlib's successor of tight_layout) fits titles, legends and tick labels.
     layout = ConstrainedLayoutEngine(h_pad=0.1, hspace=0.07, w_pad=0.08)
@@ -742,12 +759,12 @@ def render_chart(data: ChartData, path: Path, title: str, unseen: Sequence[tuple
     FigureCanvasAgg(figure)  # attaches the Agg canvas to the figure; no window, no pyplot
     try:
         axes = figure.subplots(3, 1, sharex=True, height_ratios=(1.15, 1.0, 1.0))
-        figure.suptitle(title, fontsize=_TITLE_PT, fontweight="bold", color=_TEXT_COLOUR)
+        figure.suptitle(_wrapped(title), fontsize=_TITLE_PT, fontweight="bold", color=_TEXT_COLOUR)
         for ax in axes:
             ax.tick_params(labelsize=_TICK_PT, colors=_TEXT_COLOUR)
             ax.tick_params(axis="x", which="major", length=6, width=1.2)
-        for ax in axes:
-            _shade_unseen(ax, data, unseen)
+        for ax, sources in zip(axes, PANEL_SOURCES, strict=True):
+            _shade_unseen(ax, data, [(first, last) for first, last, source in unseen if source in sources])
         _draw_errors(axes[0], data)
         _draw_flags(axes[1], data)
         _draw_conntrack(axes[2], data)

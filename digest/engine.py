@@ -117,7 +117,7 @@ async def make_chart(
     path: Path,
     headline: str,
     sources: Sources | None = None,
-    unseen: Sequence[tuple[float, float]] = (),
+    unseen: Sequence[tuple[float, float, str]] = (),
 ) -> str:
     """Draw the day's chart to ``path`` (PNG) and return its caption; the drawing runs off the event loop.
 

@@ -15,7 +15,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from checks.contract import Coverage, Finding, Status
-from checks.coverage import phrases
+from checks.coverage import PARTIAL, phrases
 from digest.score import Digest, DigestStatus
 
 if TYPE_CHECKING:
@@ -91,10 +91,12 @@ def not_seen(digest: Digest) -> list[str]:
     return phrases((gap for finding in digest.partial for gap in _coverage(finding).missing), digest.window)
 
 
-def unseen_spans(digest: Digest) -> list[tuple[float, float]]:
-    """The spans (unix seconds) a partial check did not see, for the chart to shade; a node's gap included."""
+def unseen_spans(digest: Digest) -> list[tuple[float, float, str]]:
+    """The spans (unix seconds) a partial check did not see, with the source that missed them, for the chart."""
     spans = {
-        (gap.start.timestamp(), gap.end.timestamp()) for finding in digest.partial for gap in _coverage(finding).missing
+        (gap.start.timestamp(), gap.end.timestamp(), gap.source)
+        for finding in digest.partial
+        for gap in _coverage(finding).missing
     }
     return sorted(spans)
 
@@ -113,7 +115,7 @@ def _context(digest: Digest) -> dict[str, Any]:
     return {
         "headline": headline(digest),
         "digest": digest,
-        "not_checked": [(finding.name, finding.error or finding.summary) for finding in digest.unknown],
+        "not_checked": [_blind(finding, "not checked") for finding in digest.unknown],
         "deductions": [_line(finding, digest) for finding in deductions],
         "caps": [
             {"checks": " + ".join(cap.checks), "max": cap.max_penalty, "raw": cap.raw_penalty} for cap in digest.caps
@@ -125,11 +127,19 @@ def _context(digest: Digest) -> dict[str, Any]:
         "explanations": [explanation.text for explanation in digest.explanations],
         "trends": list(digest.trends),
         "diagnoses": [_line(finding, digest) for finding in digest.diagnoses],
-        "unexplained": [(finding.name, finding.error or finding.summary) for finding in digest.unexplained],
+        "unexplained": [_blind(finding, "could not be checked") for finding in digest.unexplained],
         "quiet": [finding.name for finding in digest.quiet],
         "score_note": _score_note(digest),
         "excused": excused(digest),
     }
+
+
+def _blind(finding: Finding, verb: str) -> tuple[str, str, str]:
+    """(name, verb, reason) of an UNKNOWN finding: "partly seen" with what was found, when coverage made it so."""
+    partial = finding.coverage is not None and finding.coverage.partial
+    if partial and finding.error and finding.error.startswith(PARTIAL):
+        return finding.name, "partly seen", f"{finding.summary} — {finding.error.removeprefix(PARTIAL)}"
+    return finding.name, verb, finding.error or finding.summary
 
 
 def _graded_seen(digest: Digest) -> tuple[int, int]:
@@ -144,6 +154,19 @@ def _score_note(digest: Digest) -> str:
     seen, graded = _graded_seen(digest)
     if seen == 0:
         return "nothing that grades the day could be checked"
+    partial = [finding for finding in digest.partial if digest.is_graded(finding)]
+    if partial:
+        whole = sum(
+            1
+            for finding in digest.findings
+            if digest.is_graded(finding) and finding.status is not Status.UNKNOWN and finding not in partial
+        )
+        return (
+            f"score {digest.score}/{digest.max_score} on what could be seen: {whole} of {graded} graded checks saw "
+            "the whole window and every node"
+        )
+    if seen == graded:
+        return f"score {digest.score}/{digest.max_score} on what could be seen"
     return f"score {digest.score}/{digest.max_score} on the {seen} of {graded} graded checks that could run"
 
 

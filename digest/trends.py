@@ -54,9 +54,9 @@ class History:
     Holds tasks, not results, so that two days computed at the same time share the computation of a third. With a
     `HistoryStore` (the daily digest's state file), past windows read back what an earlier digest computed, so a
     digest queries its own window and the one day not seen yet instead of the last seven again. A window is stored
-    only when every query answered and every check finished (`Collected.complete`): a day the backends could not be
-    asked is asked again next time, while a day that answered "no data" (an exporter that is not there, a check that
-    is blind every day) is stored like any other.
+    only when every query answered, every check finished and every check saw the whole window and fleet
+    (`Collected.complete`): a day the backends could not be asked, or saw only in part (no data yet, an exporter that
+    died, a node's shipper stuck), is asked again next time — data may still arrive for it.
     """
 
     def __init__(self, store: HistoryStore | None = None, cluster: str = "", policy: Policy | None = None) -> None:

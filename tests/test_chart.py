@@ -325,7 +325,7 @@ def test_a_short_window_renders_with_hourly_ticks(tmp_path: Path) -> None:
 
 
 async def test_unseen_spans_are_shaded_on_the_chart(corpus_backends: EmbeddedBackends, tmp_path: Path) -> None:
-    """The digest's unseen hours (here 12:00-24:00) are cross-hatched on every panel, and only there."""
+    """The digest's unseen hours of the logs (12:00-24:00) are cross-hatched on the errors panel, and only there."""
     from PIL import Image
 
     data = await _chart_of(corpus_backends, STORM)
@@ -336,20 +336,19 @@ async def test_unseen_spans_are_shaded_on_the_chart(corpus_backends: EmbeddedBac
         data,
         path,
         "CRITICAL 8/10 · homelab · 2026-07-20 · not seen: logs from pi5-2 after 12:00",
-        unseen=[(noon, window.end.timestamp())],
+        unseen=[(noon, window.end.timestamp(), "logs")],
     )
     unseen_fill = (0xF6, 0xE0, 0xE0)
     with Image.open(path) as image:
         pixels = image.convert("RGB")
         width, height = pixels.size
-        left = sum(
-            1 for x in range(0, width // 2, 3) for y in range(0, height, 3) if pixels.getpixel((x, y)) == unseen_fill
-        )
-        right = sum(
-            1
-            for x in range(width // 2, width, 3)
-            for y in range(0, height, 3)
-            if pixels.getpixel((x, y)) == unseen_fill
-        )
-    assert right > 1_000  # a third of the plot area, on three panels
-    assert left < right / 20  # the legend swatch at most: nothing before noon is shaded
+
+        def shaded(xs: range, ys: range) -> int:
+            return sum(1 for x in xs for y in ys if pixels.getpixel((x, y)) == unseen_fill)
+
+        errors_panel, conntrack_panel = range(0, height // 3, 3), range(2 * height // 3, height, 3)
+        left, right = range(0, width // 2, 3), range(width // 2, width, 3)
+        assert shaded(right, errors_panel) > 1_000  # half of the errors panel
+        assert shaded(left, errors_panel) < shaded(right, errors_panel) / 20  # the legend swatch at most
+        # Conntrack comes from node_exporter, which saw the whole day: nothing shaded there.
+        assert shaded(right, conntrack_panel) == 0
