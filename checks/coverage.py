@@ -347,16 +347,26 @@ async def _measure_logs(
         rows = await sources.logs.stats(logs_query(needs, grid, policy), grid.window.end)
     except SourceError as exc:
         return {need: (Seen(), str(exc)) for need in needs}
+    named = False
     for row in rows:
         one = seen.get(row.labels.get("__name__", ""))
         index = grid.index_of_start(_parse_time(row.labels.get("_time", "")))
         if one is None or index is None or row.value <= 0:
             continue
         one.buckets.add(index)
-        one.nodes[row.labels.get(policy.log_node_field, "")].add(index)
+        node = row.labels.get(policy.log_node_field, "")
+        named = named or bool(node)
+        one.nodes[node].add(index)
+    # Lines that name no node cannot tell a quiet node from a stuck shipper: say so rather than blame every node.
+    unnamed = (
+        f"no log line carries {policy.log_node_field}: which nodes shipped logs cannot be told "
+        "(set coverage.log_node_field in the policy)"
+        if rows and not named
+        else None
+    )
     # A source that is not per node keeps only its buckets: its rows' nodes say nothing about the fleet.
     return {
-        need: (seen[f"n{index}"] if need.per_node else Seen(buckets=seen[f"n{index}"].buckets), None)
+        need: (seen[f"n{index}"], unnamed) if need.per_node else (Seen(buckets=seen[f"n{index}"].buckets), None)
         for index, need in enumerate(needs)
     }
 

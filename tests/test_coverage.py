@@ -208,3 +208,14 @@ def test_coverage_policy_defaults_are_the_documented_ones() -> None:
     assert (policy.window_fraction, policy.node_tolerance, policy.node_gap_minutes) == (0.95, 0, 30)
     assert (policy.shipper_silence_minutes, policy.absent_nodes) == (30, ())
     assert replace(policy, window_fraction=0.5).validate() is None
+
+
+async def test_logs_without_a_node_field_say_so_rather_than_blame_every_node(variants: EmbeddedBackends) -> None:
+    """A log node field the lines do not carry: per-node log coverage is unmeasurable, said once, no node blamed."""
+    policy = Policy(trends=TrendsPolicy(enabled=False), coverage=CoveragePolicy(log_node_field="kubernetes.host"))
+    payload = await _digest(variants, VARIANTS["full"].at, policy)
+    errors = _check(payload, "error_lines")
+    assert errors["status"] == "UNKNOWN"
+    assert "no log line carries kubernetes.host" in str(errors["error"])
+    assert payload["coverage"]["not_seen"] == []
+    assert "logs from" not in str(payload["headline"])
