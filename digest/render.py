@@ -154,7 +154,13 @@ def _score_note(digest: Digest) -> str:
     seen, graded = _graded_seen(digest)
     if seen == 0:
         return "nothing that grades the day could be checked"
-    partial = [finding for finding in digest.partial if digest.is_graded(finding)]
+    # Graded checks that ran but saw only part (a check blind for its own reason is counted as not run).
+    partial = [
+        finding
+        for finding in digest.partial
+        if digest.is_graded(finding)
+        and (finding.status is not Status.UNKNOWN or (finding.error or "").startswith(PARTIAL))
+    ]
     if partial:
         whole = sum(
             1

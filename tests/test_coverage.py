@@ -219,3 +219,34 @@ async def test_logs_without_a_node_field_say_so_rather_than_blame_every_node(var
     assert "no log line carries kubernetes.host" in str(errors["error"])
     assert payload["coverage"]["not_seen"] == []
     assert "logs from" not in str(payload["headline"])
+
+
+def test_partly_seen_check_keeps_the_digest_from_ok_and_says_how_much_was_seen() -> None:
+    """A clean result on partial data becomes UNKNOWN; the digest is UNKNOWN, its note counts the checks fully seen."""
+    from checks.contract import Coverage, Finding, Gap, GapKind, Status
+    from checks.coverage import apply
+    from digest.render import headline
+    from digest.score import grade
+
+    window = day_window(CALM, ZoneInfo("UTC"))
+    gap = Gap(GapKind.NODE, NODE, "node_exporter", window.start, window.end)
+    partial = Coverage(fraction=1.0, missing=(gap,), partial=True)
+    clean = Finding(name="conntrack", status=Status.OK, penalty=0, value=0.03, summary="peak 3 % on pi5-2")
+    judged = apply(clean, partial, window)
+    assert (judged.status, judged.penalty, judged.error) == (
+        Status.UNKNOWN,
+        0,
+        f"partial: node {NODE} (node_exporter, 24 h)",
+    )
+    costly = Finding(name="error_lines", status=Status.CRIT, penalty=2, value=9e5, summary="flood")
+    assert apply(costly, partial, window).penalty == 2  # what was seen still costs its points
+    others = [
+        Finding(name=name, status=Status.OK, penalty=0, value=0, summary="fine", coverage=Coverage(fraction=1.0))
+        for name in ("oom_kills", "error_lines", "envoy_flags")
+    ]
+    digest = grade("homelab", window, [*others, judged], (), Policy())
+    assert digest.status.value == "UNKNOWN"
+    assert headline(digest) == f"UNKNOWN · homelab · 2026-07-19 · not seen: node {NODE} (node_exporter, 24 h)"
+    text = Renderer().render(digest, "text")
+    assert "score 10/10 on what could be seen: 3 of 4 graded checks saw the whole window and every node" in text
+    assert f"? conntrack partly seen · peak 3 % on pi5-2, in the part seen — node {NODE} (node_exporter, 24 h)" in text
