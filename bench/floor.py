@@ -185,12 +185,12 @@ def coverage_queries(window: Window, policy: Policy) -> list[Query]:
     needs = list(dict.fromkeys(need for check in build_checks(policy) for need in check.needs()))
     out: list[Query] = []
     for need in needs:
-        if need.backend is Backend.METRICS:
+        purpose = f"coverage.{need.label}"
+        if need.backend is Backend.LOGS:
+            out.append(_instant(coverage.logs_query(need, grid, policy.coverage), window, purpose))
+        else:
             text = coverage.queries(need, grid, policy.coverage)
-            out.append(_range(text, grid.range_start, grid.range_end, grid.step, f"coverage.{need.label}"))
-    log_needs = [need for need in needs if need.backend is Backend.LOGS]
-    if log_needs:
-        out.append(_instant(coverage.logs_query(log_needs, grid, policy.coverage), window, "coverage.logs"))
+            out.append(_range(text, grid.range_start, grid.range_end, grid.step, purpose))
     if any(need.per_node for need in needs):
         for purpose, text in coverage.fleet_queries(grid, policy.coverage).items():
             if purpose == "before":

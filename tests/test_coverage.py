@@ -250,3 +250,42 @@ def test_partly_seen_check_keeps_the_digest_from_ok_and_says_how_much_was_seen()
     text = Renderer().render(digest, "text")
     assert "score 10/10 on what could be seen: 3 of 4 graded checks saw the whole window and every node" in text
     assert f"? conntrack partly seen · peak 3 % on pi5-2, in the part seen — node {NODE} (node_exporter, 24 h)" in text
+
+
+def test_today_before_it_is_over_says_until_when_data_was_seen(own_backends: EmbeddedBackends) -> None:
+    """`digest run --date <today>` on a day collected up to now: UNKNOWN, "data until" about now, never OK."""
+    from datetime import UTC, datetime, timedelta
+
+    from tests.command import backend_env, run_digest
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    today = now.date()
+    clock = now.strftime("%H:%M:%S")
+
+    def until_now(one: Series, start: int, _node: str) -> Series | None:
+        # The ablations see the corpus day's own times, before the shift to today: cut at the same time of day.
+        cut = (start + int((now - datetime(today.year, today.month, today.day, tzinfo=UTC)).total_seconds())) * 1000
+        pairs = [(t, v) for t, v in zip(one.timestamps_ms, one.values, strict=True) if t < cut]
+        return Series(one.labels, [t for t, _ in pairs], [v for _, v in pairs]) if pairs else None
+
+    copy = Copy(CALM, Ablation("collected until now", until_now, lambda _l, c, _n: c < clock, lambda _n: ()), today)
+    counter = [0]
+    own_backends.import_series(_series(copy))
+    own_backends.ingest_logs(_lines(copy, counter))
+    own_backends.wait_for_series("kube_node_info", now - timedelta(minutes=1), 3)
+    window = day_window(today, ZoneInfo("UTC"))
+    own_backends.wait_for_logs(window.start, window.end, counter[0])
+
+    result = run_digest("run", "--date", today.isoformat(), "--format", "json", env=backend_env(own_backends))
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["status"] == "UNKNOWN"
+    not_seen = payload["coverage"]["not_seen"]
+    assert not_seen, payload["headline"]
+    assert not_seen[0].startswith("data until "), not_seen
+    seen_until = datetime.strptime(not_seen[0].split()[2], "%H:%M").replace(
+        year=today.year, month=today.month, day=today.day, tzinfo=UTC
+    )
+    # Said to the 10-minute bucket: the end of the one the data stopped in.
+    assert now - timedelta(minutes=20) <= seen_until <= now + timedelta(minutes=10)
+    assert all(item["status"] != "OK" for item in payload["checks"])
