@@ -76,6 +76,8 @@ class CoveragePolicy:
     node_tolerance: int = 0
     node_gap_minutes: int = 30
     shipper_silence_minutes: int = 30
+    # A log silence is a stuck shipper only if the source's quiet rate would have written this many lines in it.
+    silence_lines: int = 20
     # Nodes that may be silent without being a blind spot (a node powered off on purpose); named "expected absent".
     absent_nodes: tuple[str, ...] = ()
     history_days: int = 7
@@ -94,6 +96,8 @@ class CoveragePolicy:
             return "node_gap_minutes: must be between 1 and 1440"
         if not 1 <= self.shipper_silence_minutes <= 1440:
             return "shipper_silence_minutes: must be between 1 and 1440"
+        if self.silence_lines < 1:
+            return "silence_lines: must be 1 or more"
         if not 0 <= self.history_days <= 31:
             return "history_days: must be between 0 and 31"
         return None
@@ -204,6 +208,24 @@ class Seen:
     buckets: set[int] = field(default_factory=set)
     nodes: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     expected: bool = False  # an optional source silent in the window, but not the day before: its silence is a gap
+    # Logs only: lines per bucket with any, for the source and per node (how loud it usually is: `_loud_enough`).
+    lines: list[float] = field(default_factory=list)
+    node_lines: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+
+def _loud_enough(lines: Sequence[float], buckets: int, policy: CoveragePolicy) -> bool:
+    """Whether a log source this loud would have written ``policy.silence_lines`` lines in ``buckets`` buckets.
+
+    Logs follow traffic: a quiet node, or the access log at night, may write nothing for half an hour. A silence
+    counts as a stuck shipper only when the source's quiet rate — the lower quartile of its lines per bucket, over
+    the buckets it wrote in — makes that silence improbable. A source with no line at all in the window is silent
+    beyond doubt.
+    """
+    if not lines:
+        return True
+    ordered = sorted(lines)
+    quiet_rate = ordered[len(ordered) // 4]
+    return quiet_rate * buckets >= policy.silence_lines
 
 
 @dataclass(frozen=True)
@@ -349,13 +371,18 @@ async def _measure_logs(sources: Sources, grid: Grid, need: Need, policy: Covera
         rows = await sources.logs.stats(logs_query(need, grid, policy), grid.window.end)
     except SourceError as exc:
         return seen, str(exc)
+    cluster_lines: dict[int, float] = defaultdict(float)
     for row in rows:
         index = grid.index_of_start(_parse_time(row.labels.get("_time", "")))
         if index is None or row.value <= 0:
             continue
         seen.buckets.add(index)
+        cluster_lines[index] += row.value
         if need.per_node:
-            seen.nodes[row.labels.get(policy.log_node_field, "")].add(index)
+            node = row.labels.get(policy.log_node_field, "")
+            seen.nodes[node].add(index)
+            seen.node_lines[node].append(row.value)
+    seen.lines = list(cluster_lines.values())
     if need.per_node and seen.buckets and not any(seen.nodes):
         # Lines that name no node cannot tell a quiet node from a stuck shipper: say so rather than blame every node.
         return seen, (
@@ -488,9 +515,11 @@ def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -
     excused: dict[str, str] = {}
     for need in measured:
         seen = report.seen[need]
-        silence = policy.shipper_silence_minutes if need.backend is Backend.LOGS else 0
+        is_logs = need.backend is Backend.LOGS
+        silence = policy.shipper_silence_minutes if is_logs else 0
         for run in _runs(i for i in range(len(grid.points)) if i not in seen.buckets):
-            if _minutes(grid, run) < silence:
+            length = run[1] - run[0] + 1
+            if _minutes(grid, run) < silence or (is_logs and not _loud_enough(seen.lines, length, policy)):
                 continue  # a quiet spell of the logs, not a gap
             unseen.update(range(run[0], run[1] + 1))
             # Within the run, the buckets nothing at all answered in are the window's blind hours; the rest is
@@ -526,8 +555,10 @@ def _node_gaps(
     """The nodes of the fleet that ``need`` did not hear from, for longer than the policy tolerates."""
     grid, fleet = report.grid, report.fleet
     by_node: dict[str, set[int]] = defaultdict(set)
+    lines: dict[str, list[float]] = defaultdict(list)
     for raw, buckets in seen.nodes.items():
         by_node[fleet.canonical(raw)].update(buckets)
+        lines[fleet.canonical(raw)].extend(seen.node_lines.get(raw, ()))
     last = len(grid.points) - 1
     is_logs = need.backend is Backend.LOGS
     tolerance = policy.shipper_silence_minutes if is_logs else policy.node_gap_minutes
@@ -541,7 +572,8 @@ def _node_gaps(
             if index in reasons:
                 excused.setdefault(node, reasons[index])
         for run in _runs(i for i in silent if i not in reasons):
-            if _minutes(grid, run) >= tolerance:
+            quiet = is_logs and not _loud_enough(lines.get(node, ()), run[1] - run[0] + 1, policy)
+            if _minutes(grid, run) >= tolerance and not quiet:
                 kind = GapKind.SHIPPER if is_logs else GapKind.NODE
                 node_gaps[node].append(Gap(kind, node, need.label, *grid.span(*run)))
 
