@@ -289,3 +289,14 @@ def test_today_before_it_is_over_says_until_when_data_was_seen(own_backends: Emb
     # Said to the 10-minute bucket: the end of the one the data stopped in.
     assert now - timedelta(minutes=20) <= seen_until <= now + timedelta(minutes=10)
     assert all(item["status"] != "OK" for item in payload["checks"])
+
+
+def test_a_quiet_log_source_is_not_a_stuck_shipper() -> None:
+    """Half an hour without a line is a gap for a node that writes 40 lines a bucket, not for one that writes 2."""
+    from checks.coverage import _loud_enough
+
+    policy = CoveragePolicy()
+    assert _loud_enough([40.0] * 100, 3, policy)  # 120 lines expected in 30 min: silence is a stuck shipper
+    assert not _loud_enough([2.0] * 100, 3, policy)  # 6 expected: a quiet spell
+    assert _loud_enough([2.0] * 100, 10, policy)  # 100 min of silence from the quiet one: 20 expected, a gap
+    assert _loud_enough([], 3, policy)  # nothing at all in the window: silent beyond doubt
