@@ -76,8 +76,8 @@ class CoveragePolicy:
     node_tolerance: int = 0
     node_gap_minutes: int = 30
     shipper_silence_minutes: int = 30
-    # A log silence is a stuck shipper only if the source's quiet rate would have written this many lines in it.
-    silence_lines: int = 20
+    # A log silence is a stuck shipper only if the source, at its quiet rate, would have written this many lines.
+    silence_lines: int = 50
     # Nodes that may be silent without being a blind spot (a node powered off on purpose); named "expected absent".
     absent_nodes: tuple[str, ...] = ()
     history_days: int = 7
@@ -208,24 +208,25 @@ class Seen:
     buckets: set[int] = field(default_factory=set)
     nodes: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     expected: bool = False  # an optional source silent in the window, but not the day before: its silence is a gap
-    # Logs only: lines per bucket with any, for the source and per node (how loud it usually is: `_loud_enough`).
-    lines: list[float] = field(default_factory=list)
-    node_lines: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    # Logs only: lines per bucket, for the source and per node (how loud it was around a silence: `_loud_enough`).
+    lines: dict[int, float] = field(default_factory=dict)
+    node_lines: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
 
 
-def _loud_enough(lines: Sequence[float], buckets: int, policy: CoveragePolicy) -> bool:
-    """Whether a log source this loud would have written ``policy.silence_lines`` lines in ``buckets`` buckets.
+def _loud_enough(lines: Mapping[int, float], run: tuple[int, int], policy: CoveragePolicy) -> bool:
+    """Whether a log source at its quiet rate would have written ``silence_lines`` lines during the silence ``run``.
 
-    Logs follow traffic: a quiet node, or the access log at night, may write nothing for half an hour. A silence
-    counts as a stuck shipper only when the source's quiet rate — the lower quartile of its lines per bucket, over
-    the buckets it wrote in — makes that silence improbable. A source with no line at all in the window is silent
-    beyond doubt.
+    Logs follow traffic: a quiet node, or the access log at night, may write nothing for an hour as its traffic
+    ebbs. The quiet rate is the lower quartile of the source's lines per bucket, over the buckets it wrote in: a
+    chatty node cut off mid-flow is a stuck shipper within half an hour, a node that writes a line or two a bucket
+    only after hours of silence (measured on the bench's 200-node days: their night lulls last up to two hours). A
+    source with no line at all in the window is silent beyond doubt.
     """
     if not lines:
         return True
-    ordered = sorted(lines)
+    ordered = sorted(lines.values())
     quiet_rate = ordered[len(ordered) // 4]
-    return quiet_rate * buckets >= policy.silence_lines
+    return quiet_rate * (run[1] - run[0] + 1) >= policy.silence_lines
 
 
 @dataclass(frozen=True)
@@ -381,8 +382,8 @@ async def _measure_logs(sources: Sources, grid: Grid, need: Need, policy: Covera
         if need.per_node:
             node = row.labels.get(policy.log_node_field, "")
             seen.nodes[node].add(index)
-            seen.node_lines[node].append(row.value)
-    seen.lines = list(cluster_lines.values())
+            seen.node_lines[node][index] = seen.node_lines[node].get(index, 0.0) + row.value
+    seen.lines = dict(cluster_lines)
     if need.per_node and seen.buckets and not any(seen.nodes):
         # Lines that name no node cannot tell a quiet node from a stuck shipper: say so rather than blame every node.
         return seen, (
@@ -518,8 +519,7 @@ def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -
         is_logs = need.backend is Backend.LOGS
         silence = policy.shipper_silence_minutes if is_logs else 0
         for run in _runs(i for i in range(len(grid.points)) if i not in seen.buckets):
-            length = run[1] - run[0] + 1
-            if _minutes(grid, run) < silence or (is_logs and not _loud_enough(seen.lines, length, policy)):
+            if _minutes(grid, run) < silence or (is_logs and not _loud_enough(seen.lines, run, policy)):
                 continue  # a quiet spell of the logs, not a gap
             unseen.update(range(run[0], run[1] + 1))
             # Within the run, the buckets nothing at all answered in are the window's blind hours; the rest is
@@ -555,10 +555,11 @@ def _node_gaps(
     """The nodes of the fleet that ``need`` did not hear from, for longer than the policy tolerates."""
     grid, fleet = report.grid, report.fleet
     by_node: dict[str, set[int]] = defaultdict(set)
-    lines: dict[str, list[float]] = defaultdict(list)
+    lines: dict[str, dict[int, float]] = defaultdict(dict)
     for raw, buckets in seen.nodes.items():
         by_node[fleet.canonical(raw)].update(buckets)
-        lines[fleet.canonical(raw)].extend(seen.node_lines.get(raw, ()))
+        for index, count in seen.node_lines.get(raw, {}).items():
+            lines[fleet.canonical(raw)][index] = lines[fleet.canonical(raw)].get(index, 0.0) + count
     last = len(grid.points) - 1
     is_logs = need.backend is Backend.LOGS
     tolerance = policy.shipper_silence_minutes if is_logs else policy.node_gap_minutes
@@ -572,7 +573,7 @@ def _node_gaps(
             if index in reasons:
                 excused.setdefault(node, reasons[index])
         for run in _runs(i for i in silent if i not in reasons):
-            quiet = is_logs and not _loud_enough(lines.get(node, ()), run[1] - run[0] + 1, policy)
+            quiet = is_logs and not _loud_enough(lines.get(node, {}), run, policy)
             if _minutes(grid, run) >= tolerance and not quiet:
                 kind = GapKind.SHIPPER if is_logs else GapKind.NODE
                 node_gaps[node].append(Gap(kind, node, need.label, *grid.span(*run)))

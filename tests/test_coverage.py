@@ -296,7 +296,7 @@ def test_a_quiet_log_source_is_not_a_stuck_shipper() -> None:
     from checks.coverage import _loud_enough
 
     policy = CoveragePolicy()
-    assert _loud_enough([40.0] * 100, 3, policy)  # 120 lines expected in 30 min: silence is a stuck shipper
-    assert not _loud_enough([2.0] * 100, 3, policy)  # 6 expected: a quiet spell
-    assert _loud_enough([2.0] * 100, 10, policy)  # 100 min of silence from the quiet one: 20 expected, a gap
-    assert _loud_enough([], 3, policy)  # nothing at all in the window: silent beyond doubt
+    assert _loud_enough(dict.fromkeys(range(100), 40.0), (100, 102), policy)  # 120 lines expected in 30 min
+    assert not _loud_enough(dict.fromkeys(range(100), 2.0), (100, 109), policy)  # 20 expected in 100 min: a lull
+    assert _loud_enough(dict.fromkeys(range(100), 2.0), (100, 124), policy)  # 50 expected in 250 min: a gap
+    assert _loud_enough({}, (0, 143), policy)  # nothing at all in the window: silent beyond doubt
