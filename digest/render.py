@@ -247,7 +247,8 @@ def to_json(digest: Digest) -> dict[str, Any]:
             for finding in digest.findings
         ],
         "coverage": {
-            "complete": not digest.partial,
+            # null when coverage is off in the policy: nothing was measured, so nothing is vouched for.
+            "complete": (not digest.partial) if any(f.coverage is not None for f in digest.findings) else None,
             "partial": [finding.name for finding in digest.partial],
             "not_seen": not_seen(digest),
             "excused": [{"node": node, "why": why} for node, why in excused(digest)],

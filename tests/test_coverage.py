@@ -300,3 +300,15 @@ def test_a_quiet_log_source_is_not_a_stuck_shipper() -> None:
     assert not _loud_enough(dict.fromkeys(range(100), 2.0), (100, 109), policy)  # 20 expected in 100 min: a lull
     assert _loud_enough(dict.fromkeys(range(100), 2.0), (100, 124), policy)  # 50 expected in 250 min: a gap
     assert _loud_enough({}, (0, 143), policy)  # nothing at all in the window: silent beyond doubt
+
+
+def test_coverage_off_in_the_policy_vouches_for_nothing() -> None:
+    """With coverage disabled nothing is measured: each check's coverage and the top-level "complete" are null."""
+    from checks.contract import Finding, Status
+    from digest.score import grade
+
+    window = day_window(CALM, ZoneInfo("UTC"))
+    findings = [Finding(name="oom_kills", status=Status.OK, penalty=0, value=0, summary="no OOM kill")]
+    payload = to_json(grade("homelab", window, findings, (), Policy(coverage=CoveragePolicy(enabled=False))))
+    assert payload["coverage"]["complete"] is None
+    assert payload["checks"][0]["coverage"] is None
