@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -412,6 +412,11 @@ async def test_slow_backends_yield_unknown_not_silence(tg: FakeTelegram, tmp_pat
     assert "not checked" in visible(reply)
 
 
+def _post_at_not_due() -> str:
+    """A daily post time an hour from now: no post is due, nor late, while a test runs, whatever the time of day."""
+    return (datetime.now(UTC) + timedelta(hours=1)).strftime("%H:%M")
+
+
 def test_serve_command_answers_and_never_logs_the_token(
     corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
 ) -> None:
@@ -422,6 +427,7 @@ def test_serve_command_answers_and_never_logs_the_token(
         DIGEST_TELEGRAM_TOKEN=TOKEN,
         DIGEST_TELEGRAM_CHAT_IDS=str(ALLOWED),
         DIGEST_STATE_PATH=str(tmp_path / "state.sqlite"),
+        DIGEST_POST_AT=_post_at_not_due(),
     )
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log_file:
@@ -535,6 +541,7 @@ def test_serve_in_webhook_mode(corpus_backends: EmbeddedBackends, tg: FakeTelegr
         DIGEST_TELEGRAM_WEBHOOK_SECRET=secret,
         DIGEST_HEALTH_PORT="0",
         DIGEST_TELEGRAM_CHART="false",
+        DIGEST_POST_AT=_post_at_not_due(),
     )
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log_file:
