@@ -241,8 +241,12 @@ class Fleet:
 
     def canonical(self, raw: str) -> str:
         """A node's name from a label value: ``pi5-2:9100`` → ``pi5-2``, ``10.0.0.5:9100`` → its node's name."""
-        bare = node_name(raw)
-        return self.by_ip.get(bare, bare)
+        return _canonical(raw, self.by_ip)
+
+
+def _canonical(raw: str, by_ip: Mapping[str, str]) -> str:
+    bare = node_name(raw)
+    return by_ip.get(bare, bare)
 
 
 @dataclass(frozen=True)
@@ -448,7 +452,10 @@ def _fleet(
         if one.labels.get("node"):
             parts[one.labels.get("why", "")].append(one)
     by_ip = {one.labels["internal_ip"]: one.labels["node"] for one in parts["info"] if one.labels.get("internal_ip")}
-    canonical = Fleet(first_seen={}, deleted_after={}, excused={}, by_ip=by_ip).canonical
+
+    def canonical(raw: str) -> str:
+        return _canonical(raw, by_ip)
+
     listed: dict[str, set[int]] = defaultdict(set)
     for one in parts["info"]:
         listed[one.labels["node"]].update(buckets(one))
