@@ -41,10 +41,12 @@ from checks.contract import (
     Finding,
     Need,
     Offender,
+    Quantity,
     Sample,
     SourceError,
     Sources,
     Status,
+    Unit,
     Window,
     fmt_int,
     grade,
@@ -176,6 +178,7 @@ class AlertsCheck:
             return Finding(
                 name=NAME, status=status, penalty=penalty, value=0, summary="no alert fired", evidence=evidence
             )
+        top = alerts[: policy.top]
         offenders = [
             Offender(
                 labels={
@@ -183,15 +186,19 @@ class AlertsCheck:
                     "severity": key[3] or "none",
                     "namespace": key[2],
                     "alertgroup": key[1],
-                    "firing_minutes": str(firing_minutes),
                     "first_firing": first_by.get(key, ""),
                 },
                 value=firing_minutes,
+                # Without its evaluation count the duration is not measured: no fact rather than a false 0 min.
+                facts={"firing_minutes": Quantity(firing_minutes, Unit.MINUTES)} if key in samples_by else {},
             )
-            for key, firing_minutes in alerts[: policy.top]
+            for key, firing_minutes in top
         ]
-        evidence[:0] = [f"then {_describe(offender)}" for offender in offenders[1:]]
-        summary = _describe(offenders[0])
+        evidence[:0] = [
+            f"then {_describe(offender, minutes)}"
+            for offender, (_, minutes) in zip(offenders[1:], top[1:], strict=True)
+        ]
+        summary = _describe(offenders[0], top[0][1])
         if len(alerts) > 1:
             summary += f"; {len(alerts)} alerts fired"
         return Finding(
@@ -232,11 +239,11 @@ def _key(sample: Sample) -> tuple[str, str, str, str]:
     )
 
 
-def _describe(offender: Offender) -> str:
+def _describe(offender: Offender, minutes: int) -> str:
     labels = offender.labels
     where = ", ".join(part for part in (labels["alertgroup"], labels["namespace"]) if part)
     at = f" from {labels['first_firing']}" if labels["first_firing"] else ""
     return (
         f"{labels['alertname']} ({labels['severity']}{', ' + where if where else ''}) fired for "
-        f"{fmt_int(float(labels['firing_minutes']))} min{at}"
+        f"{fmt_int(minutes)} min{at}"
     )

@@ -17,6 +17,7 @@ whose ``node_scrape_collector_success{collector="conntrack"}`` never reached 1 a
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from checks import coverage
@@ -24,9 +25,11 @@ from checks.contract import (
     Finding,
     Need,
     Offender,
+    Quantity,
     SourceError,
     Sources,
     Status,
+    Unit,
     Window,
     fmt_int,
     fmt_percent,
@@ -116,17 +119,14 @@ class ConntrackCheck:
             level = 1
         status, penalty = grade(level, self.policy.warn_penalty, self.policy.crit_penalty)
 
+        shown = ranked[: self.policy.top]
         offenders = [
             Offender(
-                labels={
-                    "node": node_name(sample.labels.get("instance", "?")),
-                    "entries": str(round(entries_by.get(sample.labels.get("instance", ""), 0))),
-                    "limit": str(round(limit_by.get(sample.labels.get("instance", ""), 0))),
-                    "drops": str(drops_by.get(sample.labels.get("instance", ""), 0)),
-                },
+                labels={"node": node_name(sample.labels.get("instance", "?"))},
                 value=round(sample.value, 4),
+                facts=_counts(sample.labels.get("instance", ""), entries=entries_by, limit=limit_by, drops=drops_by),
             )
-            for sample in ranked[: self.policy.top]
+            for sample in shown
         ]
         at = f" at {peak_at}" if peak_at else ""
         summary = (
@@ -143,13 +143,16 @@ class ConntrackCheck:
             # Older node_exporters have no conntrack stat collector: silence there is not "no drops".
             summary += "; drops not visible (no node_nf_conntrack_stat_* series)"
         # The summary names the worst node; other nodes are worth a line only when they crossed a threshold too.
-        evidence = [
-            f"then {offender.labels['node']}: peak {fmt_percent(offender.value)} "
-            f"({fmt_int(float(offender.labels['entries']))} / {fmt_int(float(offender.labels['limit']))})"
-            + (f", {fmt_int(float(offender.labels['drops']))} drops" if offender.labels["drops"] != "0" else "")
-            for offender in offenders[1:]
-            if offender.value >= self.policy.warn_ratio or offender.labels["drops"] != "0"
-        ]
+        evidence: list[str] = []
+        for sample in shown[1:]:
+            instance, fill = sample.labels.get("instance", ""), round(sample.value, 4)
+            if fill < self.policy.warn_ratio and instance not in dropped:
+                continue
+            evidence.append(
+                f"then {node_name(sample.labels.get('instance', '?'))}: peak {fmt_percent(fill)} "
+                f"({fmt_int(entries_by.get(instance, 0))} / {fmt_int(limit_by.get(instance, 0))})"
+                + (f", {fmt_int(dropped[instance])} drops" if instance in dropped else "")
+            )
         error = None
         if blind_nodes:
             evidence.append(f"conntrack not visible on {', '.join(blind_nodes)}")
@@ -197,3 +200,12 @@ class ConntrackCheck:
                 if best is None or value > best[1]:
                     best = (moment, value)
         return local_time(best[0], window) if best else ""
+
+
+def _counts(instance: str, **by_name: Mapping[str, float]) -> dict[str, Quantity]:
+    """The counts measured on ``instance``, by name; a node a query did not answer for has no fact, not a zero."""
+    return {
+        name: Quantity(round(by_instance[instance]), Unit.COUNT)
+        for name, by_instance in by_name.items()
+        if instance in by_instance
+    }

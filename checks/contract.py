@@ -136,12 +136,78 @@ class Sources:
     logs: LogsSource
 
 
+class Unit(enum.StrEnum):
+    """What a measured number counts, so that a reader (or a rule) never guesses its scale."""
+
+    COUNT = "count"
+    SECONDS = "seconds"
+    MINUTES = "minutes"
+    RATIO = "ratio"  # 0..1
+    BYTES = "bytes"
+    CORES = "cores"
+    PER_MINUTE = "per_minute"
+    TIMESTAMP = "unix_seconds"  # a moment, not a duration
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A measured number with its unit. Its absence from an offender means "not measured", never zero."""
+
+    value: float
+    unit: Unit
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.value):
+            raise ValueError(f"a quantity must be finite, got {self.value!r}")
+
+
+@dataclass(frozen=True)
+class Span:
+    """A stretch of time [start, end) in unix seconds, as measured: an episode, an outage, a rollout."""
+
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+    def overlaps(self, other: Span, slack: float = 0.0) -> bool:
+        """Whether the two spans share a moment, each widened by ``slack`` seconds (one scrape's uncertainty)."""
+        return self.start - slack < other.end and other.start - slack < self.end
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something observed in the window that is not blamed but may explain what is: a rollout, a node NotReady.
+
+    ``kind`` says what ("rollout", "node_not_ready"); ``labels`` identify it; ``span`` is when (a rollout's span starts
+    when its ReplicaSet was created and ends when it was complete, or at the window's end if it never was).
+    """
+
+    kind: str
+    labels: Mapping[str, str]
+    span: Span
+    facts: Mapping[str, Quantity] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Offender:
-    """One thing the finding blames (a workload, a node, an upstream) with the number that blames it."""
+    """One thing the finding blames (a workload, a node, an upstream) with the number that blames it.
+
+    ``labels`` identify it (namespace, pod, node, flag: strings); ``facts`` are what was measured about it, as
+    numbers with units. A rule reads a fact with `fact`, which answers None when it was not measured.
+    """
 
     labels: Mapping[str, str]
     value: float
+    facts: Mapping[str, Quantity] = field(default_factory=dict)
+    spans: Sequence[Span] = ()  # when it happened (episodes), where the check measured it
+
+    def fact(self, key: str) -> float | None:
+        """The measured number called ``key``, or None when it was not measured (which is not zero)."""
+        quantity = self.facts.get(key)
+        return quantity.value if quantity is not None else None
 
 
 class Backend(enum.StrEnum):
@@ -223,6 +289,11 @@ class Finding:
     error: str | None = None
     evidence: Sequence[str] = field(default_factory=tuple)
     coverage: Coverage | None = None  # None: not measured (coverage disabled in the policy)
+    # The metric families (or log streams) the verdict was read from, and those it would have used but did not
+    # find, with why ("prober_probe_total: not scraped"): a rule that needs them says it cannot tell.
+    observed: Sequence[str] = field(default_factory=tuple)
+    unobserved: Sequence[str] = field(default_factory=tuple)
+    events: Sequence[Event] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         if self.penalty < 0:
@@ -280,6 +351,18 @@ def fmt_percent(ratio: float) -> str:
     if percent >= 0.01:
         return f"{percent:.3g} %"
     return f"{percent:.2g} %"
+
+
+def fmt_duration(seconds: float) -> str:
+    """A duration as read on a phone: 45 s, 4 min 30 s, 2 h 5 min."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    minutes, rest = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes} min" + (f" {rest} s" if rest else "")
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h" + (f" {minutes} min" if minutes else "")
 
 
 def local_time(unix_seconds: float, window: Window) -> str:

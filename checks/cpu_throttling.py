@@ -27,7 +27,7 @@ has a CPU limit". CFS series come from cAdvisor, so the cAdvisor presence query 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from checks import coverage
@@ -35,10 +35,12 @@ from checks.contract import (
     Finding,
     Need,
     Offender,
+    Quantity,
     Sample,
     SourceError,
     Sources,
     Status,
+    Unit,
     Window,
     fmt_int,
     fmt_percent,
@@ -46,7 +48,7 @@ from checks.contract import (
     unknown,
 )
 from checks.presence import cadvisor_present_query
-from checks.promql import CONTAINER_LABELS, container_key
+from checks.promql import CONTAINER_LABELS, ContainerKey, container_key
 
 NAME = "cpu_throttling"
 _BY = "sum by (namespace, pod, container)"
@@ -172,13 +174,9 @@ class CpuThrottlingCheck:
         status, penalty = grade(level, policy.warn_penalty, policy.crit_penalty)
         offenders = [
             Offender(
-                labels={
-                    **dict(zip(CONTAINER_LABELS, key, strict=True)),
-                    "throttled_percent": _percent(ratio_by.get(key, 0.0)),
-                    "worst_5m_percent": _percent(worst_by.get(key, 0.0)),
-                    **({"cpu_limit": _cores(limit_by[key])} if key in limit_by else {}),
-                },
+                labels=dict(zip(CONTAINER_LABELS, key, strict=True)),
                 value=round(ratio_by.get(key, 0.0), 4),
+                facts=_facts(key, ratio_by, worst_by, limit_by),
             )
             for key in flagged[: policy.top]
         ]
@@ -195,10 +193,9 @@ class CpuThrottlingCheck:
                 summary += f"; {len(flagged)} containers over the thresholds"
             # The summary names the first container; the evidence lines name the others.
             evidence = [
-                f"then {offender.labels['namespace']}/{offender.labels['pod']}/{offender.labels['container']}: "
-                f"{offender.labels['throttled_percent']} % over the window, worst 5 min "
-                f"{offender.labels['worst_5m_percent']} %"
-                for offender in offenders[1:]
+                f"then {'/'.join(key)}: {_percent(ratio_by.get(key, 0.0))} % over the window, worst 5 min "
+                f"{_percent(worst_by.get(key, 0.0))} %"
+                for key in flagged[1 : policy.top]
             ]
             hint = (
                 "Throttled containers answer slowly even when the node is idle: check whether readiness probes time "
@@ -229,6 +226,27 @@ class CpuThrottlingCheck:
             hint=hint,
             evidence=evidence,
         )
+
+
+def _facts(
+    key: ContainerKey,
+    ratio_by: Mapping[ContainerKey, float],
+    worst_by: Mapping[ContainerKey, float],
+    limit_by: Mapping[ContainerKey, float],
+) -> dict[str, Quantity]:
+    """What was measured about one container; a query that did not answer for it leaves its fact out, not 0.
+
+    The window's ratio and the worst 5 minutes are asked separately, and the limit only when something crossed a
+    threshold (kube-state-metrics may not have it): any of them can be missing for a container.
+    """
+    facts: dict[str, Quantity] = {}
+    if key in ratio_by:
+        facts["throttled_ratio"] = Quantity(ratio_by[key], Unit.RATIO)
+    if key in worst_by:
+        facts["worst_5m_ratio"] = Quantity(worst_by[key], Unit.RATIO)
+    if key in limit_by:
+        facts["cpu_limit"] = Quantity(limit_by[key], Unit.CORES)
+    return facts
 
 
 def _percent(ratio: float) -> str:

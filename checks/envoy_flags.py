@@ -43,10 +43,12 @@ from checks.contract import (
     Finding,
     Need,
     Offender,
+    Quantity,
     Sample,
     SourceError,
     Sources,
     Status,
+    Unit,
     Window,
     fmt_int,
     fmt_percent,
@@ -232,10 +234,10 @@ class EnvoyFlagsCheck:
 
     async def _hourly_shape(
         self, sources: Sources, window: Window, upstream: str, log_rows: Sequence[Sample]
-    ) -> dict[str, str]:
+    ) -> _HourlyShape | None:
         """Quiet-hours vs busy-hours UC ratio of ``upstream``.
 
-        Empty when the hourly query fails: the finding stands without the comparison, which only sharpens it.
+        None when the hourly query fails: the finding stands without the comparison, which only sharpens it.
         """
         requests: dict[float, float] = defaultdict(float)
         resets: dict[float, float] = defaultdict(float)
@@ -259,7 +261,7 @@ class EnvoyFlagsCheck:
                     for moment, value in series.points:
                         target[moment - 3600] += value
         except SourceError:
-            return {}
+            return None
         return _quiet_vs_busy(requests, resets, window)
 
     def _add_log_rows(self, upstreams: dict[str, _Upstream], rows: Sequence[Sample]) -> None:
@@ -296,7 +298,7 @@ class EnvoyFlagsCheck:
         upstreams: dict[str, _Upstream],
         total_requests: float,
         errors: list[str],
-        shapes: dict[str, dict[str, str]],
+        shapes: dict[str, _HourlyShape | None],
     ) -> Finding:
         policy = self.policy
         rows: list[tuple[float, str, str, float, float]] = []  # (count, flag, upstream, ratio, requests)
@@ -314,18 +316,16 @@ class EnvoyFlagsCheck:
             status, penalty = Status.CRIT, policy.uh_penalty
 
         flagged_total = sum(row[0] for row in rows)
-        offenders = [
-            Offender(
-                labels={
-                    "upstream": name,
-                    "flag": flags,
-                    "requests": str(round(requests)),
-                    **(shapes.get(name, {}) if "UC" in _split(flags) else {}),
-                },
-                value=count,
-            )
-            for count, flags, name, _, requests in rows[: policy.top]
-        ]
+        offenders: list[Offender] = []
+        for count, flags, name, _, requests in rows[: policy.top]:
+            labels = {"upstream": name, "flag": flags}
+            facts = {"requests": Quantity(round(requests), Unit.COUNT)}
+            # The hourly shape is about UC only: on another flag of the same upstream it would explain nothing.
+            shape = shapes.get(name) if "UC" in _split(flags) else None
+            if shape is not None:
+                labels["worst_hour"] = shape.worst_hour
+                facts.update(shape.facts())
+            offenders.append(Offender(labels=labels, value=count, facts=facts))
         # The summary explains the worst flag; the evidence lines list the next ones.
         evidence = [
             f"then {fmt_int(count)} × {flags} on {name} ({fmt_percent(ratio)} of {fmt_int(requests)}): "
@@ -368,24 +368,42 @@ class EnvoyFlagsCheck:
         )
 
 
-def _quiet_vs_busy(requests: dict[float, float], resets: dict[float, float], window: Window) -> dict[str, str]:
-    """UC ratio in the quieter half of the hours vs the busier half, and the worst hour, as offender labels."""
+@dataclass(frozen=True)
+class _HourlyShape:
+    """How an upstream's UC share differs between its quiet and busy hours, and which hour was worst."""
+
+    quiet_hours_ratio: float  # 0..1, UC answers over requests in the quieter half of the hours
+    busy_hours_ratio: float
+    worst_hour_start: float  # unix seconds
+    worst_hour: str  # the same hour as the reader reads it (local HH:MM)
+
+    def facts(self) -> dict[str, Quantity]:
+        return {
+            "quiet_hours_ratio": Quantity(self.quiet_hours_ratio, Unit.RATIO),
+            "busy_hours_ratio": Quantity(self.busy_hours_ratio, Unit.RATIO),
+            "worst_hour_start": Quantity(self.worst_hour_start, Unit.TIMESTAMP),
+        }
+
+
+def _quiet_vs_busy(requests: dict[float, float], resets: dict[float, float], window: Window) -> _HourlyShape | None:
+    """UC ratio in the quieter half of the hours vs the busier half, and the worst hour; None under four hours."""
     hours = sorted((count, moment) for moment, count in requests.items() if count > 0)
     if len(hours) < 4:
-        return {}
+        return None
     half = len(hours) // 2
     quiet, busy = hours[:half], hours[-half:]
 
     def ratio(group: list[tuple[float, float]]) -> float:
         total = sum(count for count, _ in group)
-        return 100 * sum(resets.get(moment, 0.0) for _, moment in group) / total if total else 0.0
+        return sum(resets.get(moment, 0.0) for _, moment in group) / total if total else 0.0
 
     worst = max(hours, key=lambda item: resets.get(item[1], 0.0) / item[0])
-    return {
-        "quiet_hours_percent": f"{ratio(quiet):.4f}",
-        "busy_hours_percent": f"{ratio(busy):.4f}",
-        "worst_hour": local_time(worst[1], window),
-    }
+    return _HourlyShape(
+        quiet_hours_ratio=ratio(quiet),
+        busy_hours_ratio=ratio(busy),
+        worst_hour_start=worst[1],
+        worst_hour=local_time(worst[1], window),
+    )
 
 
 def _bucket_start(text: str) -> float | None:

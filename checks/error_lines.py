@@ -32,9 +32,11 @@ from checks.contract import (
     Finding,
     Need,
     Offender,
+    Quantity,
     SourceError,
     Sources,
     Status,
+    Unit,
     Window,
     fmt_int,
     fmt_percent,
@@ -151,21 +153,18 @@ class ErrorLinesCheck:
         )
         offenders = [
             Offender(
-                labels={
-                    "namespace": namespace,
-                    "workload": workload,
-                    "total_lines": str(round(totals[(namespace, workload)])),
-                },
+                labels={"namespace": key[0], "workload": key[1]},
                 value=count,
+                # Error lines are counted among all lines, so a workload without a total was not measured.
+                facts={"total_lines": Quantity(round(totals[key]), Unit.COUNT)} if key in totals else {},
             )
-            for count, (namespace, workload) in ranked[: policy.top]
+            for count, key in ranked[: policy.top]
         ]
         total_errors = sum(errors.values())
         # The summary names the worst workload; the evidence lines name the next ones.
         evidence = [
-            f"then {offender.labels['namespace']}/{offender.labels['workload']}: {fmt_int(offender.value)} error "
-            f"lines of {fmt_int(float(offender.labels['total_lines']))}"
-            for offender in offenders[1:]
+            f"then {key[0]}/{key[1]}: {fmt_int(count)} error lines of {fmt_int(totals.get(key, 0))}"
+            for count, key in ranked[1 : policy.top]
         ]
         if ranked:
             count, (namespace, workload) = ranked[0]

@@ -38,9 +38,11 @@ from checks.contract import (
     Finding,
     Need,
     Offender,
+    Quantity,
     Sample,
     SourceError,
     Sources,
+    Unit,
     Window,
     fmt_int,
     grade,
@@ -159,14 +161,13 @@ class LogStormsCheck:
         status, penalty = grade(level, policy.warn_penalty, policy.crit_penalty)
         offenders = [
             Offender(
-                labels={
-                    "namespace": pod.namespace,
-                    "workload": pod.workload,
-                    "pod": pod.pod,
-                    "peak_per_minute": str(round(pod.peak_per_minute)),
-                    "lines": str(round(pod.lines)),
-                },
+                labels={"namespace": pod.namespace, "workload": pod.workload, "pod": pod.pod},
                 value=pod.peak_per_minute,
+                # One stats row yields both numbers of a pod, so both are always measured together.
+                facts={
+                    "peak_per_minute": Quantity(round(pod.peak_per_minute), Unit.PER_MINUTE),
+                    "lines": Quantity(round(pod.lines), Unit.COUNT),
+                },
             )
             for pod in over[: policy.top]
         ]
@@ -175,9 +176,8 @@ class LogStormsCheck:
             workloads[(pod.namespace, pod.workload)] += pod.lines
         talkers = sorted(workloads.items(), key=lambda item: (-item[1], item[0]))[:3]
         evidence = [
-            f"then {offender.labels['namespace']}/{offender.labels['pod']}: peak "
-            f"{fmt_int(offender.value)} lines/min, {fmt_int(float(offender.labels['lines']))} lines"
-            for offender in offenders[1:]
+            f"then {pod.namespace}/{pod.pod}: peak {fmt_int(pod.peak_per_minute)} lines/min, {fmt_int(pod.lines)} lines"
+            for pod in over[1 : policy.top]
         ]
         evidence.append(
             "most lines: "

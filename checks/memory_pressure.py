@@ -52,10 +52,12 @@ from checks.contract import (
     Finding,
     Need,
     Offender,
+    Quantity,
     Sample,
     SourceError,
     Sources,
     Status,
+    Unit,
     Window,
     fmt_percent,
     grade,
@@ -63,7 +65,7 @@ from checks.contract import (
     unknown,
 )
 from checks.presence import kube_state_metrics_up_query
-from checks.promql import CONTAINER_LABELS, container_key, with_matchers
+from checks.promql import CONTAINER_LABELS, ContainerKey, container_key, with_matchers
 from checks.restarted import narrowing
 
 NAME = "memory_pressure"
@@ -220,35 +222,37 @@ class MemoryPressureCheck:
         worst = ranked[0].value if ranked else 0.0
         level = 2 if worst >= policy.crit_ratio else 1 if ranked else 0
         status, penalty = grade(level, policy.warn_penalty, policy.crit_penalty)
+        top = [(sample, container_key(sample.labels)) for sample in ranked[: policy.top]]
         offenders = [
             Offender(
-                labels={
-                    **dict(zip(CONTAINER_LABELS, container_key(sample.labels), strict=True)),
-                    "peak_percent": _percent(peak_by.get(container_key(sample.labels), sample.value)),
-                    "minutes_above": str(minutes_by.get(container_key(sample.labels), 0)),
-                    "since": since_by.get(container_key(sample.labels), ""),
-                },
+                labels={**dict(zip(CONTAINER_LABELS, key, strict=True)), "since": since_by.get(key, "")},
                 value=round(sample.value, 4),
+                facts=_facts(peak_by.get(key), minutes_by.get(key)),
             )
-            for sample in ranked[: policy.top]
+            for sample, key in top
         ]
+
+        def peak_text(sample: Sample, key: ContainerKey) -> str:
+            # A container the peak query did not answer for shows its sustained level, a floor of that peak.
+            return _percent(peak_by.get(key, sample.value))
+
         sustain = f"{policy.sustain_minutes} min"
         if offenders:
-            first = offenders[0].labels
-            since_text = f", first at {first['since']}" if first["since"] else ""
+            sample, key = top[0]
+            first_at = since_by.get(key, "")
+            since_text = f", first at {first_at}" if first_at else ""
             summary = (
-                f"{first['namespace']}/{first['pod']}/{first['container']} stayed at ≥ {fmt_percent(worst)} of its "
-                f"memory limit for {sustain} (peak {first['peak_percent']} %, {first['minutes_above']} min above "
+                f"{'/'.join(key)} stayed at ≥ {fmt_percent(worst)} of its memory limit for {sustain} "
+                f"(peak {peak_text(sample, key)} %, {minutes_by.get(key, 0)} min above "
                 f"{fmt_percent(policy.warn_ratio)}{since_text})"
             )
             if len(ranked) > 1:
                 summary += f"; {len(ranked)} containers in all"
             # The summary names the first container; the evidence lines name the others.
             evidence = [
-                f"then {offender.labels['namespace']}/{offender.labels['pod']}/{offender.labels['container']}: "
-                f"≥ {fmt_percent(offender.value)} for {sustain}, peak {offender.labels['peak_percent']} %, "
-                f"{offender.labels['minutes_above']} min above"
-                for offender in offenders[1:]
+                f"then {'/'.join(key)}: ≥ {fmt_percent(round(sample.value, 4))} for {sustain}, "
+                f"peak {peak_text(sample, key)} %, {minutes_by.get(key, 0)} min above"
+                for sample, key in top[1:]
             ]
             hint = (
                 "Compare the working set's growth with the workload's traffic: a limit raise buys time, a bound on "
@@ -278,6 +282,16 @@ class MemoryPressureCheck:
         return Finding(name=NAME, status=status, penalty=penalty, value=0, summary=summary, evidence=brief_crossings)
 
 
+def _facts(peak: float | None, minutes_above: int | None) -> dict[str, Quantity]:
+    """What was measured about one container; a query that did not answer for it leaves its fact out, not 0."""
+    facts: dict[str, Quantity] = {}
+    if peak is not None:
+        facts["peak_ratio"] = Quantity(peak, Unit.RATIO)
+    if minutes_above is not None:
+        facts["minutes_above"] = Quantity(minutes_above, Unit.MINUTES)
+    return facts
+
+
 def _percent(ratio: float) -> str:
-    """A ratio as a percentage label with one decimal (99.6), precise enough to tell 95 % from 99 %."""
+    """A ratio as a percentage with one decimal (99.6), precise enough to tell 95 % from 99 %."""
     return f"{ratio * 100:.1f}"

@@ -237,11 +237,21 @@ def to_json(digest: Digest) -> dict[str, Any]:
                 "value": finding.value,
                 "summary": finding.summary,
                 "offenders": [
-                    {"labels": dict(offender.labels), "value": offender.value} for offender in finding.offenders
+                    {
+                        "labels": dict(offender.labels),
+                        "value": offender.value,
+                        "facts": {
+                            key: {"value": quantity.value, "unit": quantity.unit.value}
+                            for key, quantity in offender.facts.items()
+                        },
+                    }
+                    for offender in finding.offenders
                 ],
                 "hint": finding.hint,
                 "error": finding.error,
                 "evidence": list(finding.evidence),
+                "observed": list(finding.observed),
+                "unobserved": list(finding.unobserved),
                 "coverage": coverage_json(finding.coverage),
             }
             for finding in digest.findings
@@ -254,7 +264,7 @@ def to_json(digest: Digest) -> dict[str, Any]:
             "excused": [{"node": node, "why": why} for node, why in excused(digest)],
         },
         "not_checked": [finding.name for finding in (*digest.unknown, *digest.unexplained)],
-        "explanations": [{"rule": e.rule, "text": e.text} for e in digest.explanations],
+        "explanations": [{"rule": e.rule, "cause": e.cause, "text": e.text} for e in digest.explanations],
         "trends": list(digest.trends),
         "disabled": list(digest.disabled),
         "caps": [

@@ -124,5 +124,5 @@ def test_json_contract() -> None:
     assert payload["max_score"] == 10
     check = payload["checks"][0]
     assert set(check) >= {"name", "status", "penalty", "value", "summary", "offenders", "hint", "error"}
-    assert check["offenders"][0] == {"labels": {"namespace": HOSTILE, "workload": "w"}, "value": 600_000}
+    assert check["offenders"][0] == {"labels": {"namespace": HOSTILE, "workload": "w"}, "value": 600_000, "facts": {}}
     assert payload["disabled"] == ["envoy_flags"]
