@@ -15,10 +15,14 @@ from digest.corpus.conntrack_near_full import ConntrackNearFull
 from digest.corpus.keepalive_fixed import KeepaliveFixed
 from digest.corpus.keepalive_race import KeepaliveRace
 from digest.corpus.model import CorpusDay, Expected, Series
+from digest.corpus.node_not_ready import NodeNotReady
 from digest.corpus.quiet_endpoints import QuietEndpoints
 from digest.corpus.readiness_spiral import ReadinessSpiral
 from digest.corpus.reconnect_storm import ReconnectStorm
+from digest.corpus.recreate_beside_rolling import RecreateBesideRolling
 from digest.corpus.recreate_rollout import RecreateRollout
+from digest.corpus.spiral_unscraped import SpiralUnscraped
+from digest.corpus.stuck_rollout import StuckRollout
 
 __all__ = ["DAYS", "CorpusDay", "Expected", "Series", "day"]
 
@@ -33,6 +37,10 @@ def _all_days() -> dict[dt.date, CorpusDay]:
         RecreateRollout(),
         QuietEndpoints(),
         ConntrackNearFull(),
+        SpiralUnscraped(),
+        RecreateBesideRolling(),
+        StuckRollout(),
+        NodeNotReady(),
     ]
     return {d.date: d for d in days}
 

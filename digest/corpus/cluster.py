@@ -325,21 +325,42 @@ class Pod:
     probe_failures: Mapping[tuple[str, str], tuple[int, ...]] = field(default_factory=dict)
     memory: Mapping[str, MemoryFn] = field(default_factory=dict)
     cfs: Mapping[str, CfsFn] = field(default_factory=dict)
+    # metadata.deletionTimestamp: from then the pod is terminating (out of the ready endpoints, no longer counted by
+    # its ReplicaSet) until ``end_s``, when the object is gone. None: the pod simply ends at ``end_s``.
+    deleted_s: int | None = None
 
     @property
     def workload_key(self) -> str:
         """``<namespace>/<workload>``, the key every per-workload fact uses."""
         return f"{self.namespace}/{self.workload}"
 
+    @property
+    def replicaset(self) -> str:
+        """The owning ReplicaSet of a Deployment pod (``<deploy>-<rs hash 10>``); empty for other kinds."""
+        return self.name.rsplit("-", 1)[0] if self.kind == "Deployment" else ""
+
+    @property
+    def counted_until(self) -> int:
+        """When its ReplicaSet stops counting the pod: deletion (scale-down, eviction) or the end of the object."""
+        if self.deleted_s is not None:
+            return self.deleted_s
+        return self.end_s if self.end_s is not None else 2**62
+
     def alive(self, t: int) -> bool:
         """Whether the pod object exists at ``t``."""
         return self.start_s <= t and (self.end_s is None or t < self.end_s)
 
+    def terminating(self, t: int) -> bool:
+        """Whether the pod exists with a deletion timestamp at ``t``."""
+        return self.deleted_s is not None and self.deleted_s <= t and self.alive(t)
+
     def ready(self, t: int) -> bool:
-        """Whether the pod's Ready condition is true at ``t``."""
+        """Whether the pod's Ready condition is true at ``t`` (never once it is terminating)."""
         if not self.alive(t):
             return False
         if t < (self.ready_from_s if self.ready_from_s is not None else self.start_s):
+            return False
+        if self.deleted_s is not None and t >= self.deleted_s:
             return False
         return not any(a <= t < b for a, b in self.not_ready)
 
@@ -455,18 +476,119 @@ class Service:
         return f"{self.namespace}/{self.workload}"
 
 
+STRATEGIES = ("RollingUpdate", "Recreate")
+
+
+def scaled_value(value: int | str, total: int, round_up: bool) -> int:
+    """Resolve an int-or-percent against ``total`` like ``intstr.GetScaledValueFromIntOrPercent``."""
+    if isinstance(value, int):
+        return value
+    if not value.endswith("%"):
+        raise ValueError(f"an int-or-percent string ends with %, got {value!r}")
+    pct = int(value[:-1])
+    return -(-pct * total // 100) if round_up else pct * total // 100
+
+
 @dataclass(frozen=True)
 class Deployment:
-    """A Deployment's desired replica count (for ``kube_deployment_status_replicas_unavailable``)."""
+    """A Deployment's spec: desired replicas and rollout strategy (what kube-state-metrics reports about it).
+
+    ``max_unavailable`` and ``max_surge`` matter only for ``RollingUpdate``; kube-state-metrics resolves them
+    against ``replicas`` (maxUnavailable rounds down, maxSurge rounds up) and exports none for ``Recreate``.
+    """
 
     namespace: str
     name: str
     replicas: int
+    strategy: str = "RollingUpdate"
+    max_unavailable: int | str = "25%"
+    max_surge: int | str = "25%"
+
+    def __post_init__(self) -> None:
+        """Reject an unknown strategy."""
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
 
     @property
     def workload_key(self) -> str:
         """``<namespace>/<name>``."""
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def max_unavailable_replicas(self) -> int | None:
+        """The maxUnavailable kube-state-metrics reports: resolved, rounded down; None for Recreate."""
+        if self.strategy != "RollingUpdate":
+            return None
+        return scaled_value(self.max_unavailable, self.replicas, round_up=False)
+
+    @property
+    def max_surge_replicas(self) -> int | None:
+        """The maxSurge kube-state-metrics reports: resolved, rounded up; None for Recreate."""
+        if self.strategy != "RollingUpdate":
+            return None
+        return scaled_value(self.max_surge, self.replicas, round_up=True)
+
+    @property
+    def generation_base(self) -> int:
+        """A stable metadata.generation offset (scale changes and edits before the corpus also bumped it)."""
+        return 2 + salt_of("generation", self.namespace, self.name) % 9
+
+
+@dataclass(frozen=True)
+class ReplicaSet:
+    """One ReplicaSet (revision) of a Deployment and the pods it owned over the series span.
+
+    ``spec`` follows the rollout: a pod is counted from its ReplicaSet's scale-up (a moment before the pod is
+    created) until it is deleted (scale-down, eviction), so a pod replaced without a template change hands its
+    count to its replacement in the same ReplicaSet.
+    """
+
+    namespace: str
+    name: str
+    deployment: str
+    created_s: int
+    pods: tuple[Pod, ...] = ()
+
+    def spec(self, t: int) -> int:
+        """spec.replicas at ``t``."""
+        return sum(1 for p in self.pods if p.start_s - 1 <= t < p.counted_until)
+
+    def ready(self, t: int) -> int:
+        """status.readyReplicas at ``t``."""
+        return sum(1 for p in self.pods if p.ready(t))
+
+
+REVISION_HISTORY_LIMIT = 10
+
+
+def deployment_replicasets(dep: Deployment, pods: Sequence[Pod], d: dt.date) -> list[ReplicaSet]:
+    """The ReplicaSets of a Deployment on day ``d``, oldest first: from its pods, plus the revisions kept at 0.
+
+    A ReplicaSet of a revision in ``REVISIONS`` was created just before 10:00Z on the revision date; any other
+    (a day's own rollout) just before its first pod. The controller keeps ``revisionHistoryLimit`` (10) old ones.
+    """
+    members: dict[str, list[Pod]] = {}
+    for p in pods:
+        if p.workload_key == dep.workload_key and p.kind == "Deployment":
+            members.setdefault(p.replicaset, []).append(p)
+    created: dict[str, int] = {}
+    for rev in REVISIONS.get(dep.workload_key, ()):
+        if dt.date.fromisoformat(rev) <= d:
+            created[f"{dep.name}-{safe_token(10, 'rs', dep.namespace, dep.name, rev)}"] = revision_start(rev) - 1
+    for name, ps in members.items():
+        created.setdefault(name, min(p.start_s for p in ps) - 1)
+    out = [
+        ReplicaSet(
+            dep.namespace,
+            name,
+            dep.name,
+            at,
+            tuple(sorted(members.get(name, ()), key=lambda p: (p.start_s, p.name))),
+        )
+        for name, at in created.items()
+    ]
+    out.sort(key=lambda r: (r.created_s, r.name))
+    return out[-(REVISION_HISTORY_LIMIT + 1) :]
 
 
 def _zero(t: int) -> int:
@@ -488,15 +610,17 @@ class NodeModel:
 # Revisions: the date a workload's pod template last changed before a day. Pods are created at 10:00Z that day.
 REVISIONS: Mapping[str, tuple[str, ...]] = {
     "feeds/feed-aggregator": ("2026-06-12", "2026-07-27", "2026-09-02", "2026-10-01"),
-    "shop/api": ("2026-07-02", "2026-08-11", "2026-08-15", "2026-09-02", "2026-10-01"),
+    "shop/api": ("2026-07-02", "2026-08-11", "2026-08-15", "2026-09-02", "2026-10-01", "2026-10-14", "2026-10-22"),
     "shop/web": ("2026-07-02", "2026-08-03", "2026-09-02", "2026-10-01"),
     "monitoring/victoria-metrics": ("2026-07-02", "2026-09-02"),
     "logging/vector": ("2026-07-02", "2026-07-21", "2026-09-02"),
     f"{ENVOY_NAMESPACE}/{ENVOY_DEPLOYMENT}": ("2026-07-02", "2026-08-03", "2026-09-02", "2026-10-01"),
 }
 
-# The 500m CPU limit on shop/api was removed on 2026-08-15 (write-up 000, !299).
+# The 500m CPU limit on shop/api was removed on 2026-08-15 (write-up 000, !299). A chart upgrade brought the chart's
+# default (500m) back on 2026-10-14; it was removed again on 2026-10-22, after the spiral of 2026-10-20.
 API_CPU_LIMIT_REMOVED = dt.date(2026, 8, 15)
+API_CPU_LIMIT_BACK = (dt.date(2026, 10, 14), dt.date(2026, 10, 22))
 
 
 def revision(workload_key: str, d: dt.date) -> str:
@@ -519,8 +643,9 @@ def feed_container() -> Container:
 
 
 def api_container(d: dt.date) -> Container:
-    """shop/api's uvicorn container; the 500m CPU limit exists before 2026-08-15 only."""
-    cpu = 0.5 if d < API_CPU_LIMIT_REMOVED else None
+    """shop/api's uvicorn container; the 500m CPU limit exists before 2026-08-15 and from 2026-10-14 to 2026-10-21."""
+    limited = d < API_CPU_LIMIT_REMOVED or API_CPU_LIMIT_BACK[0] <= d < API_CPU_LIMIT_BACK[1]
+    cpu = 0.5 if limited else None
     return Container(
         "api",
         "ghcr.io/homelab/shop-api:1.12.0",
@@ -539,31 +664,50 @@ def _series(name: str, labels: Mapping[str, str], times: Sequence[int], values: 
     return Series(labels={"__name__": name, **labels}, timestamps_ms=[t * 1_000 for t in times], values=values)
 
 
-def up_series(w: Window) -> Iterator[Series]:
-    """``up`` for kube-state-metrics, vmalert, every node_exporter and every kubelet endpoint (all healthy).
+Intervals = Sequence[tuple[int, int]]
+
+
+def _inside(t: int, spans: Intervals) -> bool:
+    return any(a <= t < b for a, b in spans)
+
+
+def up_series(
+    w: Window, prober_scraped: bool = True, kubelet_down: Mapping[str, Intervals] | None = None
+) -> Iterator[Series]:
+    """``up`` for kube-state-metrics, vmalert, every node_exporter and every kubelet endpoint.
 
     vmalert runs every day (the homelab had alerting on 07-20; it just had no rule that fired): its ``up`` is what
-    lets the digest say "no alert fired" rather than "alerting not observable".
+    lets the digest say "no alert fired" rather than "alerting not observable". A kubelet that hangs fails its
+    scrapes (``up`` 0 on both of its endpoints); a cluster that does not scrape ``/metrics/probes`` has no target.
     """
     times = w.scrapes()
     ones = [1.0] * len(times)
+    down = kubelet_down or {}
     yield _series("up", KSM, times, ones)
     yield _series("up", VMALERT, times, ones)
     for node in NODES:
+        kubelet = [0.0 if _inside(t, down.get(node, ())) else 1.0 for t in times]
         yield _series("up", {"job": "node-exporter", "instance": f"{node}:9100"}, times, ones)
-        yield _series("up", {**CADVISOR, "instance": node}, times, ones)
-        yield _series("up", {**PROBES, "instance": node}, times, ones)
+        yield _series("up", {**CADVISOR, "instance": node}, times, kubelet)
+        if prober_scraped:
+            yield _series("up", {**PROBES, "instance": node}, times, kubelet)
 
 
 # The nodes' addresses on the home LAN, as kube-state-metrics' kube_node_info{internal_ip} reports them.
 NODE_IPS = {"pi5-1": "192.168.1.21", "pi5-2": "192.168.1.22", "pi5-3": "192.168.1.23"}
 
 
-def node_object_series(w: Window) -> Iterator[Series]:
-    """kube-state-metrics' node objects: info (with the internal IP), schedulable, and Ready all day."""
+def node_object_series(w: Window, unknown: Mapping[str, Intervals] | None = None) -> Iterator[Series]:
+    """kube-state-metrics' node objects: info (with the internal IP), schedulable, and the Ready condition.
+
+    Ready is true all day, except in the ``unknown`` spans of a node (its kubelet silent for the grace period).
+    """
     times = w.scrapes()
     ones, zeros = [1.0] * len(times), [0.0] * len(times)
     for node in NODES:
+        lost = (unknown or {}).get(node, ())
+        ready = [0.0 if _inside(t, lost) else 1.0 for t in times] if lost else ones
+        not_known = [1.0 if _inside(t, lost) else 0.0 for t in times] if lost else zeros
         info = {
             **KSM,
             "node": node,
@@ -575,7 +719,7 @@ def node_object_series(w: Window) -> Iterator[Series]:
         }
         yield _series("kube_node_info", info, times, ones)
         yield _series("kube_node_spec_unschedulable", {**KSM, "node": node}, times, zeros)
-        for status, values in (("true", ones), ("false", zeros), ("unknown", zeros)):
+        for status, values in (("true", ready), ("false", zeros), ("unknown", not_known)):
             labels = {**KSM, "node": node, "condition": "Ready", "status": status}
             yield _series("kube_node_status_condition", labels, times, values)
 
@@ -596,6 +740,11 @@ def node_series(w: Window, nodes: Sequence[NodeModel]) -> Iterator[Series]:
 def _probe_first(pod: Pod, container: str, probe_type: str) -> int:
     # initialDelaySeconds 10 plus a per-container phase: kubelet staggers probe workers.
     return pod.start_s + 10 + salt_of(pod.uid, container, probe_type) % 10
+
+
+def first_probe(pod: Pod, container: str, probe_type: str = "Readiness") -> int:
+    """When the kubelet first probes a container (a new pod becomes ready at its first successful readiness probe)."""
+    return _probe_first(pod, container, probe_type)
 
 
 def probe_times(pod: Pod, container: str, probe_type: str, a: int, b: int) -> list[int]:
@@ -638,14 +787,24 @@ def _probes_before(pod: Pod, container: str, probe_type: str, t: int) -> int:
     return (t - first - 1) // 10 + 1
 
 
-def pod_series(w: Window, pod: Pod) -> Iterator[Series]:
-    """kube-state-metrics, cAdvisor and prober series of one pod, for the scrapes when it existed."""
+def pod_series(w: Window, pod: Pod, prober_scraped: bool = True, kubelet_down: Intervals = ()) -> Iterator[Series]:
+    """kube-state-metrics, cAdvisor and prober series of one pod, for the scrapes when it existed.
+
+    ``kubelet_down``: spans when the kubelet of the pod's node answered no scrape (no cAdvisor, no prober sample,
+    and no probe run); ``prober_scraped`` False: ``/metrics/probes`` is not scraped at all.
+    """
     times = [t for t in w.scrapes() if pod.alive(t)]
     if not times:
         return
     ident = {"namespace": pod.namespace, "pod": pod.name, "uid": pod.uid}
     placed = {**KSM, **ident, "node": pod.node, "host_ip": NODE_IPS[pod.node]}
     yield _series("kube_pod_info", placed, times, [1.0] * len(times))
+    if pod.deleted_s is not None:
+        deleting = [t for t in times if t >= pod.deleted_s]
+        if deleting:
+            yield _series(
+                "kube_pod_deletion_timestamp", {**KSM, **ident}, deleting, [float(pod.deleted_s)] * len(deleting)
+            )
     ready = [pod.ready(t) for t in times]
     for condition, vals in (
         ("true", [1.0 if r else 0.0 for r in ready]),
@@ -654,10 +813,17 @@ def pod_series(w: Window, pod: Pod) -> Iterator[Series]:
     ):
         yield _series("kube_pod_status_ready", {**KSM, **ident, "condition": condition}, times, vals)
     for c in pod.containers:
-        yield from _container_series(pod, c, times, ident)
+        yield from _container_series(pod, c, times, ident, prober_scraped, kubelet_down)
 
 
-def _container_series(pod: Pod, c: Container, times: list[int], ident: Mapping[str, str]) -> Iterator[Series]:
+def _container_series(
+    pod: Pod,
+    c: Container,
+    times: list[int],
+    ident: Mapping[str, str],
+    prober_scraped: bool = True,
+    kubelet_down: Intervals = (),
+) -> Iterator[Series]:
     cid = {**KSM, **ident, "container": c.name}
     terms = sorted((x for x in pod.terminations if x.container == c.name), key=lambda x: x.finished_s)
     restarts = [float(sum(1 for x in terms if x.observed_s <= t)) for t in times]
@@ -677,8 +843,10 @@ def _container_series(pod: Pod, c: Container, times: list[int], ident: Mapping[s
             [c.cpu_limit] * len(times),
         )
     yield from _termination_series(terms, cid, times)
-    yield from _cadvisor_series(pod, c, times)
-    yield from _prober_series(pod, c, times)
+    kubelet_times = [t for t in times if not _inside(t, kubelet_down)] if kubelet_down else times
+    yield from _cadvisor_series(pod, c, kubelet_times)
+    if prober_scraped:
+        yield from _prober_series(pod, c, kubelet_times, kubelet_down)
 
 
 def _termination_series(terms: Sequence[Termination], cid: Mapping[str, str], times: list[int]) -> Iterator[Series]:
@@ -739,7 +907,7 @@ def _cadvisor_series(pod: Pod, c: Container, times: list[int]) -> Iterator[Serie
         yield _series("container_cpu_cfs_throttled_periods_total", labels, inst_times, throttled)
 
 
-def _prober_series(pod: Pod, c: Container, times: list[int]) -> Iterator[Series]:
+def _prober_series(pod: Pod, c: Container, times: list[int], kubelet_down: Intervals = ()) -> Iterator[Series]:
     for probe_type in c.probes:
         failures = sorted(pod.probe_failures.get((c.name, probe_type), ()))
         labels = {
@@ -752,6 +920,13 @@ def _prober_series(pod: Pod, c: Container, times: list[int]) -> Iterator[Series]
             "probe_type": probe_type,
         }
         total = [_probes_before(pod, c.name, probe_type, t) for t in times]
+        if kubelet_down:
+            # A hung kubelet runs no probe: its counters resume where they stopped.
+            skipped = [
+                (_probes_before(pod, c.name, probe_type, a), _probes_before(pod, c.name, probe_type, b))
+                for a, b in kubelet_down
+            ]
+            total = [n - sum(min(n, hi) - min(n, lo) for lo, hi in skipped) for n in total]
         failed = [bisect_left(failures, t) for t in times]
         ok_t = [t for t, n in zip(times, total, strict=True) if n > 0]
         ok_v = [float(n - f) for n, f in zip(total, failed, strict=True) if n > 0]
@@ -772,7 +947,7 @@ def endpointslice_series(w: Window, svc: Service, pods: Sequence[Pod]) -> Iterat
     yield _series("kube_endpointslice_info", {**base, "addresstype": "IPv4"}, times, ones)
     yield _series("kube_endpointslice_labels", {**base, "label_kubernetes_io_service_name": svc.name}, times, ones)
     members = [p for p in pods if p.workload_key == svc.workload_key]
-    collected: dict[tuple[str, str, str], tuple[Pod, list[int]]] = {}
+    collected: dict[tuple[str, str, str, str], tuple[Pod, list[int]]] = {}
     for t in times:
         for p in members:
             listed_from = p.ready_from_s if p.ready_from_s is not None else p.start_s
@@ -780,14 +955,15 @@ def endpointslice_series(w: Window, svc: Service, pods: Sequence[Pod]) -> Iterat
                 # A pod still being created (image pull, sandbox) has no address yet: the slice lists nothing.
                 continue
             r = "true" if p.ready(t) else "false"
-            collected.setdefault((p.name, r, p.ip), (p, []))[1].append(t)
-    for (_, r, ip), (p, ts) in sorted(collected.items()):
+            term = "true" if p.terminating(t) else "false"
+            collected.setdefault((p.name, r, p.ip, term), (p, []))[1].append(t)
+    for (_, r, ip, term), (p, ts) in sorted(collected.items()):
         labels = {
             **base,
             "address": ip,
             "ready": r,
             "serving": r,
-            "terminating": "false",
+            "terminating": term,
             "hostname": p.name if p.kind == "StatefulSet" else "",
             "targetref_kind": "Pod",
             "targetref_name": p.name,
@@ -798,17 +974,50 @@ def endpointslice_series(w: Window, svc: Service, pods: Sequence[Pod]) -> Iterat
         yield _series("kube_endpointslice_endpoints", labels, ts, [1.0] * len(ts))
 
 
-def deployment_series(w: Window, dep: Deployment, pods: Sequence[Pod]) -> Iterator[Series]:
-    """``kube_deployment_status_replicas_unavailable``: desired replicas minus ready pods, never below 0."""
+def deployment_series(
+    w: Window, dep: Deployment, pods: Sequence[Pod], replicasets: Sequence[ReplicaSet] = ()
+) -> Iterator[Series]:
+    """kube-state-metrics' Deployment families and those of its ReplicaSets.
+
+    ``kube_deployment_status_replicas_unavailable``: desired replicas minus ready pods, never below 0. Generation:
+    a stable base plus one per ReplicaSet created so far (a template change creates one; an evicted pod's
+    replacement does not); the controller observes it at once, so ``observed_generation`` equals it at every
+    scrape. maxUnavailable/maxSurge only for RollingUpdate, resolved against spec.replicas.
+    """
     times = w.scrapes()
     members = [p for p in pods if p.workload_key == dep.workload_key]
     vals = [float(max(0, dep.replicas - sum(1 for p in members if p.ready(t)))) for t in times]
-    yield _series(
-        "kube_deployment_status_replicas_unavailable",
-        {**KSM, "namespace": dep.namespace, "deployment": dep.name},
-        times,
-        vals,
-    )
+    ident = {**KSM, "namespace": dep.namespace, "deployment": dep.name}
+    yield _series("kube_deployment_status_replicas_unavailable", ident, times, vals)
+    if not replicasets:
+        return
+    yield _series("kube_deployment_spec_replicas", ident, times, [float(dep.replicas)] * len(times))
+    created = sorted(r.created_s for r in replicasets)
+    generation = [float(dep.generation_base + bisect_right(created, t)) for t in times]
+    yield _series("kube_deployment_metadata_generation", ident, times, generation)
+    yield _series("kube_deployment_status_observed_generation", ident, times, generation)
+    for family, value in (
+        ("kube_deployment_spec_strategy_rollingupdate_max_unavailable", dep.max_unavailable_replicas),
+        ("kube_deployment_spec_strategy_rollingupdate_max_surge", dep.max_surge_replicas),
+    ):
+        if value is not None:
+            yield _series(family, ident, times, [float(value)] * len(times))
+    for rs in replicasets:
+        yield from replicaset_series(w, rs)
+
+
+def replicaset_series(w: Window, rs: ReplicaSet) -> Iterator[Series]:
+    """kube-state-metrics' ReplicaSet families, from its creation (or the span's start) to the span's end."""
+    times = [t for t in w.scrapes() if t >= rs.created_s]
+    if not times:
+        return
+    ident = {**KSM, "namespace": rs.namespace, "replicaset": rs.name}
+    ones = [1.0] * len(times)
+    yield _series("kube_replicaset_created", ident, times, [float(rs.created_s)] * len(times))
+    owner = {**ident, "owner_kind": "Deployment", "owner_name": rs.deployment, "owner_is_controller": "true"}
+    yield _series("kube_replicaset_owner", owner, times, ones)
+    yield _series("kube_replicaset_spec_replicas", ident, times, [float(rs.spec(t)) for t in times])
+    yield _series("kube_replicaset_status_ready_replicas", ident, times, [float(rs.ready(t)) for t in times])
 
 
 def alert_series(
@@ -1262,6 +1471,8 @@ class Membership:
             edges.add(p.ready_from_s if p.ready_from_s is not None else p.start_s)
             if p.end_s is not None:
                 edges.add(p.end_s)
+            if p.deleted_s is not None:
+                edges.add(p.deleted_s)
             for a, b in p.not_ready:
                 edges.update((a, b))
         self._edges = sorted(edges)
@@ -1892,12 +2103,18 @@ class HomelabDay(abc.ABC):
     expected: Expected
     status: str = "OK"
     score: int = 10
+    # Whether the kubelets' /metrics/probes is scraped (most clusters do not): without it, no prober_probe_total.
+    prober_scraped: bool = True
 
     def __init__(self) -> None:
         """Build the cluster, plan every log source and compute the expected digest."""
         self.window = Window(self.date)
         self._rates: dict[Callable[[float], float], Sequence[float]] = {}
         self.extra_facts: dict[str, object] = {}
+        # Per node: spans when its kubelet answered nothing (set by ``customise``), and when the node controller
+        # reported its Ready condition Unknown.
+        self.kubelet_down: dict[str, tuple[tuple[int, int], ...]] = {}
+        self.node_ready_unknown: dict[str, tuple[tuple[int, int], ...]] = {}
         self.lab = Homelab.standard(self.date)
         self.customise(self.lab)
         self.routes = self.route_traffic(self.lab)
@@ -1940,6 +2157,48 @@ class HomelabDay(abc.ABC):
     def day_facts(self) -> dict[str, object]:
         """Facts specific to the day."""
         return {}
+
+    def writes_normal_logs(self, p: Pod) -> bool:
+        """Whether a pod writes its workload's normal lines (a crash-looping pod that never serves does not)."""
+        del p
+        return True
+
+    def replicasets(self, dep: Deployment) -> list[ReplicaSet]:
+        """The Deployment's ReplicaSets on the day, oldest first."""
+        return deployment_replicasets(dep, self.lab.pods, self.date)
+
+    def replicasets_created(self, key: str, a: int | None = None, b: int | None = None) -> list[ReplicaSet]:
+        """ReplicaSets of Deployment ``key`` created in unix seconds ``[a, b)`` (default: the window)."""
+        w = self.window
+        lo = w.start_s if a is None else a
+        hi = w.end_s if b is None else b
+        return [r for r in self.replicasets(self.deployment(key)) if lo <= r.created_s < hi]
+
+    def deployment(self, key: str) -> Deployment:
+        """The Deployment ``<namespace>/<name>`` of the day's cluster."""
+        return next(d for d in self.lab.deployments if d.workload_key == key)
+
+    def rollout_facts(self, key: str) -> dict[str, object]:
+        """Rollout facts of one Deployment: strategy, ReplicaSets created in the window, generation at both ends."""
+        w = self.window
+        dep = self.deployment(key)
+        rss = self.replicasets(dep)
+        created = [r for r in rss if w.in_window(r.created_s)]
+
+        def generation(t: int) -> int:
+            return dep.generation_base + sum(1 for r in rss if r.created_s <= t)
+
+        out: dict[str, object] = {
+            f"rollouts.{key}": len(created),
+            f"deployment_strategy.{key}": dep.strategy,
+            f"replicasets_created.{key}": [{"replicaset": r.name, "created": iso(r.created_s)} for r in created],
+            f"replicaset_current.{key}": rss[-1].name,
+            f"generation.{key}": [generation(w.start_s), generation(w.end_s)],
+        }
+        if dep.strategy == "RollingUpdate":
+            out[f"max_unavailable.{key}"] = dep.max_unavailable_replicas
+            out[f"max_surge.{key}"] = dep.max_surge_replicas
+        return out
 
     # --- normal traffic
 
@@ -2010,7 +2269,7 @@ class HomelabDay(abc.ABC):
     def normal_logs(self, lab: Homelab) -> list[LogSource]:
         """Background logs of every pod (the storm day replaces the feed aggregator's with its own)."""
         out: list[LogSource] = list(self.feed_logs(lab))
-        api_pods = lab.workload("shop/api")
+        api_pods = [p for p in lab.workload("shop/api") if self.writes_normal_logs(p)]
         api_events = self.api_events()
         for p in api_pods:
             groups = [TemplateGroup(API_LINES, self._plan(p, "api", 4_320, flat_profile))]
@@ -2120,15 +2379,15 @@ class HomelabDay(abc.ABC):
     def series(self) -> Iterator[Series]:
         """Every series of the day."""
         w = self.window
-        yield from up_series(w)
-        yield from node_object_series(w)
+        yield from up_series(w, self.prober_scraped, self.kubelet_down)
+        yield from node_object_series(w, self.node_ready_unknown)
         yield from node_series(w, [self.lab.nodes[n] for n in NODES])
         for p in sorted(self.lab.pods, key=lambda p: (p.namespace, p.name)):
-            yield from pod_series(w, p)
+            yield from pod_series(w, p, self.prober_scraped, self.kubelet_down.get(p.node, ()))
         for svc in self.lab.services:
             yield from endpointslice_series(w, svc, self.lab.pods)
         for dep in self.lab.deployments:
-            yield from deployment_series(w, dep, self.lab.pods)
+            yield from deployment_series(w, dep, self.lab.pods, self.replicasets(dep))
         yield from self._extra_series
 
     def log_chunks(self) -> Iterator[bytes]:
@@ -2232,7 +2491,8 @@ class HomelabDay(abc.ABC):
         probes: dict[str, int] = {}
         throttle: dict[str, list[float]] = {}
         for p in self.lab.pods:
-            for (_, probe_type), times in p.probe_failures.items():
+            # Failed probes are a fact only where the digest can read them (prober_probe_total scraped).
+            for (_, probe_type), times in p.probe_failures.items() if self.prober_scraped else ():
                 n = sum(1 for t in times if w.in_window(t))
                 if n:
                     k = f"probe_failures.{probe_type}.{p.workload_key}"

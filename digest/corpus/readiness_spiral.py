@@ -74,15 +74,20 @@ class ReadinessSpiral(HomelabDay):
     title = "Readiness spiral: CPU-throttled shop/api pods leave the EndpointSlice, Envoy answers 503 UH"
     status = "CRITICAL"
     score = 8
+    # The incident's shape; a later spiral (2026-10-20) reuses the mechanism with its own.
+    episodes: Sequence[tuple[str, int]] = EPISODES
+    load_start = LOAD_START
+    load_end = LOAD_END
+    load_requests = LOAD_REQUESTS
 
     def customise(self, lab: Homelab) -> None:
         """Probe failures, the not-ready spans they imply, and the throttled CFS counters."""
         w = self.window
-        load = (w.at(LOAD_START), w.at(LOAD_END))
+        load = (w.at(self.load_start), w.at(self.load_end))
         for i, pod in enumerate(lab.workload("shop/api")):
             probes = probe_times(pod, "api", "Readiness", w.series_start_s, w.series_end_s)
             failures: set[int] = set()
-            for start, extra in EPISODES:
+            for start, extra in self.episodes:
                 t0 = w.at(start) + 45 * i
                 t1 = w.at(start) + 180 + extra - 30 * i
                 failures.update(p for p in probes if t0 <= p < t1)
@@ -101,7 +106,7 @@ class ReadinessSpiral(HomelabDay):
 
     def _throttled_cfs(self, pod: Pod, not_ready: Sequence[tuple[int, int]]) -> CfsFn:
         w = self.window
-        load = (w.at(LOAD_START), w.at(LOAD_END))
+        load = (w.at(self.load_start), w.at(self.load_end))
         c = pod.containers[0]
         salt = salt_of(pod.uid, c.name)
         baseline = cfs_baseline(pod.start_s, salt, c.cpu_busy, c.throttled_ratio)
@@ -132,9 +137,9 @@ class ReadinessSpiral(HomelabDay):
     def route_traffic(self, lab: Homelab) -> list[RouteTraffic]:
         """Users plus the load test's catalogue searches on the API route."""
         w = self.window
-        lo, hi = w.at(LOAD_START) - w.start_s, w.at(LOAD_END) - w.start_s
+        lo, hi = w.at(self.load_start) - w.start_s, w.at(self.load_end) - w.start_s
         weights = [1 if lo <= m * 60 < hi else 0 for m in range(MINUTES)]
-        load = Flow(FORTIO, SEARCH_PATHS, minute_plan=allocate(LOAD_REQUESTS, weights), latency_ms=(180, 2_900))
+        load = Flow(FORTIO, SEARCH_PATHS, minute_plan=allocate(self.load_requests, weights), latency_ms=(180, 2_900))
         return self.normal_routes(lab, api_flows=[load])
 
     def pod_events(self, p: Pod, container: str) -> list[LogEvent]:
@@ -153,7 +158,7 @@ class ReadinessSpiral(HomelabDay):
     def day_facts(self) -> dict[str, object]:
         """Load-test size, the CPU limit, and the throttling while the test ran."""
         w = self.window
-        times = [w.at(LOAD_START), w.at(LOAD_END)]
+        times = [w.at(self.load_start), w.at(self.load_end)]
         periods = throttled = 0.0
         for pod in self.lab.workload("shop/api"):
             p, t = pod.cfs["api"](list(range(w.series_start_s, times[1] + 1, SCRAPE_S)))
@@ -161,7 +166,7 @@ class ReadinessSpiral(HomelabDay):
             periods += p[-1] - p[i]
             throttled += t[-1] - t[i]
         return {
-            "load_test_requests.httproute/shop/api/rule/0": LOAD_REQUESTS,
+            "load_test_requests.httproute/shop/api/rule/0": self.load_requests,
             "cpu_limit_cores.shop/api": 0.5,
             "cpu_throttled_ratio_under_load.shop/api": round(throttled / periods, 3),
         }

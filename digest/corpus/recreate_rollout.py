@@ -61,7 +61,8 @@ PROBE_PATHS = (PathSpec("GET", "/", 1, bytes_sent=(5_400, 5_600)),)
 STATUS_LINES = (Template("checked {0} components, all operational", stream="stdout", level="INFO", ranges=((11, 12),)),)
 
 
-def _container(version: str) -> Container:
+def status_page_container(version: str) -> Container:
+    """Return the status page's container at ``version`` (also used by 2026-10-28)."""
     return Container("status-page", f"ghcr.io/homelab/status-page:{version}", 38 * MIB, memory_limit=128 * MIB)
 
 
@@ -78,19 +79,28 @@ class RecreateRollout(HomelabDay):
         """Add the status page: a pod from last week, then one new pod per rollout, each after an empty window."""
         w = self.window
         rev = "2026-09-01"
-        previous = deployment_pod("shop", "status-page", rev, 0, "pi5-3", (_container("1.4.0"),), revision_start(rev))
+        previous = deployment_pod(
+            "shop", "status-page", rev, 0, "pi5-3", (status_page_container("1.4.0"),), revision_start(rev)
+        )
         pods: list[Pod] = []
         for i, (start, empty, _, _, _, node, version) in enumerate(ROLLOUTS, start=1):
             gone = w.at(start)
             pods.append(replace(previous, end_s=gone))
             new = deployment_pod(
-                "shop", "status-page", f"2026-09-08-{version}", 0, node, (_container(version),), gone + 2, slot=i
+                "shop",
+                "status-page",
+                f"2026-09-08-{version}",
+                0,
+                node,
+                (status_page_container(version),),
+                gone + 2,
+                slot=i,
             )
             previous = replace(new, ready_from_s=gone + empty)
         pods.append(previous)
         lab.pods.extend(pods)
         lab.services.append(Service("shop", "status-page", "status-page", 8080))
-        lab.deployments.append(Deployment("shop", "status-page", 1))
+        lab.deployments.append(Deployment("shop", "status-page", 1, strategy="Recreate"))
 
     def route_traffic(self, lab: Homelab) -> list[RouteTraffic]:
         """Return normal routes plus the prober's requests on the status-page route."""
