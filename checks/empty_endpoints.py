@@ -22,10 +22,12 @@ endpoints) is empty only when all of them are. Without any EndpointSlice series 
                                             * on (namespace, endpointslice) group_left(service) service)
 
     seconds:  count_over_time(empty[<window>:30s]) × 30
-    episodes: a range query of ``empty`` over the window at the same 30 s step; consecutive steps are one episode.
+    episodes: a range query of ``empty`` over the window at the same step; consecutive steps are one episode.
 
-Resolution: every selector reads a ``[30s]`` range (the scrape interval, ``scrape_interval_seconds``) instead of the
-engine's look-back, so each step sees exactly one scrape and a scrape without a ready address is one empty step. With
+Resolution: the step is the scrape interval actually present in the data (`checks.resolution`: 15 s scrapes give
+15 s steps and 15 s precision; ``scrape_interval_seconds`` in the policy overrides it, 0 = measure), and every
+selector reads a range of one interval instead of the engine's look-back, so each step sees exactly one scrape and a
+scrape without a ready address is one empty step. With
 the default look-back (5 min in Prometheus, a few scrapes in VictoriaMetrics) a short gap would be papered over by the
 previous sample: seed 003's Recreate rollout emptied ``status-page`` for 15 s, 101 s and 58 s, which 30 s scrapes
 see as 1, 4 and 2 scrapes — and a 1-minute step would miss the first one. Durations are therefore bounded by
@@ -52,16 +54,21 @@ from checks.contract import (
     Finding,
     Need,
     Offender,
+    Quantity,
     RangeSeries,
     Sample,
     SourceError,
     Sources,
+    Span,
+    Unit,
     Window,
+    fmt_duration,
     fmt_int,
     grade,
     local_time,
     unknown,
 )
+from checks.resolution import Resolution, scrape_interval
 
 NAME = "empty_endpoints"
 # Prometheus refuses range queries of more than 11,000 points per series; longer windows get a coarser step.
@@ -73,8 +80,8 @@ class EmptyEndpointsPolicy:
     """The scrape resolution, how long empty is critical, and what it costs (nothing by default)."""
 
     enabled: bool = True
-    scrape_interval_seconds: int = 30
-    step_seconds: int = 30
+    scrape_interval_seconds: int = 0  # 0: measured in the data (checks.resolution)
+    assumed_interval_seconds: int = 30  # when the data cannot tell
     crit_seconds: int = 300
     warn_penalty: int = 0
     crit_penalty: int = 0
@@ -102,13 +109,13 @@ class EmptyEndpointsCheck:
         """The sources whose coverage this check's verdict depends on."""
         return (coverage.kube_state_metrics(coverage.KSM_JOB),)
 
-    def step(self, window: Window) -> int:
-        """The evaluation step in seconds: the policy's, coarser only when the window would exceed the point limit."""
-        return max(self.policy.step_seconds, math.ceil(window.seconds / _MAX_POINTS))
+    def step(self, window: Window, interval: int) -> int:
+        """The evaluation step: the scrape interval, coarser only when the window would exceed the point limit."""
+        return max(interval, math.ceil(window.seconds / _MAX_POINTS))
 
-    def empty_expression(self, window: Window, legacy: bool) -> str:
+    def empty_expression(self, window: Window, legacy: bool, interval: int) -> str:
         """The PromQL that is non-empty, per (namespace, service), at each moment the Service has no ready address."""
-        look = f"[{max(self.policy.scrape_interval_seconds, self.step(window))}s]"
+        look = f"[{self.step(window, interval)}s]"
         if legacy:
             # Endpoints objects are named like their Service.
             info = f'label_replace(last_over_time(kube_endpoint_info{look}), "service", "$1", "endpoint", "(.+)")'
@@ -120,13 +127,7 @@ class EmptyEndpointsCheck:
                 f"(count by (namespace, service) ({info}) unless on (namespace, service) "
                 f"count by (namespace, service) ({ready}))"
             )
-        service_of_slice = (
-            "max by (namespace, endpointslice, service) ("
-            'label_replace(last_over_time(kube_endpointslice_labels{label_kubernetes_io_service_name!=""}'
-            f'{look}), "service", "$1", "label_kubernetes_io_service_name", "(.+)") '
-            f'or on (namespace, endpointslice) label_replace(last_over_time(kube_endpointslice_info{look}), "service", '
-            '"$1", "endpointslice", "(.+?)(-[a-z0-9]{5})?"))'
-        )
+        service_of_slice = service_of_slice_expression(look)
         slices = (
             f"count by (namespace, service) (last_over_time(kube_endpointslice_info{look}) "
             f"* on (namespace, endpointslice) group_left(service) {service_of_slice})"
@@ -137,17 +138,17 @@ class EmptyEndpointsCheck:
         )
         return f"({slices} unless on (namespace, service) {ready})"
 
-    def queries(self, window: Window, legacy: bool = False) -> dict[str, str]:
+    def queries(self, window: Window, legacy: bool = False, interval: int = 30) -> dict[str, str]:
         """The PromQL this check sends, by purpose (``episodes`` is a range query at ``step``)."""
         rng = window.promql_range()
-        empty = self.empty_expression(window, legacy)
+        empty = self.empty_expression(window, legacy, interval)
         return {
             "presence": (
                 f'label_replace(count(count_over_time(kube_endpointslice_info[{rng}])), "family", "endpointslice", '
                 f'"", "") or label_replace(count(count_over_time(kube_endpoint_info[{rng}])), "family", "endpoint", '
                 '"", "")'
             ),
-            "empty_steps": f"count_over_time({empty}[{rng}:{self.step(window)}s])",
+            "empty_steps": f"count_over_time({empty}[{rng}:{self.step(window, interval)}s])",
             "episodes": empty,
         }
 
@@ -165,8 +166,9 @@ class EmptyEndpointsCheck:
                 hint="Is kube-state-metrics scraped, with the endpointslices resource enabled (the default)?",
             )
         legacy = "endpointslice" not in families
-        queries = self.queries(window, legacy)
-        step = self.step(window)
+        resolution = await self.resolution(sources, window, legacy)
+        queries = self.queries(window, legacy, resolution.seconds)
+        step = self.step(window, resolution.seconds)
         try:
             empty_steps = await sources.metrics.instant(queries["empty_steps"], window.end)
         except SourceError as exc:
@@ -181,12 +183,20 @@ class EmptyEndpointsCheck:
                 )
             except SourceError as exc:
                 episodes_error = str(exc)
-        return self._finding(window, step, legacy, families, empty_steps, episodes, episodes_error)
+        return self._finding(window, step, resolution, legacy, families, empty_steps, episodes, episodes_error)
+
+    async def resolution(self, sources: Sources, window: Window, legacy: bool) -> Resolution:
+        """The scrape interval of the slices' series (or the policy's, when it sets one)."""
+        if self.policy.scrape_interval_seconds:
+            return Resolution(self.policy.scrape_interval_seconds, measured=False)
+        family = "kube_endpoint_info" if legacy else "kube_endpointslice_info"
+        return await scrape_interval(sources, window, family, self.policy.assumed_interval_seconds)
 
     def _finding(
         self,
         window: Window,
         step: int,
+        resolution: Resolution,
         legacy: bool,
         families: dict[str, float],
         empty_steps: Sequence[Sample],
@@ -219,6 +229,11 @@ class EmptyEndpointsCheck:
             evidence.append("no EndpointSlice series: read from the legacy Endpoints families")
         if episodes_error:
             evidence.append(f"episodes unknown: {episodes_error}")
+        observed = (
+            ("kube_endpoint_info", "kube_endpoint_address")
+            if legacy
+            else ("kube_endpointslice_info", "kube_endpointslice_endpoints")
+        )
         if not services:
             count = round(families.get("endpoint" if legacy else "endpointslice", 0))
             return Finding(
@@ -228,45 +243,52 @@ class EmptyEndpointsCheck:
                 value=0,
                 summary=f"every Service had a ready endpoint ({fmt_int(count)} {source} objects seen, "
                 f"checked every {step} s)",
-                evidence=evidence,
+                evidence=[*evidence, _bound(resolution, step)],
+                observed=observed,
             )
         offenders = [
             Offender(
-                labels={
-                    "namespace": item.namespace,
-                    "service": item.service,
-                    "empty_seconds": str(item.empty_seconds),
-                    "episodes": str(item.episodes),
-                    "longest_seconds": str(item.longest_seconds),
-                    "episode_seconds": ",".join(str(length) for _, length in item.runs),
-                },
+                labels={"namespace": item.namespace, "service": item.service},
                 value=item.empty_seconds,
+                facts={
+                    "empty_seconds": Quantity(item.empty_seconds, Unit.SECONDS),
+                    "resolution_seconds": Quantity(step, Unit.SECONDS),
+                    # Episodes are known only when the range query answered: absent, not zero, otherwise.
+                    **(
+                        {
+                            "episodes": Quantity(item.episodes, Unit.COUNT),
+                            "longest_seconds": Quantity(item.longest_seconds, Unit.SECONDS),
+                        }
+                        if not episodes_error
+                        else {}
+                    ),
+                },
+                # A step at t stands for the scrape in (t - step, t].
+                spans=tuple(Span(at - step, at - step + length) for at, length in item.runs),
             )
             for item in services[: policy.top]
         ]
         first = services[0]
-        summary = f"{first.namespace}/{first.service} had no ready endpoint for {_duration(first.empty_seconds)}"
+        summary = f"{first.namespace}/{first.service} had no ready endpoint for {fmt_duration(first.empty_seconds)}"
         if first.episodes:
             times = "once" if first.episodes == 1 else f"{first.episodes} times"
             summary += (
-                f" ({times}, longest {_duration(first.longest_seconds)}, first at "
+                f" ({times}, longest {fmt_duration(first.longest_seconds)}, first at "
                 f"{local_time(first.runs[0][0], window)})"
             )
         if len(services) > 1:
             summary += f"; {len(services)} Services in all"
         # The summary names the first Service; the evidence lines name the others.
         evidence[:0] = [
-            f"then {item.namespace}/{item.service}: {_duration(item.empty_seconds)}"
-            + (f" in {item.episodes} episode(s), longest {_duration(item.longest_seconds)}" if item.episodes else "")
+            f"then {item.namespace}/{item.service}: {fmt_duration(item.empty_seconds)}"
+            + (f" in {item.episodes} episode(s), longest {fmt_duration(item.longest_seconds)}" if item.episodes else "")
             for item in services[1 : policy.top]
         ]
         if first.runs:
-            shown = ", ".join(f"{local_time(at, window)} {_duration(length)}" for at, length in first.runs[:8])
+            shown = ", ".join(f"{local_time(at, window)} {fmt_duration(length)}" for at, length in first.runs[:8])
             more = f" and {len(first.runs) - 8} more" if len(first.runs) > 8 else ""
             evidence.insert(0, f"{first.namespace}/{first.service} empty at {shown}{more}")
-        evidence.append(
-            f"measured on {policy.scrape_interval_seconds} s scrapes: each duration is bounded by whole scrapes"
-        )
+        evidence.append(_bound(resolution, step))
         return Finding(
             name=NAME,
             status=status,
@@ -279,7 +301,20 @@ class EmptyEndpointsCheck:
             "replica — use maxUnavailable 0 / maxSurge 1. Long or repeated ones: readiness probes failing on every "
             "replica at once (CPU throttling, a shared dependency down).",
             evidence=evidence,
+            observed=observed,
+            unobserved=(f"episodes: {episodes_error}",) if episodes_error else (),
         )
+
+
+def service_of_slice_expression(look: str) -> str:
+    """PromQL: each EndpointSlice with its Service's name (labels family, else the slice's name), read over ``look``."""
+    return (
+        "max by (namespace, endpointslice, service) ("
+        'label_replace(last_over_time(kube_endpointslice_labels{label_kubernetes_io_service_name!=""}'
+        f'{look}), "service", "$1", "label_kubernetes_io_service_name", "(.+)") '
+        f'or on (namespace, endpointslice) label_replace(last_over_time(kube_endpointslice_info{look}), "service", '
+        '"$1", "endpointslice", "(.+?)(-[a-z0-9]{5})?"))'
+    )
 
 
 def _service_key(labels: Mapping[str, str]) -> tuple[str, str]:
@@ -300,12 +335,8 @@ def _runs(points: Sequence[tuple[float, float]], step: int) -> list[tuple[float,
     return runs
 
 
-def _duration(seconds: int) -> str:
-    """A duration as read on a phone: 45 s, 4 min 30 s, 2 h 5 min."""
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, rest = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min" + (f" {rest} s" if rest else "")
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h" + (f" {minutes} min" if minutes else "")
+def _bound(resolution: Resolution, step: int) -> str:
+    """The precision the durations were measured at, said once under them."""
+    if step > resolution.seconds:
+        return f"measured every {step} s (the window is too long for each {resolution.seconds} s scrape)"
+    return resolution.bound()

@@ -1,4 +1,4 @@
-"""restarts: container restarts with their reasons, failed readiness probes, and time spent not ready.
+"""restarts: container restarts with their reasons, and failed liveness probes.
 
 Signal (kube-state-metrics and the kubelet's prober, queries.md §5.1, §5.2):
 
@@ -20,22 +20,18 @@ Signal (kube-state-metrics and the kubelet's prober, queries.md §5.1, §5.2):
           max by (namespace, pod, container) (clamp_min(restarts_total - restarts_total offset 1m, 0))
       )[<window>:1m]))
 
-* failed probes, from the kubelet's ``/metrics/probes`` (when it is scraped; its absence only means readiness was
-  not observed)::
+* failed liveness probes, from the kubelet's ``/metrics/probes`` (when it is scraped; few clusters do)::
 
-      sum by (namespace, pod, container, probe_type)
-        (increase(prober_probe_total{probe_type=~"Readiness|Liveness", result="failed"}[<window>])) > 0
+      sum by (namespace, pod, container)
+        (increase(prober_probe_total{probe_type="Liveness", result="failed"}[<window>])) > 0
 
-* minutes not ready per pod: ``kube_pod_status_ready{condition="false"}`` at 1-minute steps, leaving out pods whose
-  phase is Succeeded, Failed or Pending (completed Jobs are not ready by design, a pending pod is not running yet).
-  The phase is excluded rather than ``Running`` required, so that a kube-state-metrics without the phase family
-  (or the corpus) still shows not-ready pods.
+Pods that were not ready without restarting are the ``readiness`` check's: a restart counter says nothing about
+them, so this check never speaks for them.
 
-Thresholds: any restart or failed readiness probe is a WARN — each is a moment the container did not serve (seed
-000: the four shop/api pods failed 1,295 readiness probes under a 500m CPU limit and left the EndpointSlice seven
-times; seed 001: the feed aggregator's OOM kill and its liveness kill). Five restarts of one container in the window
-is CRIT: that is a crash loop (the kubelet's back-off reaches minutes by then), not an incident. Liveness failures and
-minutes not ready are shown, not graded: the restart they cause is what is counted.
+Thresholds: any restart is a WARN — each is a moment the container did not serve (seed 001: the feed aggregator's
+OOM kill and its liveness kill). Five restarts of one container in the window is CRIT: that is a crash loop (the
+kubelet's back-off reaches minutes by then), not an incident. Liveness failures are shown, not graded: the restart
+they cause is what is counted.
 
 Default penalties are 0: the seed rule grades (OOM kills cost their point in ``oom_kills``); this check explains.
 Without kube-state-metrics (no ``up`` for its job, or never 1): UNKNOWN.
@@ -56,9 +52,11 @@ from checks.contract import (
     Finding,
     Need,
     Offender,
+    Quantity,
     Sample,
     SourceError,
     Sources,
+    Unit,
     Window,
     fmt_int,
     grade,
@@ -69,7 +67,6 @@ from checks.promql import CONTAINER_LABELS, container_key, with_matchers
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
 NAME = "restarts"
-_PROBES_OBSERVED = "__observed__"
 
 
 @dataclass(frozen=True)
@@ -88,13 +85,12 @@ class RestartsPolicy:
 class _Container:
     restarts: int = 0
     reasons: dict[str, int] | None = None
-    readiness_failures: int = 0
     liveness_failures: int = 0
 
 
 @dataclass(frozen=True)
 class RestartsCheck:
-    """Restarts and their reasons per container, failed probes, and minutes not ready per pod."""
+    """Restarts and their reasons per container, and failed liveness probes."""
 
     policy: RestartsPolicy
     name: str = NAME
@@ -127,17 +123,9 @@ class RestartsCheck:
                 f"({fresh_reason}) * on (namespace, pod, container) group_left() {step}"
                 f")[{rng}:1m])) > 0"
             ),
-            # The failed counts, plus one marker row saying whether the prober is scraped at all.
             "probes": (
-                "sum by (namespace, pod, container, probe_type) (increase(prober_probe_total{"
-                f'probe_type=~"Readiness|Liveness", result="failed"}}[{rng}])) > 0 or label_replace(count('
-                f'count_over_time(prober_probe_total{{probe_type="Readiness"}}[{rng}])), "probe_type", '
-                f'"{_PROBES_OBSERVED}", "", "")'
-            ),
-            "not_ready": (
-                'count_over_time(((max by (namespace, pod) (kube_pod_status_ready{condition="false"}) == 1) '
-                "unless on (namespace, pod) (max by (namespace, pod) "
-                f'(kube_pod_status_phase{{phase=~"Succeeded|Failed|Pending"}}) == 1))[{rng}:1m])'
+                "sum by (namespace, pod, container) (increase(prober_probe_total{"
+                f'probe_type="Liveness", result="failed"}}[{rng}])) > 0'
             ),
         }
 
@@ -147,10 +135,9 @@ class RestartsCheck:
         if missing is not None:
             return missing
         try:
-            (restarts, reasons), probes, not_ready = await asyncio.gather(
+            (restarts, reasons), probes = await asyncio.gather(
                 self._restarts(sources, window),
                 sources.metrics.instant(queries["probes"], window.end),
-                sources.metrics.instant(queries["not_ready"], window.end),
             )
         except SourceError as exc:
             return unknown(NAME, "restarts not checked: the metrics backend did not answer", str(exc))
@@ -158,7 +145,7 @@ class RestartsCheck:
             absent = await family_missing(sources, window, NAME, "restarts", RESTARTS_TOTAL)
             if absent is not None:
                 return absent
-        return self._finding(restarts, reasons, probes, not_ready)
+        return self._finding(restarts, reasons, probes)
 
     async def _restarts(self, sources: Sources, window: Window) -> tuple[list[Sample], list[Sample]]:
         """Restarts and their reasons, asked only about the containers whose counter changed."""
@@ -177,7 +164,6 @@ class RestartsCheck:
         restarts: Sequence[Sample],
         reasons: Sequence[Sample],
         probes: Sequence[Sample],
-        not_ready: Sequence[Sample],
     ) -> Finding:
         policy = self.policy
         containers: dict[tuple[str, str, str], _Container] = defaultdict(_Container)
@@ -189,43 +175,25 @@ class RestartsCheck:
                 container.reasons = {}
             reason = sample.labels.get("reason", "?")
             container.reasons[reason] = container.reasons.get(reason, 0) + round(sample.value)
-        probes_observed = False
         for sample in probes:
-            probe_type = sample.labels.get("probe_type", "")
-            if probe_type == _PROBES_OBSERVED:
-                probes_observed = sample.value > 0
-            elif probe_type == "Readiness":
-                containers[container_key(sample.labels)].readiness_failures += round(sample.value)
-            elif probe_type == "Liveness":
-                containers[container_key(sample.labels)].liveness_failures += round(sample.value)
-        not_ready_by = {
-            (sample.labels.get("namespace", ""), sample.labels.get("pod", "")): round(sample.value)
-            for sample in not_ready
-            if sample.value > 0
-        }
+            containers[container_key(sample.labels)].liveness_failures += round(sample.value)
 
         flagged = sorted(
-            (key for key, container in containers.items() if container.restarts or container.readiness_failures),
-            key=lambda key: (-containers[key].restarts, -containers[key].readiness_failures, key),
+            (key for key, container in containers.items() if container.restarts),
+            key=lambda key: (-containers[key].restarts, key),
         )
         most = max((container.restarts for container in containers.values()), default=0)
         level = 2 if most >= policy.crash_loop_restarts else 1 if flagged else 0
         status, penalty = grade(level, policy.warn_penalty, policy.crit_penalty)
         offenders = [
             Offender(
-                labels={
-                    **dict(zip(CONTAINER_LABELS, key, strict=True)),
-                    "restarts": str(containers[key].restarts),
-                    "reasons": _reasons(containers[key]),
-                    "readiness_failures": str(containers[key].readiness_failures),
-                    "not_ready_minutes": str(not_ready_by.get(key[:2], 0)),
-                },
+                labels={**dict(zip(CONTAINER_LABELS, key, strict=True)), "reasons": _reasons(containers[key])},
                 value=containers[key].restarts,
+                facts={"restarts": Quantity(containers[key].restarts, Unit.COUNT)},
             )
             for key in flagged[: policy.top]
         ]
         total_restarts = sum(container.restarts for container in containers.values())
-        total_readiness = sum(container.readiness_failures for container in containers.values())
         evidence = [f"then {_describe(offender)}" for offender in offenders[1:]]
         liveness = sorted(
             (
@@ -240,40 +208,20 @@ class RestartsCheck:
                 "failed liveness probes: "
                 + ", ".join(f"{key[0]}/{key[1]}/{key[2]} {fmt_int(count)}" for count, key in liveness[: policy.top])
             )
-        unexplained = sorted(
-            ((minutes, pod) for pod, minutes in not_ready_by.items() if not any(key[:2] == pod for key in flagged)),
-            reverse=True,
-        )
-        if unexplained:
-            evidence.append(
-                "not ready without a restart or failed readiness probe: "
-                + ", ".join(f"{namespace}/{pod} {minutes} min" for minutes, (namespace, pod) in unexplained[:3])
-            )
-        if not probes_observed:
-            evidence.append("readiness not observed: the kubelet's prober_probe_total (/metrics/probes) is not scraped")
-
+        observed = ("kube_pod_container_status_restarts_total", "kube_pod_container_status_last_terminated_reason")
         if not offenders:
-            summary = "no container restarted" + (", no readiness probe failed" if probes_observed else "")
-            return Finding(name=NAME, status=status, penalty=penalty, value=0, summary=summary, evidence=evidence)
+            return Finding(
+                name=NAME,
+                status=status,
+                penalty=penalty,
+                value=0,
+                summary="no container restarted",
+                evidence=evidence,
+                observed=observed,
+            )
         summary = _describe(offenders[0])
-        more: list[str] = []
-        if total_restarts > int(offenders[0].labels["restarts"]):
-            more.append(f"{fmt_int(total_restarts)} restarts")
-        if total_readiness > int(offenders[0].labels["readiness_failures"]):
-            more.append(f"{fmt_int(total_readiness)} failed readiness probes")
-        if more:
-            summary += f"; {' and '.join(more)} in the cluster"
-        hints = []
-        if total_restarts:
-            hints.append(
-                "For each restart reason: OOMKilled → compare the working set with the limit (memory_pressure); "
-                "Error → the container's last logs (kubectl logs --previous) and its liveness probe."
-            )
-        if total_readiness:
-            hints.append(
-                "Failed readiness probes take the pod out of its Service: check the probe's timeout against the "
-                "container's latency under load (CPU throttling?), and whether all replicas fail at once."
-            )
+        if total_restarts > offenders[0].value:
+            summary += f"; {fmt_int(total_restarts)} restarts in the cluster"
         return Finding(
             name=NAME,
             status=status,
@@ -281,8 +229,10 @@ class RestartsCheck:
             value=total_restarts,
             summary=summary,
             offenders=offenders,
-            hint=" ".join(hints),
+            hint="For each restart reason: OOMKilled → compare the working set with the limit (memory_pressure); "
+            "Error → the container's last logs (kubectl logs --previous) and its liveness probe.",
             evidence=evidence,
+            observed=observed,
         )
 
 
@@ -297,15 +247,8 @@ def _reasons(container: _Container) -> str:
 
 def _describe(offender: Offender) -> str:
     labels = offender.labels
-    parts = []
-    restarts = int(labels["restarts"])
-    if restarts:
-        word = "restart" if restarts == 1 else "restarts"
-        parts.append(f"{fmt_int(restarts)} {word} ({labels['reasons']})")
-    failures = int(labels["readiness_failures"])
-    if failures:
-        parts.append(f"{fmt_int(failures)} failed readiness probes")
-    minutes = int(labels["not_ready_minutes"])
-    if minutes:
-        parts.append(f"not ready {fmt_int(minutes)} min")
-    return f"{labels['namespace']}/{labels['pod']}/{labels['container']}: {', '.join(parts)}"
+    restarts = round(offender.value)
+    word = "restart" if restarts == 1 else "restarts"
+    return (
+        f"{labels['namespace']}/{labels['pod']}/{labels['container']}: {fmt_int(restarts)} {word} ({labels['reasons']})"
+    )

@@ -31,14 +31,15 @@ from checks.contract import (
     unknown,
 )
 from checks.cpu_throttling import CpuThrottlingCheck
+from checks.deployments import DeploymentsCheck
 from checks.empty_endpoints import EmptyEndpointsCheck
 from checks.envoy_flags import EnvoyFlagsCheck
 from checks.error_lines import ErrorLinesCheck
 from checks.log_storms import LogStormsCheck
 from checks.memory_pressure import MemoryPressureCheck
 from checks.oom_kills import OomKillsCheck
+from checks.readiness import ReadinessCheck
 from checks.restarts import RestartsCheck
-from checks.rollouts import RolloutsCheck
 from digest.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -52,8 +53,9 @@ CHECK_ORDER = (
     "memory_pressure",
     "cpu_throttling",
     "restarts",
+    "readiness",
     "empty_endpoints",
-    "rollouts",
+    "deployments",
     "log_storms",
     "alerts",
 )
@@ -131,8 +133,9 @@ def build_checks(policy: Policy) -> list[Check]:
         "memory_pressure": MemoryPressureCheck(policy.memory_pressure),
         "cpu_throttling": CpuThrottlingCheck(policy.cpu_throttling),
         "restarts": RestartsCheck(policy.restarts),
+        "readiness": ReadinessCheck(policy.readiness),
         "empty_endpoints": EmptyEndpointsCheck(policy.empty_endpoints),
-        "rollouts": RolloutsCheck(policy.rollouts),
+        "deployments": DeploymentsCheck(policy.deployments),
         "log_storms": LogStormsCheck(policy.log_storms),
         "alerts": AlertsCheck(policy.alerts),
     }

@@ -1,12 +1,36 @@
-"""Cross-signal explanations: one line naming the likely cause of a bad day, with its evidence.
+"""Cross-signal explanations: one sentence naming the cause of a bad day, with its evidence — or saying it cannot tell.
 
 Counting errors is what every dashboard does; the post-mortems behind this project (`shared/seeds/`) each ended by
 tying two or three signals together. Each rule below is one of those conclusions, written as a pure function of the
-day's findings (no query of its own), so it fires on exactly the evidence the digest shows:
+day's findings (no query of its own), so it fires on exactly the evidence the digest shows. A rule reads numbers
+from the findings' typed facts and spans (`checks.contract.Quantity`, `Span`), so "not measured" is never read as 0,
+and from the sources each finding says it read (``observed``) or could not (``unobserved``).
 
-- ``uh_empty_endpoints`` (seed 003): UH answers while the service had no ready endpoint — for how long, and which
-  Deployment was rolling out (strategy Recreate?).
-- ``readiness_spiral`` (seed 000, 08-12): UH with CPU throttling and failed readiness probes in the same namespace.
+**No cause without its evidence.** Every cause a rule may name lists the evidence it requires (`CAUSES`). When that
+evidence was not observable (an exporter absent), the sentence says what cannot be told instead of falling through
+to the next cause. A cause is never chosen because the others were not seen.
+
+Rules, in this order (the order of the explanations in the digest):
+
+- ``no_healthy_upstream`` (seeds 000 and 003): UH answers while the matching Service had no ready endpoint. The
+  cause of the emptiness is the first of these whose evidence overlaps the empty episodes in time (one scrape of
+  slack either side), in this precedence:
+
+  1. ``node_not_ready`` — a node the Service's pods ran on was NotReady (``kube_node_status_condition``) and those
+     pods went unready with it (readiness). A node failure explains its pods' unreadiness, not the reverse.
+  2. ``rollout`` — a rollout of the Service's Deployment (a ReplicaSet created in the window, or a generation
+     change: deployments), with its strategy from kube-state-metrics (Recreate, or RollingUpdate with its
+     parameters). A rollout explains new pods that are not ready yet; it is named before readiness for that reason.
+  3. ``readiness`` — the Service's pods went unready without a restart and no rollout overlapped (readiness), with
+     CPU throttling in the namespace when cpu_throttling saw it (the readiness spiral of seed 000), or saying that
+     throttling was not seen or not observable.
+  4. ``crash_loop`` — the Service's pods restarted (restarts) meanwhile.
+  5. none of them: the sentence names the evidence that was missing ("rollout state not observable", "pods'
+     readiness not observable") and the alternatives it cannot tell apart.
+
+- ``stuck_rollout``: a rollout whose new ReplicaSet never became ready (deployments), with its pods' restarts and
+  their reasons (restarts) or "never ready" (readiness).
+- ``node_not_ready``: a node NotReady with pods that went unready with it, when no UH sentence already said it.
 - ``idle_timeout`` (seeds 000 and 004): UC — the upstream closes idle keep-alive connections before the proxy does;
   named with the inversion when the failure ratio is higher in quiet hours than in busy ones (seed 004).
 - ``log_storm`` (seed 001): an error flood with restarts but no OOM kill — a crash loop or a retry storm.
@@ -18,15 +42,27 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from checks.contract import Finding, Offender, Status, fmt_int
+from checks.contract import Event, Finding, Offender, Span, Status, fmt_duration, fmt_int, fmt_percent
+
+# What each cause needs to be named (check: what in it), so that a reader — and the tests — know what a sentence
+# rests on. A cause whose evidence is missing is said to be unobservable, never guessed.
+CAUSES: dict[str, tuple[str, ...]] = {
+    "node_not_ready": ("readiness: kube_node_status_condition spans", "readiness: pods unready on that node"),
+    "rollout": (
+        "deployments: kube_replicaset_created + kube_replicaset_owner, or kube_deployment_metadata_generation",
+    ),
+    "readiness": ("readiness: kube_pod_status_ready, pods unready without a restart", "deployments: no rollout"),
+    "crash_loop": ("restarts: kube_pod_container_status_restarts_total",),
+}
 
 
 @dataclass(frozen=True)
 class Explanation:
-    """One likely cause: the rule that found it and the sentence that says it."""
+    """One likely cause: the rule that found it, the cause it names ("" when it cannot tell), and the sentence."""
 
     rule: str
     text: str
+    cause: str = ""
 
 
 Findings = dict[str, Finding]
@@ -40,11 +76,13 @@ def _offenders(finding: Finding | None) -> Sequence[Offender]:
     return finding.offenders if finding is not None else ()
 
 
-def _number(offender: Offender, label: str) -> float:
-    try:
-        return float(offender.labels.get(label, "0") or 0)
-    except ValueError:
-        return 0.0
+def _events(finding: Finding | None, kind: str) -> list[Event]:
+    return [event for event in (finding.events if finding is not None else ()) if event.kind == kind]
+
+
+def _observes(finding: Finding | None, family: str) -> bool:
+    """Whether the check ran and read ``family`` (an UNKNOWN finding observed nothing)."""
+    return finding is not None and finding.status is not Status.UNKNOWN and family in finding.observed
 
 
 def _upstream_namespace(upstream: str) -> str:
@@ -66,66 +104,222 @@ def _flagged(findings: Findings, flag: str) -> list[Offender]:
     return [o for o in _offenders(findings.get("envoy_flags")) if flag in o.labels.get("flag", "").split(",")]
 
 
-def uh_empty_endpoints(findings: Findings) -> Explanation | None:
-    """UH while the matching service had no ready endpoint."""
-    uh = _flagged(findings, "UH")
-    empty = [o for o in _offenders(findings.get("empty_endpoints")) if _number(o, "empty_seconds") > 0]
-    for answer in uh:
+def _slack(offender: Offender) -> float:
+    """One scrape either side: a duration read from scrapes is known to one scrape."""
+    return offender.fact("resolution_seconds") or 30.0
+
+
+def _overlaps(spans: Sequence[Span], other: Sequence[Span], slack: float) -> bool:
+    return any(a.overlaps(b, slack) for a in spans for b in other)
+
+
+def _member(pod: Offender, namespace: str, service: str) -> bool:
+    """Whether a readiness offender is one of the Service's pods (by its EndpointSlice, else by name)."""
+    if pod.labels.get("namespace") != namespace:
+        return False
+    services = pod.labels.get("service", "")
+    if services:
+        return service in services.split(",")
+    return pod.labels.get("pod", "").startswith(f"{service}-")
+
+
+def _owned(pod_name: str, event: Event) -> bool:
+    replicaset = event.labels.get("replicaset", "")
+    deployment = event.labels.get("deployment", "")
+    return bool(replicaset and pod_name.startswith(f"{replicaset}-")) or pod_name.startswith(f"{deployment}-")
+
+
+def _strategy(event: Event) -> str:
+    kind = event.labels.get("strategy", "")
+    if kind == "Recreate":
+        return "strategy Recreate: the old pods stop before the new ones are ready"
+    if kind == "RollingUpdate":
+        unavailable = event.facts.get("max_unavailable_setting")
+        surge = event.facts.get("max_surge_setting")
+        return (
+            f"strategy RollingUpdate maxUnavailable {fmt_int(unavailable.value) if unavailable else '?'}, "
+            f"maxSurge {fmt_int(surge.value) if surge else '?'}"
+        )
+    return "its strategy not observable"
+
+
+def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offender) -> tuple[str, str, str]:
+    """The cause of one Service's empty episodes, the words that say it and the fix, by the module doc's precedence."""
+    readiness = findings.get("readiness")
+    deployments = findings.get("deployments")
+    spans, slack = empty.spans, 2 * _slack(empty)
+    pods = [pod for pod in _offenders(readiness) if _member(pod, namespace, service)]
+    # 1. A node NotReady under the Service's pods, in the episodes.
+    for event in _events(readiness, "node_not_ready"):
+        node = event.labels.get("node", "")
+        on_node = [p for p in pods if p.labels.get("node") == node and (p.fact("with_node_not_ready_seconds") or 0) > 0]
+        if on_node and _overlaps(spans, [event.span], slack):
+            return (
+                "node_not_ready",
+                f"node {node} was NotReady for {fmt_duration(event.span.seconds)} and {len(on_node)} of the Service's "
+                "pods went unready with it (no restart needed: the node stopped reporting)",
+                _FIXES["node_not_ready"],
+            )
+    # 2. A rollout of the Service's Deployment in the episodes.
+    rollouts = [
+        event
+        for event in _events(deployments, "rollout")
+        if event.labels.get("namespace") == namespace and _overlaps(spans, [event.span], slack)
+    ]
+    rollouts.sort(key=lambda e: (e.labels.get("deployment") != service, e.span.start))
+    if rollouts:
+        event = rollouts[0]
+        deployment = f"{namespace}/{event.labels.get('deployment', '?')}"
+        state = event.labels.get("state", "")
+        words = f"a rollout of {deployment} ({_strategy(event)})"
+        if state == "stuck":
+            words += ", whose new ReplicaSet never became ready"
+        fix = (
+            " Use RollingUpdate with maxUnavailable 0 / maxSurge 1."
+            if event.labels.get("strategy") in ("Recreate", "")
+            else ""
+        )
+        return "rollout", words, fix
+    rollouts_seen = _observes(deployments, "kube_replicaset_created") or _observes(
+        deployments, "kube_deployment_metadata_generation"
+    )
+    # 3. Pods unready without a restart, no rollout.
+    unready = [p for p in pods if p.labels.get("state") == "not ready" and p.spans and _overlaps(spans, p.spans, slack)]
+    if unready and all(p.fact("restarts") == 0 for p in unready):
+        no_rollout = "no rollout that day" if rollouts_seen else "rollouts not observable"
+        return (
+            "readiness",
+            f"{len(unready)} of its pods went unready without a restart{_throttling(findings, namespace)}"
+            f"{_probes(unready)} ({no_rollout})",
+            _FIXES["readiness"],
+        )
+    # 4. Pods that restarted.
+    restarted = [
+        o
+        for o in _offenders(findings.get("restarts"))
+        if o.labels.get("namespace") == namespace and o.labels.get("pod", "").startswith(f"{service}-")
+    ]
+    if restarted:
+        count = sum(o.fact("restarts") or 0 for o in restarted)
+        reasons = restarted[0].labels.get("reasons", "?")
+        return "crash_loop", f"its pods restarted {fmt_int(count)} times meanwhile ({reasons})", _FIXES["crash_loop"]
+    # 5. What cannot be told.
+    missing = []
+    if not rollouts_seen:
+        missing.append("rollout state not observable")
+    if not _observes(readiness, "kube_pod_status_ready"):
+        missing.append("pods' readiness not observable")
+    if missing:
+        return "", f"either a rollout or failing readiness — {', '.join(missing)}", ""
+    return "", "no rollout, no pod seen unready or restarting: the data does not say why", ""
+
+
+def _throttling(findings: Findings, namespace: str) -> str:
+    throttling = findings.get("cpu_throttling")
+    if throttling is None or throttling.status is Status.UNKNOWN:
+        return " (CPU throttling not observable)"
+    hot = [o for o in throttling.offenders if o.labels.get("namespace") == namespace] if _bad(throttling) else []
+    if not hot:
+        return " with no CPU throttling seen (the probes' cause is not in these metrics)"
+    worst = max(hot, key=lambda o: o.fact("throttled_ratio") or 0.0)
+    ratio = worst.fact("throttled_ratio")
+    share = f", {fmt_percent(ratio)} of periods for {worst.labels.get('pod', '?')}" if ratio is not None else ""
+    return f" under CPU throttling{share}"
+
+
+def _probes(pods: Sequence[Offender]) -> str:
+    failures = [p.fact("readiness_failures") for p in pods]
+    if any(value is None for value in failures):
+        return ""
+    return f", {fmt_int(sum(v or 0 for v in failures))} readiness probes failed"
+
+
+_FIXES = {
+    "readiness": " Remove the CPU limit (keep the request) and give probes a timeout above the worst latency.",
+    "node_not_ready": " Look at the node's kubelet and container runtime (journalctl -u kubelet) at that time.",
+    "crash_loop": " Read the first error after each restart (kubectl logs --previous).",
+}
+
+
+def no_healthy_upstream(findings: Findings) -> Explanation | None:
+    """UH while the matching Service had no ready endpoint, with the cause of the emptiness or what cannot tell it."""
+    empty = [o for o in _offenders(findings.get("empty_endpoints")) if (o.fact("empty_seconds") or 0) > 0]
+    for answer in _flagged(findings, "UH"):
         namespace, route = _upstream_namespace(answer.labels["upstream"]), _upstream_name(answer.labels["upstream"])
         same = [o for o in empty if o.labels.get("namespace") == namespace]
         match = next((o for o in same if o.labels.get("service") == route), same[0] if len(same) == 1 else None)
         if match is None:
             continue
-        service = f"{namespace}/{match.labels.get('service', '?')}"
-        episodes = int(_number(match, "episodes"))
-        longest = int(_number(match, "longest_seconds"))
-        shape = f" in {episodes} episodes (longest {longest} s)" if episodes > 1 else ""
-        # Pods that failed readiness explain the emptiness on their own (see readiness_spiral); without them, a
-        # Deployment that lost all its replicas at once is the signature of a Recreate rollout.
-        probing = any(
-            o.labels.get("namespace") == namespace and _number(o, "readiness_failures") > 0
-            for o in _offenders(findings.get("restarts"))
-        )
-        rollouts = [o for o in _offenders(findings.get("rollouts")) if o.labels.get("namespace") == namespace]
-        rolling = ""
-        if rollouts and not probing:
-            deployment = f"{namespace}/{rollouts[0].labels.get('deployment')}"
-            unavailable = rollouts[0].labels.get("max_unavailable", "its")
-            rolling = (
-                f"; {deployment} had {unavailable} replica(s) unavailable meanwhile: a rollout with strategy Recreate?"
-            )
+        service = match.labels.get("service", "?")
+        episodes = match.fact("episodes")
+        shape = ""
+        if episodes is not None and episodes > 1:
+            shape = f" in {fmt_int(episodes)} episodes (longest {fmt_duration(match.fact('longest_seconds') or 0)})"
+        cause, words, fix = _empty_cause(findings, namespace, service, match)
         return Explanation(
-            "uh_empty_endpoints",
-            f"No healthy upstream: {fmt_int(answer.value)} × UH while {service} had no ready endpoint for "
-            f"{fmt_int(_number(match, 'empty_seconds'))} s{shape}{rolling}"
-            + (" Overlap old and new pods (RollingUpdate maxUnavailable 0, maxSurge 1)." if rolling else "."),
+            "no_healthy_upstream",
+            f"No healthy upstream: {fmt_int(answer.value)} × UH while {namespace}/{service} had no ready endpoint "
+            f"for {fmt_duration(match.fact('empty_seconds') or 0)}{shape}: {words}.{fix}",
+            cause,
         )
     return None
 
 
-def readiness_spiral(findings: Findings) -> Explanation | None:
-    """UH with CPU throttling and readiness failures in the same namespace."""
-    uh = _flagged(findings, "UH")
-    if not uh:
-        return None
-    throttled = [o for o in _offenders(findings.get("cpu_throttling")) if _bad(findings.get("cpu_throttling"))]
-    failing = [o for o in _offenders(findings.get("restarts")) if _number(o, "readiness_failures") > 0]
-    for answer in uh:
-        namespace = _upstream_namespace(answer.labels["upstream"])
-        hot = [o for o in throttled if o.labels.get("namespace") == namespace]
-        probes = [o for o in failing if o.labels.get("namespace") == namespace]
-        if not hot or not probes:
+def stuck_rollout(findings: Findings) -> Explanation | None:
+    """A rollout whose new ReplicaSet never became ready, with what its pods did."""
+    for event in _events(findings.get("deployments"), "rollout"):
+        if event.labels.get("state") != "stuck":
             continue
-        worst = max(hot, key=lambda o: _number(o, "throttled_percent"))
-        failures = sum(_number(o, "readiness_failures") for o in probes)
-        pods = len({o.labels.get("pod") for o in probes})
+        namespace = event.labels.get("namespace", "")
+        replicaset = event.labels.get("replicaset", "")
+        restarted = [
+            o
+            for o in _offenders(findings.get("restarts"))
+            if o.labels.get("namespace") == namespace
+            and _owned(o.labels.get("pod", ""), event)
+            and o.labels.get("pod", "").startswith(f"{replicaset}-")
+        ]
+        never = [
+            o
+            for o in _offenders(findings.get("readiness"))
+            if o.labels.get("namespace") == namespace
+            and o.labels.get("pod", "").startswith(f"{replicaset}-")
+            and o.labels.get("state") == "never ready"
+        ]
+        if restarted:
+            count = sum(o.fact("restarts") or 0 for o in restarted)
+            pods = f"its pods crash-loop ({fmt_int(count)} restarts: {restarted[0].labels.get('reasons', '?')})"
+        elif never:
+            pods = f"{len(never)} of its pods never became ready, without restarting"
+        else:
+            pods = "its pods are not ready (why is not in the data: no restart or readiness seen for them)"
         return Explanation(
-            "readiness_spiral",
-            f"Readiness spiral: {namespace} pods were CPU-throttled ({worst.labels.get('pod', '?')} "
-            f"{worst.labels.get('throttled_percent', '?')} % of periods), {fmt_int(failures)} readiness probes "
-            f"failed on {pods} pods, they left the endpoints and Envoy answered "
-            f"{fmt_int(answer.value)} × UH. Remove the CPU limit (keep the request) and give probes a timeout above "
-            "the worst latency.",
+            "stuck_rollout",
+            f"Stuck rollout: {namespace}/{event.labels.get('deployment', '?')}'s new ReplicaSet {replicaset} "
+            f"({_strategy(event)}) never became ready — {pods}. Read the new pods' logs (kubectl logs --previous) "
+            "and roll back (kubectl rollout undo) or fix forward.",
+            "stuck_rollout",
+        )
+    return None
+
+
+def node_not_ready(findings: Findings) -> Explanation | None:
+    """A node NotReady whose pods went unready with it."""
+    readiness = findings.get("readiness")
+    for event in _events(readiness, "node_not_ready"):
+        node = event.labels.get("node", "")
+        pods = [
+            o
+            for o in _offenders(readiness)
+            if o.labels.get("node") == node and (o.fact("with_node_not_ready_seconds") or 0) > 0
+        ]
+        if not pods:
+            continue
+        return Explanation(
+            "node_not_ready",
+            f"Node {node} was NotReady for {fmt_duration(event.span.seconds)}: {len(pods)} of its pods went unready "
+            "with it, without a restart." + _FIXES["node_not_ready"],
+            "node_not_ready",
         )
     return None
 
@@ -135,14 +329,15 @@ def idle_timeout(findings: Findings) -> Explanation | None:
     for answer in _flagged(findings, "UC"):
         upstream = answer.labels["upstream"]
         fix = "Set the proxy's idle timeout below the upstream's keep-alive."
-        if "quiet_hours_percent" not in answer.labels:
+        quiet_ratio, busy_ratio = answer.fact("quiet_hours_ratio"), answer.fact("busy_hours_ratio")
+        if quiet_ratio is None or busy_ratio is None:
             return Explanation(
                 "idle_timeout",
                 f"Idle-timeout ordering: {fmt_int(answer.value)} × UC on {upstream} — the upstream closed "
                 f"kept-alive connections the proxy still used. {fix}",
+                "idle_timeout",
             )
-        quiet = _number(answer, "quiet_hours_percent")
-        busy = _number(answer, "busy_hours_percent")
+        quiet, busy = quiet_ratio * 100, busy_ratio * 100
         worst = answer.labels.get("worst_hour", "")
         if quiet > 2 * busy and quiet > 0:
             at = f", worst at {worst}" if worst else ""
@@ -151,12 +346,14 @@ def idle_timeout(findings: Findings) -> Explanation | None:
                 f"Idle-timeout ordering: UC on {upstream} fails {quiet:.3g} % of requests in quiet hours vs "
                 f"{busy:.3g} % in busy ones{at} — the less traffic, the more idle connections the upstream closes "
                 f"under the proxy. {fix}",
+                "idle_timeout",
             )
         return Explanation(
             "idle_timeout",
             f"Idle-timeout ordering: {fmt_int(answer.value)} × UC on {upstream}, {busy:.3g} % of requests in busy "
             f"hours vs {quiet:.3g} % in quiet ones (worst at {worst}) — connections the upstream closed while the "
             f"proxy still pooled them, here under load. {fix}",
+            "idle_timeout",
         )
     return None
 
@@ -174,7 +371,7 @@ def log_storm(findings: Findings) -> Explanation | None:
         for o in _offenders(findings.get("restarts"))
         if o.labels.get("namespace") == namespace and o.labels.get("pod", "").startswith(workload)
     ]
-    count = sum(_number(o, "restarts") for o in restarts)
+    count = sum(o.fact("restarts") or 0 for o in restarts)
     if not count:
         return None
     return Explanation(
@@ -182,6 +379,7 @@ def log_storm(findings: Findings) -> Explanation | None:
         f"Log storm or crash loop: {namespace}/{workload} wrote {fmt_int(flood.value)} error lines and restarted "
         f"{fmt_int(count)} times without an OOM kill — read the first error after each restart; a retry loop "
         "without backoff repeats itself in the logs.",
+        "crash_loop",
     )
 
 
@@ -208,8 +406,9 @@ def blind_spot(findings: Findings) -> Explanation | None:
 
 
 RULES: tuple[Callable[[Findings], Explanation | None], ...] = (
-    uh_empty_endpoints,
-    readiness_spiral,
+    no_healthy_upstream,
+    stuck_rollout,
+    node_not_ready,
     idle_timeout,
     log_storm,
     blind_spot,
@@ -217,7 +416,17 @@ RULES: tuple[Callable[[Findings], Explanation | None], ...] = (
 
 
 def explain(findings: Sequence[Finding]) -> tuple[Explanation, ...]:
-    """Every rule that fires on the day's findings, in the order above."""
+    """Every rule that fires on the day's findings, in the order above; a cause said once is not repeated."""
     by_name = {finding.name: finding for finding in findings}
-    found = (rule(by_name) for rule in RULES)
-    return tuple(explanation for explanation in found if explanation is not None)
+    said: set[str] = set()
+    out: list[Explanation] = []
+    for rule in RULES:
+        explanation = rule(by_name)
+        if explanation is None:
+            continue
+        # The UH sentence already named the node or the stuck rollout: the standalone rule would repeat it.
+        if explanation.rule in ("node_not_ready", "stuck_rollout") and explanation.cause in said:
+            continue
+        said.add(explanation.cause)
+        out.append(explanation)
+    return tuple(out)

@@ -35,14 +35,15 @@ from checks.alerts import AlertsPolicy
 from checks.conntrack import ConntrackPolicy
 from checks.coverage import CoveragePolicy
 from checks.cpu_throttling import CpuThrottlingPolicy
+from checks.deployments import DeploymentsPolicy
 from checks.empty_endpoints import EmptyEndpointsPolicy
 from checks.envoy_flags import EnvoyFlagsPolicy
 from checks.error_lines import ErrorLinesPolicy
 from checks.log_storms import LogStormsPolicy
 from checks.memory_pressure import MemoryPressurePolicy
 from checks.oom_kills import OomKillsPolicy
+from checks.readiness import ReadinessPolicy
 from checks.restarts import RestartsPolicy
-from checks.rollouts import RolloutsPolicy
 
 CHECK_POLICIES: dict[str, type[Any]] = {
     "oom_kills": OomKillsPolicy,
@@ -52,8 +53,9 @@ CHECK_POLICIES: dict[str, type[Any]] = {
     "memory_pressure": MemoryPressurePolicy,
     "cpu_throttling": CpuThrottlingPolicy,
     "restarts": RestartsPolicy,
+    "readiness": ReadinessPolicy,
     "empty_endpoints": EmptyEndpointsPolicy,
-    "rollouts": RolloutsPolicy,
+    "deployments": DeploymentsPolicy,
     "log_storms": LogStormsPolicy,
     "alerts": AlertsPolicy,
 }
@@ -101,8 +103,9 @@ class Policy:
     memory_pressure: MemoryPressurePolicy = field(default_factory=MemoryPressurePolicy)
     cpu_throttling: CpuThrottlingPolicy = field(default_factory=CpuThrottlingPolicy)
     restarts: RestartsPolicy = field(default_factory=RestartsPolicy)
+    readiness: ReadinessPolicy = field(default_factory=ReadinessPolicy)
     empty_endpoints: EmptyEndpointsPolicy = field(default_factory=EmptyEndpointsPolicy)
-    rollouts: RolloutsPolicy = field(default_factory=RolloutsPolicy)
+    deployments: DeploymentsPolicy = field(default_factory=DeploymentsPolicy)
     log_storms: LogStormsPolicy = field(default_factory=LogStormsPolicy)
     alerts: AlertsPolicy = field(default_factory=AlertsPolicy)
     caps: tuple[Cap, ...] = (Cap(checks=("oom_kills", "error_lines"), max_penalty=2),)
