@@ -13,10 +13,11 @@ from zoneinfo import ZoneInfo
 from checks.alerts import AlertsCheck, AlertsPolicy
 from checks.conntrack import ConntrackCheck, ConntrackPolicy
 from checks.contract import RangeSeries, Sample, Sources, Status, Window
+from checks.deployments import DeploymentsCheck, DeploymentsPolicy
 from checks.log_storms import LogStormsCheck, LogStormsPolicy
 from checks.oom_kills import OomKillsCheck, OomKillsPolicy
+from checks.readiness import ReadinessCheck, ReadinessPolicy
 from checks.restarts import RestartsCheck, RestartsPolicy
-from checks.rollouts import RolloutsCheck, RolloutsPolicy
 
 WINDOW = Window(
     start=datetime(2026, 7, 20, tzinfo=UTC),
@@ -102,15 +103,17 @@ async def test_conntrack_without_drop_counters_does_not_claim_no_drops() -> None
 
 
 async def test_kube_state_metrics_up_without_the_family_is_not_a_calm_day() -> None:
-    """kube-state-metrics scraped but no restart or Deployment family: OOM kills, restarts, rollouts are UNKNOWN."""
+    """kube-state-metrics scraped but no restart, readiness or Deployment family: those checks are UNKNOWN."""
     metrics = _Answers(KSM_UP)
     oom = await OomKillsCheck(OomKillsPolicy())(_sources(metrics), WINDOW)
     restarts = await RestartsCheck(RestartsPolicy())(_sources(metrics), WINDOW)
-    rollouts = await RolloutsCheck(RolloutsPolicy())(_sources(metrics), WINDOW)
+    deployments = await DeploymentsCheck(DeploymentsPolicy())(_sources(metrics), WINDOW)
+    readiness = await ReadinessCheck(ReadinessPolicy())(_sources(metrics), WINDOW)
     for finding, metric in (
         (oom, "kube_pod_container_status_restarts_total"),
         (restarts, "kube_pod_container_status_restarts_total"),
-        (rollouts, "kube_deployment_status_replicas_unavailable"),
+        (deployments, "kube_deployment_status_replicas_unavailable"),
+        (readiness, "kube_pod_status_ready"),
     ):
         assert finding.status is Status.UNKNOWN, finding.name
         assert finding.error == f"no {metric} series in the window"
@@ -120,6 +123,12 @@ async def test_families_present_and_quiet_are_a_calm_day() -> None:
     """The same checks with their families present and nothing in them say OK: the new gate is no false alarm."""
     families = ("count(count_over_time(", [Sample(labels={}, value=2_000.0)])
     metrics = _Answers(KSM_UP, families)
-    for check in (OomKillsCheck(OomKillsPolicy()), RestartsCheck(RestartsPolicy()), RolloutsCheck(RolloutsPolicy())):
+    checks = (
+        OomKillsCheck(OomKillsPolicy()),
+        RestartsCheck(RestartsPolicy()),
+        DeploymentsCheck(DeploymentsPolicy()),
+        ReadinessCheck(ReadinessPolicy()),
+    )
+    for check in checks:
         finding = await check(_sources(metrics), WINDOW)
         assert finding.status is Status.OK, (finding.name, finding.summary)

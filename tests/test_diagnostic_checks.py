@@ -14,13 +14,14 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from checks.alerts import AlertsCheck, AlertsPolicy
-from checks.contract import Check, Finding, Sources, Status, Window
+from checks.contract import Check, Finding, Quantity, Sources, Status, Unit, Window
 from checks.cpu_throttling import CpuThrottlingCheck, CpuThrottlingPolicy
+from checks.deployments import DeploymentsCheck, DeploymentsPolicy
 from checks.empty_endpoints import EmptyEndpointsCheck, EmptyEndpointsPolicy
 from checks.log_storms import LogStormsCheck, LogStormsPolicy
 from checks.memory_pressure import MemoryPressureCheck, MemoryPressurePolicy
+from checks.readiness import ReadinessCheck, ReadinessPolicy
 from checks.restarts import RestartsCheck, RestartsPolicy
-from checks.rollouts import RolloutsCheck, RolloutsPolicy
 from digest.corpus import DAYS
 from digest.corpus.model import Series
 from digest.embedded import EmbeddedBackends, free_port
@@ -32,8 +33,9 @@ CHECKS: tuple[Check, ...] = (
     MemoryPressureCheck(MemoryPressurePolicy()),
     CpuThrottlingCheck(CpuThrottlingPolicy()),
     RestartsCheck(RestartsPolicy()),
+    ReadinessCheck(ReadinessPolicy()),
     EmptyEndpointsCheck(EmptyEndpointsPolicy()),
-    RolloutsCheck(RolloutsPolicy()),
+    DeploymentsCheck(DeploymentsPolicy()),
     LogStormsCheck(LogStormsPolicy()),
     AlertsCheck(AlertsPolicy()),
 )
@@ -62,6 +64,23 @@ async def _run(backends: EmbeddedBackends, window: Window, checks: Iterable[Chec
 
 async def _day(backends: EmbeddedBackends, day: date, *checks: Check) -> dict[str, Finding]:
     return await _run(backends, day_window(day, UTC_ZONE), checks or CHECKS)
+
+
+def _not_ready(day: date) -> dict[str, float]:
+    """Seconds each not-ready pod of the day's series had Ready=false, one 30 s scrape per step in (start, end]."""
+    window = day_window(day, UTC_ZONE)
+    start, end = window.start.timestamp(), window.end.timestamp()
+    out: dict[str, float] = {}
+    for series in DAYS[day].series():
+        labels = series.labels
+        if labels["__name__"] != "kube_pod_status_ready" or labels.get("condition") != "true":
+            continue
+        steps = sum(
+            1 for t, v in zip(series.timestamps_ms, series.values, strict=True) if start < t / 1000 <= end and v == 0
+        )
+        if steps:
+            out[labels["pod"]] = float(steps * SCRAPE_S)
+    return out
 
 
 def _facts(day: date) -> dict[str, Any]:
@@ -98,13 +117,17 @@ async def test_storm_day_memory_pressure_precedes_the_oom(corpus_backends: Embed
     day = date(2026, 7, 20)
     finding = (await _day(corpus_backends, day, MemoryPressureCheck(MemoryPressurePolicy())))["memory_pressure"]
     assert finding.status is Status.CRIT
-    worst = finding.offenders[0].labels
+    offender = finding.offenders[0]
+    worst = offender.labels
     assert (worst["namespace"], worst["container"]) == ("feeds", "backend")
     oom = next(item for item in _facts(day)["terminations"] if item["reason"] == "OOMKilled")
     assert worst["pod"] == oom["pod"]
     assert worst["since"] < "06:15"  # HH:MM in UTC: the pressure came before the kill
-    assert float(worst["peak_percent"]) == _facts(day)["memory_peak_percent.feeds/feed-aggregator"]
-    assert int(worst["minutes_above"]) >= 15
+    peak, minutes_above = offender.facts["peak_ratio"], offender.facts["minutes_above"]
+    assert (peak.unit, minutes_above.unit) == (Unit.RATIO, Unit.MINUTES)
+    # The corpus states the peak as a percent with one decimal (99.6).
+    assert round(100 * peak.value, 1) == _facts(day)["memory_peak_percent.feeds/feed-aggregator"]
+    assert minutes_above.value >= 15
 
 
 async def test_storm_day_restarts_carry_both_reasons(corpus_backends: EmbeddedBackends) -> None:
@@ -115,9 +138,8 @@ async def test_storm_day_restarts_carry_both_reasons(corpus_backends: EmbeddedBa
     assert finding.status is Status.WARN
     assert finding.value == facts["restarts"] == 2
     (offender,) = finding.offenders
-    assert offender.labels["restarts"] == "2"
+    assert offender.fact("restarts") == 2
     assert set(offender.labels["reasons"].split(", ")) == {"OOMKilled", "Error"}
-    assert offender.labels["readiness_failures"] == "0"
     liveness = facts["probe_failures.Liveness.feeds/feed-aggregator"]
     assert f"failed liveness probes: feeds/{offender.labels['pod']}/backend {liveness}" in finding.evidence
 
@@ -129,7 +151,9 @@ async def test_storm_day_log_storm_is_far_above_budget(corpus_backends: Embedded
     worst = finding.offenders[0]
     assert (worst.labels["namespace"], worst.labels["workload"]) == ("feeds", "feed-aggregator")
     assert worst.value > 10 * 1_000
-    assert int(worst.labels["lines"]) > 4_539_734  # every error line plus the (scaled) warnings
+    assert worst.facts["lines"].unit is Unit.COUNT
+    assert worst.facts["lines"].value > 4_539_734  # every error line plus the (scaled) warnings
+    assert worst.fact("peak_per_minute") == worst.value
     assert "× the 1,000/min budget" in finding.summary
 
 
@@ -154,34 +178,43 @@ async def test_spiral_day_explains_throttling_readiness_and_empty_service(corpus
     assert cpu.status is Status.WARN
     assert {(item.labels["namespace"], item.labels["container"]) for item in cpu.offenders} == {("shop", "api")}
     assert len(cpu.offenders) == 4
-    assert all(float(item.labels["worst_5m_percent"]) > 50 for item in cpu.offenders)
-    assert all(item.labels["cpu_limit"] == "500m" for item in cpu.offenders)
-    mean = sum(float(item.labels["throttled_percent"]) for item in cpu.offenders) / 4
-    assert mean == pytest.approx(100 * float(facts["cpu_throttled_ratio.shop/api"]), abs=1.0)
+    assert all(item.facts["worst_5m_ratio"].value > 0.5 for item in cpu.offenders)
+    assert all(item.facts["cpu_limit"] == Quantity(0.5, Unit.CORES) for item in cpu.offenders)
+    assert all(item.facts["throttled_ratio"].unit is Unit.RATIO for item in cpu.offenders)
+    mean = sum(item.facts["throttled_ratio"].value for item in cpu.offenders) / 4
+    assert mean == pytest.approx(float(facts["cpu_throttled_ratio.shop/api"]), abs=0.01)
 
     restarts = findings["restarts"]
-    assert restarts.status is Status.WARN
+    assert restarts.status is Status.OK
     assert restarts.value == facts["restarts"] == 0
-    assert {item.labels["pod"].rsplit("-", 2)[0] for item in restarts.offenders} == {"api"}
+
+    readiness = findings["readiness"]
+    assert readiness.status is Status.CRIT
+    assert {item.labels["pod"].rsplit("-", 2)[0] for item in readiness.offenders} == {"api"}
+    assert all(item.fact("restarts") == 0 and item.labels["service"] == "api" for item in readiness.offenders)
     assert (
-        sum(int(item.labels["readiness_failures"]) for item in restarts.offenders)
-        == facts["probe_failures.Readiness.shop/api"]
+        sum(item.fact("readiness_failures") or 0 for item in readiness.offenders)
+        == (facts["probe_failures.Readiness.shop/api"])
     )
+    assert {item.labels["pod"]: item.fact("not_ready_seconds") for item in readiness.offenders} == _not_ready(day)
+    assert "prober_probe_total" in readiness.observed
 
     empty = findings["empty_endpoints"]
     windows: Sequence[dict[str, Any]] = facts["endpoints_empty_windows.shop/api"]
     (service,) = empty.offenders
     assert (service.labels["namespace"], service.labels["service"]) == ("shop", "api")
-    assert int(service.labels["empty_seconds"]) == SCRAPE_S * facts["endpoints_empty_scrapes.shop/api"]
-    assert int(service.labels["episodes"]) == len(windows) == 7
-    assert service.labels["episode_seconds"] == ",".join(str(SCRAPE_S * w["scrapes"]) for w in windows)
+    assert service.fact("empty_seconds") == SCRAPE_S * facts["endpoints_empty_scrapes.shop/api"]
+    assert service.fact("episodes") == len(windows) == 7
+    assert [span.seconds for span in service.spans] == [SCRAPE_S * w["scrapes"] for w in windows]
     assert empty.status is Status.CRIT  # 30 min in all, beyond the 5-minute mark
 
-    rollouts = findings["rollouts"]
-    (deployment,) = rollouts.offenders
+    deployments = findings["deployments"]
+    (deployment,) = deployments.offenders
     assert (deployment.labels["namespace"], deployment.labels["deployment"]) == ("shop", "api")
-    assert int(deployment.labels["unavailable_scrapes"]) == facts["replicas_unavailable_scrapes.shop/api"]
-    assert int(deployment.labels["max_unavailable"]) == facts["replicas_unavailable_max.shop/api"]
+    assert deployment.fact("unavailable_seconds") == SCRAPE_S * facts["replicas_unavailable_scrapes.shop/api"]
+    assert deployment.fact("max_unavailable_replicas") == facts["replicas_unavailable_max.shop/api"]
+    assert deployment.fact("rollouts") == 0  # no ReplicaSet created that day: unavailable replicas, not a rollout
+    assert "with no rollout" in deployments.summary
 
 
 # 2026-09-08, Recreate rollout (seed 003) ----------------------------------------------------------------------------
@@ -194,7 +227,7 @@ async def test_recreate_day_names_status_page_with_three_scrape_bounded_episodes
     day = date(2026, 9, 8)
     facts = _facts(day)
     findings = await _day(
-        corpus_backends, day, EmptyEndpointsCheck(EmptyEndpointsPolicy()), RolloutsCheck(RolloutsPolicy())
+        corpus_backends, day, EmptyEndpointsCheck(EmptyEndpointsPolicy()), DeploymentsCheck(DeploymentsPolicy())
     )
 
     empty = findings["empty_endpoints"]
@@ -202,20 +235,24 @@ async def test_recreate_day_names_status_page_with_three_scrape_bounded_episodes
     assert [w["scrapes"] for w in windows] == [1, 4, 2]
     (service,) = empty.offenders
     assert (service.labels["namespace"], service.labels["service"]) == ("shop", "status-page")
-    assert service.labels["episodes"] == "3"
-    assert service.labels["episode_seconds"] == "30,120,60"
-    assert service.labels["longest_seconds"] == "120"
-    assert service.labels["empty_seconds"] == "210"
+    assert service.fact("episodes") == 3
+    assert [span.seconds for span in service.spans] == [30, 120, 60]
+    assert service.fact("longest_seconds") == 120
+    assert service.fact("empty_seconds") == 210
     assert empty.status is Status.WARN  # 3.5 min in all, under the 5-minute mark
     assert "10:12 30 s, 14:47 2 min, 19:23 1 min" in empty.evidence[0]
 
-    rollouts = findings["rollouts"]
-    assert rollouts.status is Status.WARN
-    (deployment,) = rollouts.offenders
+    deployments = findings["deployments"]
+    assert deployments.status is Status.WARN
+    (deployment,) = deployments.offenders
     assert (deployment.labels["namespace"], deployment.labels["deployment"]) == ("shop", "status-page")
-    assert int(deployment.labels["unavailable_scrapes"]) == facts["replicas_unavailable_scrapes.shop/status-page"]
-    assert deployment.labels["unavailable_minutes"] == "3.5"
-    assert int(deployment.labels["max_unavailable"]) == facts["replicas_unavailable_max.shop/status-page"]
+    assert deployment.fact("unavailable_seconds") == SCRAPE_S * facts["replicas_unavailable_scrapes.shop/status-page"]
+    assert deployment.fact("max_unavailable_replicas") == facts["replicas_unavailable_max.shop/status-page"]
+    assert deployment.labels["strategy"] == facts["deployment_strategy.shop/status-page"] == "Recreate"
+    assert deployment.fact("rollouts") == facts["rollouts.shop/status-page"] == 3
+    rollouts = [event for event in deployments.events if event.kind == "rollout"]
+    assert [event.labels["strategy"] for event in rollouts] == ["Recreate"] * 3
+    assert "during 3 rollout(s)" in deployments.summary
 
 
 # 2026-10-05, conntrack near full ------------------------------------------------------------------------------------
@@ -232,7 +269,7 @@ async def test_conntrack_day_reports_the_alert_that_fired(corpus_backends: Embed
     assert alert.labels["alertname"] == "ConntrackNearFull"
     assert alert.labels["severity"] == "warning"
     assert alert.labels["alertgroup"] == "platform"
-    assert int(alert.labels["firing_minutes"]) == facts["alert_firing_minutes.ConntrackNearFull"]
+    assert alert.facts["firing_minutes"] == Quantity(facts["alert_firing_minutes.ConntrackNearFull"], Unit.MINUTES)
     (first,) = facts["alert_firing_from.ConntrackNearFull"]
     assert alert.labels["first_firing"] == first[11:16]
 
@@ -319,23 +356,13 @@ async def test_empty_endpoints_reads_slice_names_and_legacy_endpoints(own_backen
     check = EmptyEndpointsCheck(EmptyEndpointsPolicy())
     by_name = (await _run(own_backends, sliced, [check]))["empty_endpoints"]
     (service,) = by_name.offenders
-    assert service.labels == {
-        "namespace": "b",
-        "service": "checkout",
-        "empty_seconds": "30",
-        "episodes": "1",
-        "longest_seconds": "30",
-        "episode_seconds": "30",
-    }
+    assert service.labels == {"namespace": "b", "service": "checkout"}
+    assert (service.fact("empty_seconds"), service.fact("episodes"), service.fact("longest_seconds")) == (30, 1, 30)
     assert by_name.status is Status.WARN
 
     old = (await _run(own_backends, legacy, [check]))["empty_endpoints"]
     (service,) = old.offenders
-    assert (service.labels["service"], service.labels["empty_seconds"], service.labels["episodes"]) == (
-        "legacy",
-        "90",
-        "1",
-    )
+    assert (service.labels["service"], service.fact("empty_seconds"), service.fact("episodes")) == ("legacy", 90, 1)
     assert "no EndpointSlice series: read from the legacy Endpoints families" in old.evidence
 
 

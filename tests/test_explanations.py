@@ -6,29 +6,34 @@ from datetime import date
 
 import pytest
 
-from checks.contract import Finding, Offender, Status
+from checks.contract import Event, Finding, Offender, Quantity, Span, Status, Unit
 from digest.corpus import DAYS
 from digest.embedded import EmbeddedBackends
 from digest.explain import explain
 from tests.test_incident_days import digest_of
 
-EXPECTED: dict[date, set[str]] = {
-    date(2026, 7, 19): set(),
-    date(2026, 7, 20): {"blind_spot"},
-    date(2026, 8, 12): {"readiness_spiral", "uh_empty_endpoints", "blind_spot"},
-    date(2026, 8, 16): {"idle_timeout"},
-    date(2026, 8, 17): set(),
-    date(2026, 9, 8): {"uh_empty_endpoints", "blind_spot"},
-    date(2026, 9, 15): {"idle_timeout"},
-    date(2026, 10, 5): set(),
+# The rules that fire on each corpus day, with the cause each names ("" when it says it cannot tell).
+EXPECTED: dict[date, dict[str, str]] = {
+    date(2026, 7, 19): {},
+    date(2026, 7, 20): {"blind_spot": ""},
+    date(2026, 8, 12): {"no_healthy_upstream": "readiness", "blind_spot": ""},
+    date(2026, 8, 16): {"idle_timeout": "idle_timeout"},
+    date(2026, 8, 17): {},
+    date(2026, 9, 8): {"no_healthy_upstream": "rollout", "blind_spot": ""},
+    date(2026, 9, 15): {"idle_timeout": "idle_timeout"},
+    date(2026, 10, 5): {},
+    date(2026, 10, 20): {"no_healthy_upstream": "readiness", "blind_spot": ""},
+    date(2026, 10, 28): {"no_healthy_upstream": "rollout", "blind_spot": ""},
+    date(2026, 11, 5): {"stuck_rollout": "stuck_rollout", "blind_spot": ""},
+    date(2026, 11, 12): {"no_healthy_upstream": "node_not_ready", "blind_spot": ""},
 }
 
 
 @pytest.mark.parametrize("day", sorted(DAYS), ids=str)
 async def test_each_explanation_fires_on_its_day_only(corpus_backends: EmbeddedBackends, day: date) -> None:
-    """The rules that fire on a corpus day are exactly those of its post-mortem; calm days stay quiet."""
+    """The rules that fire on a corpus day, and the causes they name, are exactly those its data proves."""
     digest = await digest_of(corpus_backends, day)
-    assert {explanation.rule for explanation in digest.explanations} == EXPECTED[day]
+    assert {e.rule: e.cause for e in digest.explanations} == EXPECTED[day]
 
 
 async def test_quiet_endpoints_inversion_names_the_numbers(corpus_backends: EmbeddedBackends) -> None:
@@ -64,9 +69,161 @@ def test_log_storm_rule_needs_restarts_and_no_oom() -> None:
         penalty=0,
         value=7,
         summary="s",
-        offenders=[Offender(labels={"namespace": "shop", "pod": "web-7c9d8f6b5d-x2x4k", "restarts": "7"}, value=7)],
+        offenders=[
+            Offender(
+                labels={"namespace": "shop", "pod": "web-7c9d8f6b5d-x2x4k"},
+                value=7,
+                facts={"restarts": Quantity(7, Unit.COUNT)},
+            )
+        ],
     )
     no_oom = Finding(name="oom_kills", status=Status.OK, penalty=0, value=0, summary="s")
     oom = Finding(name="oom_kills", status=Status.WARN, penalty=1, value=1, summary="s")
     assert [e.rule for e in explain([errors, restarts, no_oom])] == ["log_storm"]
     assert explain([errors, restarts, oom]) == ()
+
+
+# The UH rule's causes, as pure functions of findings: each names only what its evidence shows -----------------------
+
+T0 = 1_786_000_000.0  # a moment; the spans below are relative to it
+
+
+def _uh() -> Finding:
+    return Finding(
+        name="envoy_flags",
+        status=Status.CRIT,
+        penalty=2,
+        value=7_212,
+        summary="s",
+        offenders=[Offender(labels={"upstream": "httproute/prod/fastapi/rule/0", "flag": "UH"}, value=7_212)],
+    )
+
+
+def _empty(*spans: Span) -> Finding:
+    seconds = sum(span.seconds for span in spans)
+    facts = {
+        "empty_seconds": Quantity(seconds, Unit.SECONDS),
+        "episodes": Quantity(len(spans), Unit.COUNT),
+        "longest_seconds": Quantity(max(span.seconds for span in spans), Unit.SECONDS),
+        "resolution_seconds": Quantity(15, Unit.SECONDS),
+    }
+    offender = Offender(labels={"namespace": "prod", "service": "fastapi"}, value=seconds, facts=facts, spans=spans)
+    return Finding(
+        name="empty_endpoints", status=Status.CRIT, penalty=0, value=seconds, summary="s", offenders=[offender]
+    )
+
+
+def _readiness(*pods: Offender, events: tuple[Event, ...] = (), probes: bool = False) -> Finding:
+    observed = ("kube_pod_status_ready", "kube_node_status_condition") + (("prober_probe_total",) if probes else ())
+    return Finding(
+        name="readiness",
+        status=Status.CRIT if pods else Status.OK,
+        penalty=0,
+        value=len(pods),
+        summary="s",
+        offenders=pods,
+        observed=observed,
+        events=events,
+    )
+
+
+def _unready_pod(name: str, *spans: Span, restarts: int | None = 0, node: str = "n1", **facts: float) -> Offender:
+    values = {"not_ready_seconds": Quantity(sum(s.seconds for s in spans), Unit.SECONDS)}
+    if restarts is not None:
+        values["restarts"] = Quantity(restarts, Unit.COUNT)
+    values.update({key: Quantity(value, Unit.COUNT) for key, value in facts.items()})
+    labels = {"namespace": "prod", "pod": name, "state": "not ready", "node": node, "service": "fastapi"}
+    return Offender(labels=labels, value=1, facts=values, spans=spans)
+
+
+def _deployments(*events: Event, observable: bool = True) -> Finding:
+    observed = ("kube_replicaset_created", "kube_deployment_metadata_generation") if observable else ()
+    return Finding(
+        name="deployments", status=Status.WARN, penalty=0, value=1, summary="s", observed=observed, events=events
+    )
+
+
+def _throttled() -> Finding:
+    offender = Offender(
+        labels={"namespace": "prod", "pod": "fastapi-abc-1", "container": "app"},
+        value=0.62,
+        facts={"throttled_ratio": Quantity(0.62, Unit.RATIO)},
+    )
+    return Finding(name="cpu_throttling", status=Status.WARN, penalty=0, value=1, summary="s", offenders=[offender])
+
+
+def _rollout(deployment: str, start: float, strategy: str, state: str = "complete") -> Event:
+    labels = {
+        "namespace": "prod",
+        "deployment": deployment,
+        "replicaset": f"{deployment}-5d9f7c",
+        "strategy": strategy,
+        "state": state,
+    }
+    return Event("rollout", labels, Span(T0 + start, T0 + start + 120))
+
+
+EPISODES = (Span(T0 + 600, T0 + 900), Span(T0 + 3_600, T0 + 3_660))
+
+
+def _cause(*findings: Finding) -> tuple[str, str]:
+    [explanation] = [e for e in explain(findings) if e.rule == "no_healthy_upstream"]
+    return explanation.cause, explanation.text
+
+
+def test_unready_pods_under_throttling_without_a_rollout_name_readiness() -> None:
+    """UH, empty Service, its pods unready without a restart, throttled, no ReplicaSet: readiness, "no rollout"."""
+    pods = [_unready_pod(f"fastapi-abc-{i}", Span(T0 + 500, T0 + 950)) for i in range(4)]
+    cause, text = _cause(_uh(), _empty(*EPISODES), _readiness(*pods), _deployments(), _throttled())
+    assert cause == "readiness"
+    assert "4 of its pods went unready without a restart under CPU throttling, 62 % of periods" in text
+    assert "(no rollout that day)" in text
+    assert "Recreate" not in text
+    assert "readiness probes failed" not in text  # prober not scraped: no count, not "0 failed"
+
+
+def test_without_rollout_families_readiness_evidence_still_speaks_but_says_what_it_could_not_see() -> None:
+    """No ReplicaSet families: the unready pods are still evidence, and the sentence says rollouts were not seen."""
+    pods = [_unready_pod("fastapi-abc-1", Span(T0 + 500, T0 + 950))]
+    cause, text = _cause(_uh(), _empty(*EPISODES), _readiness(*pods), _deployments(observable=False), _throttled())
+    assert cause == "readiness"
+    assert "(rollouts not observable)" in text
+
+
+def test_no_readiness_nor_rollout_evidence_says_it_cannot_tell() -> None:
+    """UH with an empty Service, no pod seen unready and no rollout families: "either … or …", no cause named."""
+    cause, text = _cause(_uh(), _empty(*EPISODES), _readiness(), _deployments(observable=False))
+    assert cause == ""
+    assert "either a rollout or failing readiness — rollout state not observable" in text
+    assert "Recreate" not in text
+
+
+def test_a_recreate_rollout_in_the_episodes_is_named_with_its_strategy() -> None:
+    """A new ReplicaSet of the Service's Deployment inside an empty episode: a rollout, strategy Recreate."""
+    cause, text = _cause(_uh(), _empty(*EPISODES), _readiness(), _deployments(_rollout("fastapi", 610, "Recreate")))
+    assert cause == "rollout"
+    assert "a rollout of prod/fastapi (strategy Recreate" in text
+
+
+def test_a_rollout_at_another_time_is_not_the_cause() -> None:
+    """A RollingUpdate of another Deployment hours away from the episodes does not explain them."""
+    pods = [_unready_pod("fastapi-abc-1", Span(T0 + 500, T0 + 950))]
+    other = _rollout("worker", 20_000, "RollingUpdate")
+    cause, _ = _cause(_uh(), _empty(*EPISODES), _readiness(*pods), _deployments(other), _throttled())
+    assert cause == "readiness"
+
+
+def test_a_node_not_ready_under_the_pods_comes_before_readiness() -> None:
+    """The Service's pods went unready while their node was NotReady: the node is the cause, not their probes."""
+    node = Event("node_not_ready", {"node": "n2"}, Span(T0 + 400, T0 + 1_000))
+    pod = _unready_pod("fastapi-abc-1", Span(T0 + 440, T0 + 1_000), node="n2", with_node_not_ready_seconds=560)
+    cause, text = _cause(_uh(), _empty(EPISODES[0]), _readiness(pod, events=(node,)), _deployments())
+    assert cause == "node_not_ready"
+    assert "node n2 was NotReady for 10 min" in text
+
+
+def test_absent_numbers_are_not_zero() -> None:
+    """A fact that was not measured reads as None, and a measured zero as 0.0."""
+    pod = _unready_pod("fastapi-abc-1", Span(T0, T0 + 60), restarts=None)
+    assert pod.fact("restarts") is None
+    assert _unready_pod("fastapi-abc-2", Span(T0, T0 + 60)).fact("restarts") == 0.0

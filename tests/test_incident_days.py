@@ -124,7 +124,7 @@ async def test_recreate_day_counts_840_uh(corpus_backends: EmbeddedBackends) -> 
     envoy = check(to_json(await digest_of(corpus_backends, date(2026, 9, 8))), "envoy_flags")
     uh = next(offender for offender in envoy["offenders"] if offender["labels"]["flag"] == "UH")
     assert uh["value"] == 840
-    assert uh["labels"]["requests"] == "2595"
+    assert uh["facts"]["requests"] == {"value": 2595, "unit": "count"}
 
 
 async def test_day_without_any_data_is_unknown(corpus_backends: EmbeddedBackends) -> None:

@@ -1,0 +1,215 @@
+"""Causes under missing exporters: every corpus day with one optional metric family removed, digested again.
+
+Real clusters lack exporters the corpus has: few scrape the kubelet's prober metrics, kube-state-metrics older than
+2.12 has no termination timestamps, a container without a CPU limit (or a cAdvisor without CFS) has no throttling
+counters, kube-state-metrics ≥ 2.18 ships EndpointSlices but older ones (or a restricted ``--resources``) only the
+legacy Endpoints, most clusters have no Istio, many no rule evaluator, and a kube-state-metrics restricted to a few
+resources has no ReplicaSets (rollouts are then not observable). For each family, one VictoriaMetrics holds
+every corpus day without it (EndpointSlices are replaced by the Endpoints families they would have been); logs come
+from the session's VictoriaLogs, which holds the days unchanged. Then, for every day and family:
+
+- an explanation whose rule also fires on the full day names the same cause, or says it cannot tell ("");
+- a rule that does not fire on the full day may fire only to say it cannot tell;
+- a rule may fall silent when the evidence for what it explains is gone (the matrix shows it).
+
+A day that never had the family is not digested twice: its cell reads "absent".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import httpx
+
+from digest.corpus import DAYS
+from digest.corpus.model import Series
+from digest.embedded import EmbeddedBackends, Server, free_port
+from digest.engine import Config, make_digest
+from digest.policy import Policy
+from digest.settings import load_settings
+from digest.window import day_window
+from tests.conftest import _scaled
+
+Transform = Callable[[Series], Iterator[Series]]
+
+
+def _without(*names: str) -> Transform:
+    def transform(series: Series) -> Iterator[Series]:
+        if series.labels["__name__"] not in names:
+            yield series
+
+    return transform
+
+
+def _prefixed(prefix: str) -> Transform:
+    def transform(series: Series) -> Iterator[Series]:
+        if not series.labels["__name__"].startswith(prefix):
+            yield series
+
+    return transform
+
+
+def _alerting(series: Series) -> Iterator[Series]:
+    name = series.labels["__name__"]
+    if name in ("ALERTS", "ALERTS_FOR_STATE"):
+        return
+    if name == "up" and ("vmalert" in series.labels.get("job", "") or "prometheus" in series.labels.get("job", "")):
+        return
+    yield series
+
+
+def _legacy_endpoints(series: Series) -> Iterator[Series]:
+    """EndpointSlice families → the legacy Endpoints ones (one Endpoints object per Service, named like it)."""
+    name = series.labels["__name__"]
+    if not name.startswith("kube_endpointslice"):
+        yield series
+        return
+    labels = dict(series.labels)
+    # The corpus names slices <service>-<5 characters>.
+    service = labels.pop("endpointslice").rsplit("-", 1)[0]
+    if name == "kube_endpointslice_info":
+        yield Series(
+            {**_keep(labels, "job", "instance", "namespace"), "__name__": "kube_endpoint_info", "endpoint": service},
+            series.timestamps_ms,
+            series.values,
+        )
+    elif name == "kube_endpointslice_endpoints":
+        yield Series(
+            {
+                **_keep(labels, "job", "instance", "namespace", "ready"),
+                "__name__": "kube_endpoint_address",
+                "endpoint": service,
+                "ip": labels.get("address", ""),
+                "port_name": "http",
+                "port_protocol": "TCP",
+                "port_number": "8080",
+            },
+            series.timestamps_ms,
+            series.values,
+        )
+
+
+def _keep(labels: dict[str, str], *names: str) -> dict[str, str]:
+    return {name: labels[name] for name in names if name in labels}
+
+
+@dataclass(frozen=True)
+class Family:
+    """One optional metric family and how its absence is made."""
+
+    name: str
+    transform: Transform
+
+
+FAMILIES = (
+    Family("prober metrics", _without("prober_probe_total")),
+    Family(
+        "ksm ≥ 2.12 fields",
+        _without(
+            "kube_pod_container_status_last_terminated_timestamp", "kube_pod_container_status_last_terminated_exitcode"
+        ),
+    ),
+    Family(
+        "cAdvisor throttling", _without("container_cpu_cfs_periods_total", "container_cpu_cfs_throttled_periods_total")
+    ),
+    Family("EndpointSlice → Endpoints", _legacy_endpoints),
+    Family("Istio", _prefixed("istio_")),
+    # kube-state-metrics with --resources restricted (no replicasets) and an allowlist without the Deployment's
+    # generation and strategy: rollouts are then not observable, and must not be guessed.
+    Family(
+        "ReplicaSets, generation, strategy",
+        lambda series: (
+            _prefixed("kube_replicaset_")(series)
+            if series.labels["__name__"].startswith("kube_replicaset_")
+            else _without(
+                "kube_deployment_metadata_generation",
+                "kube_deployment_status_observed_generation",
+                "kube_deployment_spec_strategy_rollingupdate_max_unavailable",
+                "kube_deployment_spec_strategy_rollingupdate_max_surge",
+            )(series)
+        ),
+    ),
+    Family("ALERTS / vmalert", _alerting),
+)
+
+
+def _import(server: Server, lines: list[bytes]) -> None:
+    response = httpx.post(f"{server.url}/api/v1/import", content=b"".join(lines), timeout=300.0)
+    response.raise_for_status()
+
+
+def _flush(server: Server) -> None:
+    httpx.get(f"{server.url}/internal/force_flush", timeout=30.0)
+
+
+def _config(metrics_url: str, logs_url: str) -> Config:
+    settings = load_settings(
+        vm_url=metrics_url, vl_url=logs_url, cluster="homelab", timezone="UTC", policy_file=None, query_timeout=30.0
+    )
+    return Config(settings=settings, policy=Policy())
+
+
+async def _causes(metrics_url: str, logs_url: str, day: date) -> dict[str, str]:
+    digest = await make_digest(_config(metrics_url, logs_url), day_window(day, load_settings(timezone="UTC").zone))
+    return {explanation.rule: explanation.cause for explanation in digest.explanations}
+
+
+def test_causes_never_change_when_an_optional_exporter_is_missing(corpus_backends: EmbeddedBackends) -> None:
+    """Each corpus day minus each optional family: the same cause, or "cannot tell" — never a different cause."""
+    root = Path(tempfile.mkdtemp(prefix="digest-cause-ablations-"))
+    servers = [Server(f"vm-{i}", "victoria-metrics", free_port(), root / f"vm-{i}") for i in range(len(FAMILIES))]
+    removed: dict[tuple[date, str], int] = {}
+    try:
+        for server in servers:
+            server.start(["-search.latencyOffset=0s"])
+        for day in sorted(DAYS):
+            kept: list[list[bytes]] = [[] for _ in FAMILIES]
+            for series in _scaled(DAYS[day]).series():
+                line = series.to_import_line()  # most series pass every family unchanged: encode them once
+                for index, family in enumerate(FAMILIES):
+                    out = list(family.transform(series))
+                    if out == [series]:
+                        kept[index].append(line)
+                        continue
+                    removed[(day, family.name)] = removed.get((day, family.name), 0) + 1
+                    kept[index].extend(item.to_import_line() for item in out)
+            for server, lines in zip(servers, kept, strict=True):
+                _import(server, lines)
+        for server in servers:
+            _flush(server)
+        logs = corpus_backends.logs.url
+        rows: list[str] = []
+        problems: list[str] = []
+        for day in sorted(DAYS):
+            full = asyncio.run(_causes(corpus_backends.metrics.url, logs, day))
+            cells = [f"{day}  full: {_show(full)}"]
+            for server, family in zip(servers, FAMILIES, strict=True):
+                if (day, family.name) not in removed:
+                    cells.append(f"    − {family.name}: absent")
+                    continue
+                ablated = asyncio.run(_causes(server.url, logs, day))
+                cells.append(f"    − {family.name}: {_show(ablated)}")
+                for rule, cause in ablated.items():
+                    if cause and rule in full and cause != full[rule]:
+                        problems.append(f"{day} − {family.name}: {rule} names {cause!r}, the full day {full[rule]!r}")
+                    if cause and rule not in full:
+                        problems.append(f"{day} − {family.name}: {rule} names {cause!r}, silent on the full day")
+            rows.extend(cells)
+        print(f"cause ablation matrix: {len(DAYS)} days × {len(FAMILIES)} families", *rows, sep="\n")
+        assert not problems, "\n".join(problems)
+        # No column of the matrix is vacuous: every family removed exists on some corpus day.
+        assert {name for _, name in removed} == {family.name for family in FAMILIES}
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def _show(causes: dict[str, str]) -> str:
+    if not causes:
+        return "(no explanation)"
+    return ", ".join(f"{rule}={cause or 'cannot tell'}" for rule, cause in causes.items())
