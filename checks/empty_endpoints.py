@@ -68,6 +68,7 @@ from checks.contract import (
     local_time,
     unknown,
 )
+from checks.promql import any_of
 from checks.resolution import Resolution, scrape_interval
 
 NAME = "empty_endpoints"
@@ -183,7 +184,33 @@ class EmptyEndpointsCheck:
                 )
             except SourceError as exc:
                 episodes_error = str(exc)
-        return self._finding(window, step, resolution, legacy, families, empty_steps, episodes, episodes_error)
+        members: dict[tuple[str, str], list[str]] = {}
+        if empty_steps and not legacy:
+            members = await self._members(sources, window, empty_steps)
+        return self._finding(window, step, resolution, legacy, families, empty_steps, episodes, episodes_error, members)
+
+    async def _members(
+        self, sources: Sources, window: Window, empty_steps: Sequence[Sample]
+    ) -> dict[tuple[str, str], list[str]]:
+        """The pods each empty Service listed in the window (from the slices' targetref), to tie it to a Deployment.
+
+        Only for the few Services found empty; an error here loses the tie, not the finding.
+        """
+        rng = window.promql_range()
+        namespaces = any_of(sample.labels.get("namespace", "") for sample in empty_steps)
+        query = (
+            "max by (namespace, service, targetref_name) (last_over_time(kube_endpointslice_endpoints"
+            f'{{targetref_kind="Pod", namespace=~"{namespaces}"}}[{rng}]) '
+            f"* on (namespace, endpointslice) group_left(service) {service_of_slice_expression(f'[{rng}]')})"
+        )
+        try:
+            rows = await sources.metrics.instant(query, window.end)
+        except SourceError:
+            return {}
+        members: dict[tuple[str, str], list[str]] = {}
+        for row in rows:
+            members.setdefault(_service_key(row.labels), []).append(row.labels.get("targetref_name", ""))
+        return members
 
     async def resolution(self, sources: Sources, window: Window, legacy: bool) -> Resolution:
         """The scrape interval of the slices' series (or the policy's, when it sets one)."""
@@ -202,6 +229,7 @@ class EmptyEndpointsCheck:
         empty_steps: Sequence[Sample],
         episodes: Sequence[RangeSeries],
         episodes_error: str | None,
+        members: Mapping[tuple[str, str], list[str]] | None = None,
     ) -> Finding:
         policy = self.policy
         runs = {_service_key(series.labels): _runs(series.points, step) for series in episodes}
@@ -248,7 +276,16 @@ class EmptyEndpointsCheck:
             )
         offenders = [
             Offender(
-                labels={"namespace": item.namespace, "service": item.service},
+                labels={
+                    "namespace": item.namespace,
+                    "service": item.service,
+                    # The pods it listed in the window: which Deployment backs it (at most 20, sorted).
+                    **(
+                        {"pods": ",".join(sorted(set(members[(item.namespace, item.service)]))[:20])}
+                        if members and (item.namespace, item.service) in members
+                        else {}
+                    ),
+                },
                 value=item.empty_seconds,
                 facts={
                     "empty_seconds": Quantity(item.empty_seconds, Unit.SECONDS),

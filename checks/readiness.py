@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -140,16 +140,22 @@ class ReadinessCheck:
             f'{{phase=~"Succeeded|Failed|Pending"}}{look})) == 1))'
         )
 
-    def queries(self, window: Window, interval: int = 30, pods: str = "") -> dict[str, str]:
-        """The PromQL this check sends, by purpose; ``pods`` are the matchers of the pods asked about in detail."""
+    def queries(self, window: Window, interval: int = 30, pods: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
+        """The PromQL this check sends, by purpose; ``pods`` (namespace, pod) narrow the detail queries to them."""
         rng = window.promql_range()
         step = self.step(window, interval)
-        narrowed = f"{{{pods}}}" if pods else ""
+        matchers = ""
+        targets = ""
+        if pods:
+            namespaces, names = any_of(p[0] for p in pods), any_of(p[1] for p in pods)
+            matchers = f'namespace=~"{namespaces}", pod=~"{names}"'
+            targets = f', namespace=~"{namespaces}", targetref_name=~"{names}"'
+        narrowed = f"{{{matchers}}}" if matchers else ""
         slices = service_of_slice_expression(f"[{rng}]")
         return {
             "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
             "not_ready": f"count_over_time(({self.ready_expression(step)} == 0)[{rng}:{step}s]) > 0",
-            "detail": self.ready_expression(step, pods),
+            "detail": self.ready_expression(step, matchers),
             "restarts": (
                 "sum by (namespace, pod) (max_over_time(kube_pod_container_status_restarts_total"
                 f"{narrowed}[{rng}]) - min_over_time(kube_pod_container_status_restarts_total{narrowed}[{rng}]))"
@@ -157,7 +163,7 @@ class ReadinessCheck:
             "nodes": f"max by (namespace, pod, node) (last_over_time(kube_pod_info{narrowed}[{rng}]))",
             "services": (
                 "max by (namespace, service, pod) (label_replace(last_over_time(kube_endpointslice_endpoints"
-                f'{{targetref_kind="Pod"}}[{rng}]), "pod", "$1", "targetref_name", "(.+)") '
+                f'{{targetref_kind="Pod"{targets}}}[{rng}]), "pod", "$1", "targetref_name", "(.+)") '
                 f"* on (namespace, endpointslice) group_left(service) {slices})"
             ),
             "node_not_ready": f"(max by (node) (last_over_time({_NODE_READY}[{step}s])) == 0)",
@@ -226,8 +232,7 @@ class ReadinessCheck:
         ]
         if not worst:
             return ""
-        matchers = f'namespace=~"{any_of(p.namespace for p in worst)}", pod=~"{any_of(p.pod for p in worst)}"'
-        queries = self.queries(window, step, matchers)
+        queries = self.queries(window, step, [(p.namespace, p.pod) for p in worst])
         try:
             detail, restarts, nodes, services = await asyncio.gather(
                 sources.metrics.range(queries["detail"], window.start + timedelta(seconds=step), window.end, step),
@@ -443,7 +448,7 @@ def _describe(item: _Pod, window: Window) -> str:
     if item.never_ready:
         text = f"{who} never became ready ({fmt_duration(item.startup_seconds)} since it started"
         if item.restarts:
-            text += f", {fmt_int(item.restarts)} restarts"
+            text += ", restarting: see restarts"
         return text + ")"
     if not item.unready:
         return f"{who} took {fmt_duration(item.startup_seconds)} to become ready"
@@ -455,7 +460,8 @@ def _describe(item: _Pod, window: Window) -> str:
     if item.restarts == 0:
         text += " without a restart"
     elif item.restarts:
-        text += f" with {fmt_int(item.restarts)} restart(s)"
+        # The count is the restarts check's (counted from each pod's first scrape); saying it twice invites a mismatch.
+        text += " with restarts (see restarts)"
     if item.readiness_failures:
         text += f", {fmt_int(item.readiness_failures)} failed readiness probes"
     if item.with_node_seconds >= item.unready_seconds / 2 and item.with_node_seconds > 0:

@@ -124,9 +124,15 @@ def _member(pod: Offender, namespace: str, service: str) -> bool:
 
 
 def _owned(pod_name: str, event: Event) -> bool:
+    """Whether a pod belongs to the rollout's ReplicaSet, or to its Deployment (pods are <deployment>-<hash>-<id>)."""
     replicaset = event.labels.get("replicaset", "")
     deployment = event.labels.get("deployment", "")
-    return bool(replicaset and pod_name.startswith(f"{replicaset}-")) or pod_name.startswith(f"{deployment}-")
+    if replicaset and pod_name.startswith(f"{replicaset}-"):
+        return True
+    # <deployment>-<10-character ReplicaSet hash>-<5 characters>: the hash part keeps "api" from owning "api-gw-…".
+    rest = pod_name.removeprefix(f"{deployment}-") if deployment else pod_name
+    parts = rest.split("-")
+    return rest != pod_name and len(parts) == 2 and len(parts[1]) == 5
 
 
 def _strategy(event: Event) -> str:
@@ -166,9 +172,18 @@ def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offend
         for event in _events(deployments, "rollout")
         if event.labels.get("namespace") == namespace and _overlaps(spans, [event.span], slack)
     ]
-    rollouts.sort(key=lambda e: (e.labels.get("deployment") != service, e.span.start))
-    if rollouts:
-        event = rollouts[0]
+    # Only a rollout of the Service's own Deployment: named like it, or owning one of its pods. Another Deployment's
+    # rollout at the same time is a coincidence until the data ties the two.
+    listed = [name for name in empty.labels.get("pods", "").split(",") if name]
+    own = [
+        event
+        for event in rollouts
+        if event.labels.get("deployment") == service
+        or any(_owned(p.labels.get("pod", ""), event) for p in pods)
+        or any(_owned(name, event) for name in listed)
+    ]
+    if own:
+        event = own[0]
         deployment = f"{namespace}/{event.labels.get('deployment', '?')}"
         state = event.labels.get("state", "")
         words = f"a rollout of {deployment} ({_strategy(event)})"
@@ -205,12 +220,17 @@ def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offend
         return "crash_loop", f"its pods restarted {fmt_int(count)} times meanwhile ({reasons})", _FIXES["crash_loop"]
     # 5. What cannot be told.
     missing = []
+    if rollouts:
+        others = ", ".join(sorted({f"{namespace}/{e.labels.get('deployment', '?')}" for e in rollouts}))
+        missing.append(f"a rollout of {others} overlapped, but nothing in the data ties it to this Service")
     if not rollouts_seen:
         missing.append("rollout state not observable")
     if not _observes(readiness, "kube_pod_status_ready"):
         missing.append("pods' readiness not observable")
     if missing:
-        return "", f"either a rollout or failing readiness — {', '.join(missing)}", ""
+        blind = not rollouts_seen or not _observes(readiness, "kube_pod_status_ready")
+        opening = "either a rollout or failing readiness" if blind else "the data cannot tell why"
+        return "", f"{opening} — {'; '.join(missing)}", ""
     return "", "no rollout, no pod seen unready or restarting: the data does not say why", ""
 
 
@@ -268,7 +288,8 @@ def no_healthy_upstream(findings: Findings) -> Explanation | None:
 def stuck_rollout(findings: Findings) -> Explanation | None:
     """A rollout whose new ReplicaSet never became ready, with what its pods did."""
     for event in _events(findings.get("deployments"), "rollout"):
-        if event.labels.get("state") != "stuck":
+        state = event.labels.get("state")
+        if state not in ("stuck", "progress not observable"):
             continue
         namespace = event.labels.get("namespace", "")
         replicaset = event.labels.get("replicaset", "")
@@ -286,11 +307,14 @@ def stuck_rollout(findings: Findings) -> Explanation | None:
             and o.labels.get("pod", "").startswith(f"{replicaset}-")
             and o.labels.get("state") == "never ready"
         ]
+        if state != "stuck" and not never:
+            continue  # ReplicaSet progress not exported and no pod of it seen never ready: nothing says it is stuck
         if restarted:
             count = sum(o.fact("restarts") or 0 for o in restarted)
             pods = f"its pods crash-loop ({fmt_int(count)} restarts: {restarted[0].labels.get('reasons', '?')})"
         elif never:
-            pods = f"{len(never)} of its pods never became ready, without restarting"
+            quiet = all(o.fact("restarts") == 0 for o in never)
+            pods = f"{len(never)} of its pods never became ready" + (", without restarting" if quiet else "")
         else:
             pods = "its pods are not ready (why is not in the data: no restart or readiness seen for them)"
         return Explanation(

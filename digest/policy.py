@@ -162,6 +162,9 @@ def policy_from_mapping(raw: object) -> Policy:
     checks_raw = raw.get("checks") or {}
     if not isinstance(checks_raw, Mapping):
         raise PolicyError("checks: must be a mapping of check name to settings")
+    for old, new in _RENAMED.items():
+        if old in checks_raw:
+            raise PolicyError(f"checks.{old}: renamed to checks.{new} ({_RENAMED_WHY[old]})")
     _reject_unknown(checks_raw, set(CHECK_POLICIES), "checks.")
     values: dict[str, Any] = {}
     for name, policy_type in CHECK_POLICIES.items():
@@ -193,6 +196,14 @@ def policy_from_mapping(raw: object) -> Policy:
             raise PolicyError(f"coverage.{problem}")
         values["coverage"] = coverage
     return Policy(**values)
+
+
+# Checks renamed since a policy file may have been written, so that an old file gets told what to write instead.
+_RENAMED = {"rollouts": "deployments"}
+_RENAMED_WHY = {
+    "rollouts": "it reports unavailable replicas and, apart, the rollouts proven by a new ReplicaSet; readiness is "
+    "the readiness check's",
+}
 
 
 def _reject_unknown(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:

@@ -99,7 +99,7 @@ def _uh() -> Finding:
     )
 
 
-def _empty(*spans: Span) -> Finding:
+def _empty(*spans: Span, pods: str = "") -> Finding:
     seconds = sum(span.seconds for span in spans)
     facts = {
         "empty_seconds": Quantity(seconds, Unit.SECONDS),
@@ -107,7 +107,8 @@ def _empty(*spans: Span) -> Finding:
         "longest_seconds": Quantity(max(span.seconds for span in spans), Unit.SECONDS),
         "resolution_seconds": Quantity(15, Unit.SECONDS),
     }
-    offender = Offender(labels={"namespace": "prod", "service": "fastapi"}, value=seconds, facts=facts, spans=spans)
+    labels = {"namespace": "prod", "service": "fastapi", **({"pods": pods} if pods else {})}
+    offender = Offender(labels=labels, value=seconds, facts=facts, spans=spans)
     return Finding(
         name="empty_endpoints", status=Status.CRIT, penalty=0, value=seconds, summary="s", offenders=[offender]
     )
@@ -227,3 +228,20 @@ def test_absent_numbers_are_not_zero() -> None:
     pod = _unready_pod("fastapi-abc-1", Span(T0, T0 + 60), restarts=None)
     assert pod.fact("restarts") is None
     assert _unready_pod("fastapi-abc-2", Span(T0, T0 + 60)).fact("restarts") == 0.0
+
+
+def test_another_deployments_rollout_in_the_episodes_is_not_claimed() -> None:
+    """A rollout of a Deployment that nothing ties to the Service, at the same time: named as untied, no cause."""
+    other = _rollout("worker", 610, "Recreate")
+    cause, text = _cause(_uh(), _empty(*EPISODES), _readiness(), _deployments(other))
+    assert cause == ""
+    assert "a rollout of prod/worker overlapped, but nothing in the data ties it to this Service" in text
+
+
+def test_a_rollout_is_tied_to_a_differently_named_service_by_the_pods_it_listed() -> None:
+    """Service fastapi listed pods of Deployment fastapi-v2: that Deployment's rollout in the episodes is the cause."""
+    listed = "fastapi-v2-7d9c8b6f5d-x2x4k"
+    rollout = _rollout("fastapi-v2", 610, "Recreate")
+    cause, text = _cause(_uh(), _empty(*EPISODES, pods=listed), _readiness(), _deployments(rollout))
+    assert cause == "rollout"
+    assert "a rollout of prod/fastapi-v2 (strategy Recreate" in text

@@ -125,6 +125,7 @@ def test_toml_policy_and_caps(tmp_path: Path) -> None:
         ("checks:\n  conntrack: {warn_ratoi: 0.5}\n", "checks.conntrack.warn_ratoi: unknown key"),
         ("caps:\n  - {checks: [nope], max_penalty: 1}\n", "caps[0].checks: unknown check"),
         ("checks: [1, 2\n", "not valid YAML"),
+        ("checks:\n  rollouts: {crit_minutes: 15}\n", "checks.rollouts: renamed to checks.deployments"),
     ],
 )
 def test_bad_policy_names_the_key(tmp_path: Path, text: str, where: str) -> None:
