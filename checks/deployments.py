@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -65,11 +65,10 @@ from checks.contract import (
 )
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
 from checks.promql import any_of
-from checks.resolution import Resolution, runs, scrape_interval
+from checks.resolution import Resolution, resolve, runs, step_for
 
 NAME = "deployments"
 _UNAVAILABLE = "kube_deployment_status_replicas_unavailable"
-_MAX_POINTS = 11_000
 
 Key = tuple[str, str]  # (namespace, deployment)
 
@@ -128,7 +127,7 @@ class DeploymentsCheck:
 
     def step(self, window: Window, interval: int) -> int:
         """The evaluation step: the scrape interval, coarser only when the window would exceed the point limit."""
-        return max(interval, -(-window.seconds // _MAX_POINTS))
+        return step_for(window, interval)
 
     def queries(self, window: Window, interval: int = 30) -> dict[str, str]:
         """The PromQL this check sends, by purpose (``unavailable_spans`` and ``progress`` are range queries)."""
@@ -172,9 +171,10 @@ class DeploymentsCheck:
 
     async def resolution(self, sources: Sources, window: Window) -> Resolution:
         """The scrape interval of the Deployments' series (or the policy's, when it sets one)."""
-        if self.policy.scrape_interval_seconds:
-            return Resolution(self.policy.scrape_interval_seconds, measured=False)
-        return await scrape_interval(sources, window, _UNAVAILABLE, self.policy.assumed_interval_seconds)
+        policy = self.policy
+        return await resolve(
+            sources, window, _UNAVAILABLE, policy.scrape_interval_seconds, policy.assumed_interval_seconds
+        )
 
     async def __call__(self, sources: Sources, window: Window) -> Finding:
         missing = await kube_state_metrics_missing(sources, window, NAME, "Deployments", self.policy.ksm_job)
@@ -424,22 +424,9 @@ class DeploymentsCheck:
                     spans=tuple(spans.get(key, ())),
                 )
             )
-        summary = self._describe(
-            keys[0],
-            steps_by,
-            maximum_by,
-            rollouts,
-            stuck_rollouts,
-            stuck_unavailable,
-            rollouts_observable,
-            window,
-            step,
-        )
-        if len(keys) > 1:
-            summary += f"; {len(keys)} Deployments in all"
-        evidence[:0] = [
-            "then "
-            + self._describe(
+
+        def describe(key: Key) -> str:
+            return self._describe(
                 key,
                 steps_by,
                 maximum_by,
@@ -450,8 +437,11 @@ class DeploymentsCheck:
                 window,
                 step,
             )
-            for key in keys[1 : policy.top]
-        ]
+
+        summary = describe(keys[0])
+        if len(keys) > 1:
+            summary += f"; {len(keys)} Deployments in all"
+        evidence[:0] = ["then " + describe(key) for key in keys[1 : policy.top]]
         evidence.append(resolution.bound() if step == resolution.seconds else f"measured every {step} s")
         return Finding(
             name=NAME,
@@ -460,10 +450,7 @@ class DeploymentsCheck:
             value=len(keys),
             summary=summary,
             offenders=offenders,
-            hint="At a rollout: strategy Recreate, or maxSurge 0 on few replicas, leaves the Service short — use "
-            "RollingUpdate with maxUnavailable 0 / maxSurge 1 and a readiness probe. A rollout that does not "
-            "complete: `kubectl rollout status` and the new ReplicaSet's pods (crash loop, image pull, quota). "
-            "Unavailable without a rollout: see readiness (pods not ready) and the nodes' condition.",
+            hint=_hint(rollouts, stuck_rollouts, strategy),
             evidence=evidence,
             observed=tuple(observed),
             unobserved=tuple(unobserved),
@@ -566,3 +553,21 @@ def _rollout_line(rollout: Rollout, strategy: Strategy, window: Window, end: flo
 
 def _replicas(count: float) -> str:
     return "1 replica" if round(count) == 1 else f"up to {fmt_int(count)} replicas"
+
+
+def _hint(rollouts: Sequence[Rollout], stuck: Sequence[Rollout], strategy: Callable[[Key], Strategy]) -> str:
+    """Where to look, from what was seen: the advice for a strategy only when a rollout with it happened."""
+    hints = []
+    if stuck:
+        hints.append(
+            "A rollout that does not complete: `kubectl rollout status` and the new ReplicaSet's pods (crash loop, "
+            "image pull, quota); `kubectl rollout undo` to go back."
+        )
+    if any(strategy((r.namespace, r.deployment)).kind == "Recreate" for r in rollouts):
+        hints.append(
+            "Strategy Recreate stops the old pods before the new ones are ready: use RollingUpdate with "
+            "maxUnavailable 0 / maxSurge 1 and a readiness probe."
+        )
+    if not rollouts:
+        hints.append("Unavailable without a rollout: see readiness (pods not ready) and the nodes' condition.")
+    return " ".join(hints) or "Unavailable during a rollout: compare its progress with its strategy's parameters."

@@ -44,7 +44,6 @@ this check says why. Neither EndpointSlice nor Endpoints series in the window: U
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -69,11 +68,9 @@ from checks.contract import (
     unknown,
 )
 from checks.promql import any_of
-from checks.resolution import Resolution, scrape_interval
+from checks.resolution import Resolution, resolve, step_for
 
 NAME = "empty_endpoints"
-# Prometheus refuses range queries of more than 11,000 points per series; longer windows get a coarser step.
-_MAX_POINTS = 11_000
 
 
 @dataclass(frozen=True)
@@ -112,7 +109,7 @@ class EmptyEndpointsCheck:
 
     def step(self, window: Window, interval: int) -> int:
         """The evaluation step: the scrape interval, coarser only when the window would exceed the point limit."""
-        return max(interval, math.ceil(window.seconds / _MAX_POINTS))
+        return step_for(window, interval)
 
     def empty_expression(self, window: Window, legacy: bool, interval: int) -> str:
         """The PromQL that is non-empty, per (namespace, service), at each moment the Service has no ready address."""
@@ -214,10 +211,9 @@ class EmptyEndpointsCheck:
 
     async def resolution(self, sources: Sources, window: Window, legacy: bool) -> Resolution:
         """The scrape interval of the slices' series (or the policy's, when it sets one)."""
-        if self.policy.scrape_interval_seconds:
-            return Resolution(self.policy.scrape_interval_seconds, measured=False)
         family = "kube_endpoint_info" if legacy else "kube_endpointslice_info"
-        return await scrape_interval(sources, window, family, self.policy.assumed_interval_seconds)
+        policy = self.policy
+        return await resolve(sources, window, family, policy.scrape_interval_seconds, policy.assumed_interval_seconds)
 
     def _finding(
         self,
@@ -333,10 +329,9 @@ class EmptyEndpointsCheck:
             value=worst,
             summary=summary,
             offenders=offenders,
-            hint="A Service without ready endpoints answers every request with an error (Envoy: 503 UH). Short "
-            "episodes at rollouts: a Deployment with strategy Recreate, or RollingUpdate with maxSurge 0 on one "
-            "replica — use maxUnavailable 0 / maxSurge 1. Long or repeated ones: readiness probes failing on every "
-            "replica at once (CPU throttling, a shared dependency down).",
+            hint="A Service without ready endpoints answers every request with an error (Envoy: 503 UH). Put its "
+            "episodes beside its pods' readiness (readiness), its Deployment's rollouts (deployments) and its nodes' "
+            "condition: the explanation names the one that overlaps, when the data shows one.",
             evidence=evidence,
             observed=observed,
             unobserved=(f"episodes: {episodes_error}",) if episodes_error else (),

@@ -65,8 +65,8 @@ NAME = "envoy_flags"
 FLAG_MEANINGS: dict[str, tuple[str, str]] = {
     "UH": (
         "no healthy upstream: the service had no ready endpoint",
-        "check the EndpointSlice and readiness probes of the service (rollout with strategy Recreate? readiness "
-        "failing under CPU throttling?)",
+        "why the service had no ready endpoint is in the explanation when the data shows it; else compare its "
+        "empty episodes (empty_endpoints) with its pods' readiness, its Deployment's rollouts and its nodes",
     ),
     "UF": (
         "upstream connection failure",

@@ -36,7 +36,6 @@ with it but no ``kube_pod_status_ready`` at all: UNKNOWN.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,14 +63,12 @@ from checks.contract import (
 from checks.empty_endpoints import service_of_slice_expression
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
 from checks.promql import any_of
-from checks.resolution import Resolution, runs, scrape_interval
+from checks.resolution import Resolution, resolve, runs, step_for
 
 NAME = "readiness"
 READY = 'kube_pod_status_ready{condition="true"}'
 _NODE_READY = 'kube_node_status_condition{condition="Ready", status="true"}'
 _OBSERVED = "__observed__"
-# Prometheus refuses range queries of more than 11,000 points per series; longer windows get a coarser step.
-_MAX_POINTS = 11_000
 
 
 @dataclass(frozen=True)
@@ -128,7 +125,7 @@ class ReadinessCheck:
 
     def step(self, window: Window, interval: int) -> int:
         """The evaluation step: the scrape interval, coarser only when the window would exceed the point limit."""
-        return max(interval, math.ceil(window.seconds / _MAX_POINTS))
+        return step_for(window, interval)
 
     def ready_expression(self, step: int, pods: str = "") -> str:
         """Per running pod, 1 when ready and 0 when not, read one scrape per step; ``pods`` narrows the selector."""
@@ -178,9 +175,8 @@ class ReadinessCheck:
 
     async def resolution(self, sources: Sources, window: Window) -> Resolution:
         """The scrape interval of the readiness series (or the policy's, when it sets one)."""
-        if self.policy.scrape_interval_seconds:
-            return Resolution(self.policy.scrape_interval_seconds, measured=False)
-        return await scrape_interval(sources, window, READY, self.policy.assumed_interval_seconds)
+        policy = self.policy
+        return await resolve(sources, window, READY, policy.scrape_interval_seconds, policy.assumed_interval_seconds)
 
     async def __call__(self, sources: Sources, window: Window) -> Finding:
         missing = await kube_state_metrics_missing(sources, window, NAME, "readiness", self.policy.ksm_job)
@@ -378,10 +374,7 @@ class ReadinessCheck:
             value=len(flagged),
             summary=summary,
             offenders=offenders,
-            hint="A pod not ready is out of its Service. Without a restart: its readiness probe failed (timeout under "
-            "CPU throttling or load, a dependency down) or its node stopped reporting — compare with cpu_throttling "
-            "and the node's condition; `kubectl describe pod` shows the probe's last failures. Never ready after a "
-            "rollout: the new ReplicaSet's pods fail to start (`kubectl rollout status`, `kubectl logs --previous`).",
+            hint=_hint(flagged),
             evidence=evidence,
             observed=tuple(observed),
             unobserved=tuple(unobserved),
@@ -467,3 +460,20 @@ def _describe(item: _Pod, window: Window) -> str:
     if item.with_node_seconds >= item.unready_seconds / 2 and item.with_node_seconds > 0:
         text += f", node {item.node} NotReady meanwhile"
     return text
+
+
+def _hint(flagged: Sequence[_Pod]) -> str:
+    """Where to look, for the kinds of unreadiness actually seen."""
+    hints = ["A pod not ready is out of its Service."]
+    if any(item.with_node_seconds > 0 for item in flagged):
+        hints.append("Its node stopped reporting: the node's kubelet and container runtime at that time.")
+    if any(item.unready and item.with_node_seconds == 0 for item in flagged):
+        hints.append(
+            "Its readiness probe failed: `kubectl describe pod` shows the last failures; compare the probe's timeout "
+            "with the container's latency under load (cpu_throttling) and with its dependencies."
+        )
+    if any(item.never_ready or (item.startup is not None and not item.unready) for item in flagged):
+        hints.append(
+            "Never (or slowly) ready after it started: `kubectl logs --previous`, image pulls, init containers."
+        )
+    return " ".join(hints)

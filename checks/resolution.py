@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from checks.contract import SourceError, Sources, Span, Window
 
 _HOUR = 3600
+# Prometheus refuses range queries of more than 11,000 points per series; longer windows get a coarser step.
+MAX_POINTS = 11_000
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,18 @@ def interval_query(selector: str, window: Window) -> str:
     """The PromQL whose answer is the most samples one series had in an hour of the window."""
     hours = max(1, window.seconds // _HOUR)
     return f"max(max_over_time(count_over_time({selector}[1h])[{hours * _HOUR}s:1h]))"
+
+
+def step_for(window: Window, interval: int) -> int:
+    """The evaluation step: the scrape interval, coarser only when the window would exceed the point limit."""
+    return max(interval, -(-window.seconds // MAX_POINTS))
+
+
+async def resolve(sources: Sources, window: Window, selector: str, configured: int, assumed: int) -> Resolution:
+    """The policy's interval when it sets one (``configured`` > 0), else the one measured on ``selector``."""
+    if configured:
+        return Resolution(configured, measured=False)
+    return await scrape_interval(sources, window, selector, assumed)
 
 
 async def scrape_interval(sources: Sources, window: Window, selector: str, assumed: int) -> Resolution:

@@ -37,12 +37,10 @@ from digest.corpus.cluster import (
     Pod,
     RouteTraffic,
     Service,
-    TemplateGroup,
     allocate,
     api_container,
     deployment_pod,
     first_probe,
-    flat_profile,
     iso,
     revision_start,
 )
@@ -50,8 +48,8 @@ from digest.corpus.recreate_rollout import (
     PROBE_PATHS,
     PROBER,
     ROUTE_STATUS,
-    STATUS_LINES,
     status_page_container,
+    status_page_logs,
 )
 
 API_ROLLOUT = "09:14:00"
@@ -147,15 +145,7 @@ class RecreateBesideRolling(HomelabDay):
 
     def extra_logs(self, lab: Homelab) -> list[LogSource]:
         """The status page's start-up record and its component checks every 5 minutes."""
-        w = self.window
-        out: list[LogSource] = []
-        for p in lab.workload("shop/status-page"):
-            events = []
-            if w.in_window(p.start_s + 1):
-                events.append(LogEvent(p.start_s + 1 - w.start_s, 120_000, "listening on :8080", "stdout", "INFO"))
-            groups = [TemplateGroup(STATUS_LINES, self._plan(p, "status-page", 288, flat_profile))]
-            out.extend(self._runs(p, "status-page", groups, events))
-        return out
+        return status_page_logs(self, lab)
 
     def pod_events(self, p: Pod, container: str) -> list[LogEvent]:
         """The new API pods log their start-up (info) once they are ready."""

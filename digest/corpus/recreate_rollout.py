@@ -124,15 +124,21 @@ class RecreateRollout(HomelabDay):
 
     def extra_logs(self, lab: Homelab) -> list[LogSource]:
         """Plan the status page's own lines: a start-up record per pod, then a component check every 5 minutes."""
-        w = self.window
-        out: list[LogSource] = []
-        for p in lab.workload("shop/status-page"):
-            events = []
-            if w.in_window(p.start_s + 1):
-                events.append(LogEvent(p.start_s + 1 - w.start_s, 120_000, "listening on :8080", "stdout", "INFO"))
-            groups = [TemplateGroup(STATUS_LINES, self._plan(p, "status-page", 288, flat_profile))]
-            out.extend(self._runs(p, "status-page", groups, events))
-        return out
+        return status_page_logs(self, lab)
+
+
+def status_page_logs(day: HomelabDay, lab: Homelab) -> list[LogSource]:
+    """The status page's lines on ``day``: a start-up record per pod, then a component check every 5 minutes."""
+    w = day.window
+    out: list[LogSource] = []
+    for p in lab.workload("shop/status-page"):
+        events = []
+        if w.in_window(p.start_s + 1):
+            events.append(LogEvent(p.start_s + 1 - w.start_s, 120_000, "listening on :8080", "stdout", "INFO"))
+        # The day's own planner: the two status-page days share this function, not a base class.
+        groups = [TemplateGroup(STATUS_LINES, day._plan(p, "status-page", 288, flat_profile))]
+        out.extend(day._runs(p, "status-page", groups, events))
+    return out
 
     def day_facts(self) -> dict[str, object]:
         """Return the rollouts and the strategy behind them."""
