@@ -8,14 +8,14 @@ to be only that, and when kube-state-metrics does not export the ReplicaSet fami
 could not be observed instead of guessing.
 
 Signal (kube-state-metrics, queries.md §5.4), read one scrape per step at the scrape interval measured in the data
-(`checks.resolution`)::
+(`checks.resolution`). The replicas a Deployment lacks are desired minus available — not the controller's
+``unavailableReplicas``, which counts a surge pod not ready yet and so reads every healthy maxSurge step as a loss;
+that family stands in only where the other two are missing::
 
-    unavailable: count_over_time((max by (namespace, deployment) (last_over_time(
-                     kube_deployment_status_replicas_unavailable[<interval>])) > 0)[<window>:<interval>])
-    maximum:     max by (namespace, deployment)
-                     (max_over_time(kube_deployment_status_replicas_unavailable[<window>])) > 0
-    in a row:    max by (namespace, deployment)
-                     (max_over_time(min_over_time(kube_deployment_status_replicas_unavailable[15m])[<window>:1m])) > 0
+    short = clamp_min(spec_replicas - status_replicas_available, 0) or status_replicas_unavailable   (per scrape)
+    unavailable: count_over_time((short > 0)[<window>:<interval>])
+    maximum:     max_over_time(short[<window>:<interval>]) > 0
+    in a row:    the episodes of ``short > 0`` (a range query for the Deployments found short), ≥ 15 min
     created:     max by (namespace, replicaset) (last_over_time(kube_replicaset_created[<window>])) >= <start> < <end>
     owner:       kube_replicaset_owner{owner_kind="Deployment"}              (for the ReplicaSets created)
     progress:    ready - spec replicas of each new ReplicaSet, at each step  (≥ 0: the rollout is complete)
@@ -137,12 +137,9 @@ class DeploymentsCheck:
         start, end = round(window.start.timestamp()), round(window.end.timestamp())
         return {
             "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
-            "unavailable": f"count_over_time(({by} (last_over_time({_UNAVAILABLE}[{step}s])) > 0)[{rng}:{step}s])",
-            "maximum": f"{by} (max_over_time({_UNAVAILABLE}[{rng}])) > 0",
-            "in_a_row": (
-                f"{by} (max_over_time(min_over_time({_UNAVAILABLE}[{self.policy.crit_minutes}m])[{rng}:1m])) > 0"
-            ),
-            "unavailable_spans": f"{by} (last_over_time({_UNAVAILABLE}[{step}s])) > 0",
+            "unavailable": f"count_over_time(({shortfall(step)} > 0)[{rng}:{step}s])",
+            "maximum": f"max_over_time({shortfall(step)}[{rng}:{step}s]) > 0",
+            "unavailable_spans": f"{shortfall(step)} > 0",
             "created": (
                 f"max by (namespace, replicaset) (last_over_time(kube_replicaset_created[{rng}])) >= {start} < {end}"
             ),
@@ -185,10 +182,10 @@ class DeploymentsCheck:
         queries = self.queries(window, resolution.seconds)
         metrics = sources.metrics
         try:
-            unavailable, maximum, in_a_row, created, generation, families = await asyncio.gather(
+            unavailable, maximum, created, generation, families = await asyncio.gather(
                 *(
                     metrics.instant(queries[key], window.end)
-                    for key in ("unavailable", "maximum", "in_a_row", "created", "generation", "families")
+                    for key in ("unavailable", "maximum", "created", "generation", "families")
                 )
             )
         except SourceError as exc:
@@ -205,9 +202,7 @@ class DeploymentsCheck:
             spans = await self._spans(sources, window, step, flagged)
         except SourceError as exc:
             return unknown(NAME, "Deployments not checked: the metrics backend did not answer", str(exc))
-        return self._finding(
-            window, step, resolution, present, unavailable, maximum, in_a_row, rollouts, strategies, spans
-        )
+        return self._finding(window, step, resolution, present, unavailable, maximum, rollouts, strategies, spans)
 
     async def _rollouts(
         self,
@@ -294,9 +289,7 @@ class DeploymentsCheck:
         if not flagged:
             return {}
         names = any_of(deployment for _, deployment in flagged)
-        query = self.queries(window, step)["unavailable_spans"].replace(
-            f"{_UNAVAILABLE}[", f'{_UNAVAILABLE}{{deployment=~"{names}"}}['
-        )
+        query = f"{shortfall(step, f'deployment=~{chr(34)}{names}{chr(34)}')} > 0"
         rows = await sources.metrics.range(query, window.start + timedelta(seconds=step), window.end, step)
         return {_key_of(series.labels): runs([t for t, _ in series.points], step) for series in rows}
 
@@ -308,7 +301,6 @@ class DeploymentsCheck:
         present: set[str],
         unavailable: Sequence[Sample],
         maximum: Sequence[Sample],
-        in_a_row: Sequence[Sample],
         rollouts: Sequence[Rollout],
         strategies: Mapping[Key, Strategy],
         spans: Mapping[Key, list[Span]],
@@ -317,7 +309,10 @@ class DeploymentsCheck:
         end = window.end.timestamp()
         steps_by = {_key(sample): round(sample.value) for sample in unavailable if sample.value > 0}
         maximum_by = {_key(sample): sample.value for sample in maximum}
-        stuck_unavailable = {_key(sample) for sample in in_a_row}
+        # Unavailable for the whole of one stretch of crit_minutes: read from the episodes, one scrape precise.
+        stuck_unavailable = {
+            key for key, runs in spans.items() if any(span.seconds >= policy.crit_minutes * 60 for span in runs)
+        }
         rollouts_observable = "replicaset" in present or "generation" in present
 
         def strategy(key: Key) -> Strategy:
@@ -496,6 +491,26 @@ class DeploymentsCheck:
         return "; ".join(parts)
 
 
+def shortfall(step: int, matchers: str = "") -> str:
+    """PromQL: per Deployment, the replicas it lacked at each scrape (read one scrape back, ``step`` seconds).
+
+    Desired minus available (``spec_replicas - status_replicas_available``), not ``status_replicas_unavailable``:
+    the controller counts a surge pod that is not ready yet as unavailable (its total is the ReplicaSets' replicas),
+    so a healthy maxSurge step would read as lost capacity. Where kube-state-metrics lacks either family, the
+    unavailable count stands in.
+    """
+    inner = f"{{{matchers}}}" if matchers else ""
+    by = "max by (namespace, deployment)"
+
+    def last(family: str) -> str:
+        return f"{by} (last_over_time({family}{inner}[{step}s]))"
+
+    return (
+        f"(clamp_min({last('kube_deployment_spec_replicas')} - {last('kube_deployment_status_replicas_available')}, 0)"
+        f" or {last(_UNAVAILABLE)})"
+    )
+
+
 def _no_series() -> asyncio.Future[list[RangeSeries]]:
     future: asyncio.Future[list[RangeSeries]] = asyncio.get_running_loop().create_future()
     future.set_result([])
@@ -547,7 +562,7 @@ def _rollout_line(rollout: Rollout, strategy: Strategy, window: Window, end: flo
         return f"rollout of {who} at {at} (generation changed, no new ReplicaSet: a rollback?), {strategy.describe()}"
     state = _rollout_state(rollout, end, crit_minutes)
     if state == "complete" and rollout.completed is not None:
-        state = f"complete in {fmt_duration(rollout.completed - rollout.created)}"
+        state = f"complete after about {fmt_duration(rollout.completed - rollout.created)} (to one scrape)"
     return f"rollout of {who} at {at}: ReplicaSet {rollout.replicaset}, {strategy.describe()}, {state}"
 
 

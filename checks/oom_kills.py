@@ -6,7 +6,7 @@ though the old ``reason="OOMKilled"`` series lingers without a staleness marker.
 function), evaluated at the window end with the window's length as range::
 
     sum by (namespace, pod, container) (sum_over_time((
-        clamp_min(restarts_total - restarts_total offset 1m, 0)
+        clamp_min(restarts_total - (restarts_total offset 1m or min_over_time(restarts_total[1m])), 0)
         * on (namespace, pod, container) group_left()
         (timestamp(last_terminated_reason{reason="OOMKilled"})
            >= bool on (namespace, pod, container) timestamp(restarts_total))
@@ -46,7 +46,7 @@ from checks.contract import (
     unknown,
 )
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
-from checks.promql import CONTAINER_LABELS, ContainerKey, container_key, with_matchers
+from checks.promql import CONTAINER_LABELS, ContainerKey, container_key, restart_steps, with_matchers
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
 NAME = "oom_kills"
@@ -90,7 +90,7 @@ class OomKillsCheck:
             "restarted": restarted_query(window),
             "kills": (
                 "sum by (namespace, pod, container) (sum_over_time(("
-                f"clamp_min({restarts} - {restarts} offset 1m, 0) * on (namespace, pod, container) group_left() "
+                f"{restart_steps(restarts)} * on (namespace, pod, container) group_left() "
                 f"({fresh_oom}))[{rng}:1m]))"
             ),
             "kill_times": (

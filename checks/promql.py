@@ -56,6 +56,16 @@ def container_matchers(containers: Iterable[ContainerKey]) -> str:
     return f'namespace=~"{any_of(namespaces)}", pod=~"{any_of(pods)}", container=~"{any_of(names)}"'
 
 
+def restart_steps(restarts: str) -> str:
+    """PromQL: how much ``restarts`` (a restart counter selector) rose since a minute ago, never negative.
+
+    A pod's first minute has no sample a minute back; its first sample of the window then stands in, so that a crash
+    loop's two restarts in its first minute (back-off 10 s, 20 s) are counted, and restarts before its first scrape
+    are not (as Prometheus' ``increase()`` would not).
+    """
+    return f"clamp_min({restarts} - ({restarts} offset 1m or min_over_time({restarts}[1m])), 0)"
+
+
 def with_matchers(selector: str, matchers: str) -> str:
     """``metric{a="b"}`` plus ``matchers`` → ``metric{a="b", matchers}``; a bare metric name gets braces."""
     if not matchers:

@@ -37,7 +37,7 @@ class Resolution:
     def bound(self) -> str:
         """How a reader is told the precision: "measured on 15 s scrapes" or "assumed 30 s scrapes"."""
         if self.measured:
-            return f"measured on {self.seconds} s scrapes: each duration is exact to one scrape"
+            return f"measured on {self.seconds} s scrapes: each episode is known to one scrape at either end"
         return f"scrape interval not measurable: read at an assumed {self.seconds} s, each duration to one step"
 
 

@@ -6,7 +6,8 @@ Signal (kube-state-metrics and the kubelet's prober, queries.md §5.1, §5.2):
   counted for the restarts it had before its first scrape — VictoriaMetrics' ``increase()`` would)::
 
       sum by (namespace, pod, container) (sum_over_time(
-          max by (namespace, pod, container) (clamp_min(restarts_total - restarts_total offset 1m, 0))[<window>:1m]))
+          max by (namespace, pod, container) (clamp_min(restarts_total - (restarts_total offset 1m
+                                                 or min_over_time(restarts_total[1m])), 0))[<window>:1m]))
 
 * the reason of each restart, with the freshness-checked join of §1.2 B: the last-terminated reason counts only when
   its series is as fresh as the restart counter, because the old ``reason`` series lingers without a staleness
@@ -17,7 +18,7 @@ Signal (kube-state-metrics and the kubelet's prober, queries.md §5.1, §5.2):
              >= bool on (namespace, pod, container) group_left()
              max by (namespace, pod, container) (timestamp(restarts_total)))
           * on (namespace, pod, container) group_left()
-          max by (namespace, pod, container) (clamp_min(restarts_total - restarts_total offset 1m, 0))
+          max by (namespace, pod, container) (<the restart steps above>)
       )[<window>:1m]))
 
 * failed liveness probes, from the kubelet's ``/metrics/probes`` (when it is scraped; few clusters do)::
@@ -63,7 +64,7 @@ from checks.contract import (
     unknown,
 )
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
-from checks.promql import CONTAINER_LABELS, container_key, with_matchers
+from checks.promql import CONTAINER_LABELS, container_key, restart_steps, with_matchers
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
 NAME = "restarts"
@@ -109,7 +110,7 @@ class RestartsCheck:
         # `max by` on every side: two kube-state-metrics replicas scraped side by side must neither double the
         # count nor make the join many-to-many.
         by = "max by (namespace, pod, container)"
-        step = f"{by} (clamp_min({restarts} - {restarts} offset 1m, 0))"
+        step = f"{by} ({restart_steps(restarts)})"
         fresh_reason = (
             f"max by (namespace, pod, container, reason) (timestamp({reason_selector})) "
             f">= bool on (namespace, pod, container) group_left() {by} (timestamp({restarts}))"

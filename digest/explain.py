@@ -201,18 +201,34 @@ def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offend
     # 3. Pods unready without a restart, no rollout.
     unready = [p for p in pods if p.labels.get("state") == "not ready" and p.spans and _overlaps(spans, p.spans, slack)]
     if unready and all(p.fact("restarts") == 0 for p in unready):
-        no_rollout = "no rollout that day" if rollouts_seen else "rollouts not observable"
+        if not rollouts_seen:
+            no_rollout = "rollouts not observable"
+        elif _events(deployments, "rollout"):
+            no_rollout = "no rollout of its Deployment"  # others rolled out: "that day" would contradict them
+        else:
+            no_rollout = "no rollout that day"
+        if not _observes(readiness, "kube_node_status_condition"):
+            # A node that stops reporting makes its pods unready too: without the nodes' condition, no telling.
+            return (
+                "",
+                f"{len(unready)} of its pods went unready without a restart — failing readiness probes or their "
+                f"node stopping to report, the data cannot tell which (nodes' condition not observable; {no_rollout})",
+                "",
+            )
+        throttled, words = _throttling(findings, namespace)
+        fix = _FIXES["readiness"] if throttled else _FIXES["probes"]
         return (
             "readiness",
-            f"{len(unready)} of its pods went unready without a restart{_throttling(findings, namespace)}"
-            f"{_probes(unready)} ({no_rollout})",
-            _FIXES["readiness"],
+            f"{len(unready)} of its pods went unready without a restart{words}{_probes(unready)}; {no_rollout}",
+            fix,
         )
     # 4. Pods that restarted.
+    listed_pods = set(listed)
     restarted = [
         o
         for o in _offenders(findings.get("restarts"))
-        if o.labels.get("namespace") == namespace and o.labels.get("pod", "").startswith(f"{service}-")
+        if o.labels.get("namespace") == namespace
+        and (o.labels.get("pod", "") in listed_pods or o.labels.get("pod", "").startswith(f"{service}-"))
     ]
     if restarted:
         count = sum(o.fact("restarts") or 0 for o in restarted)
@@ -234,17 +250,29 @@ def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offend
     return "", "no rollout, no pod seen unready or restarting: the data does not say why", ""
 
 
-def _throttling(findings: Findings, namespace: str) -> str:
+def _throttling(findings: Findings, namespace: str) -> tuple[bool, str]:
+    """Whether the namespace's containers were throttled, and the words that say it (or that it was not seen)."""
     throttling = findings.get("cpu_throttling")
     if throttling is None or throttling.status is Status.UNKNOWN:
-        return " (CPU throttling not observable)"
+        return False, " (CPU throttling not observable)"
     hot = [o for o in throttling.offenders if o.labels.get("namespace") == namespace] if _bad(throttling) else []
     if not hot:
-        return " with no CPU throttling seen (the probes' cause is not in these metrics)"
-    worst = max(hot, key=lambda o: o.fact("throttled_ratio") or 0.0)
-    ratio = worst.fact("throttled_ratio")
-    share = f", {fmt_percent(ratio)} of periods for {worst.labels.get('pod', '?')}" if ratio is not None else ""
-    return f" under CPU throttling{share}"
+        return False, " with no CPU throttling seen (the probes' cause is not in these metrics)"
+    worst = max(hot, key=lambda o: o.fact("worst_5m_ratio") or o.fact("throttled_ratio") or 0.0)
+    day, peak = worst.fact("throttled_ratio"), worst.fact("worst_5m_ratio")
+    # The worst 5 minutes say what the probes lived through; the day's ratio averages the quiet hours in.
+    share = ", ".join(
+        text
+        for text in (
+            f"{fmt_percent(peak)} of periods in its worst 5 minutes" if peak is not None else "",
+            f"{fmt_percent(day)} over the day" if day is not None else "",
+        )
+        if text
+    )
+    return (
+        True,
+        f" under CPU throttling ({worst.labels.get('pod', '?')}: {share})" if share else " under CPU throttling",
+    )
 
 
 def _probes(pods: Sequence[Offender]) -> str:
@@ -256,6 +284,7 @@ def _probes(pods: Sequence[Offender]) -> str:
 
 _FIXES = {
     "readiness": " Remove the CPU limit (keep the request) and give probes a timeout above the worst latency.",
+    "probes": " Give the probes a timeout above the worst latency and check what they depend on.",
     "node_not_ready": " Look at the node's kubelet and container runtime (journalctl -u kubelet) at that time.",
     "crash_loop": " Read the first error after each restart (kubectl logs --previous).",
 }

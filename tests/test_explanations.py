@@ -114,8 +114,9 @@ def _empty(*spans: Span, pods: str = "") -> Finding:
     )
 
 
-def _readiness(*pods: Offender, events: tuple[Event, ...] = (), probes: bool = False) -> Finding:
-    observed = ("kube_pod_status_ready", "kube_node_status_condition") + (("prober_probe_total",) if probes else ())
+def _readiness(*pods: Offender, events: tuple[Event, ...] = (), probes: bool = False, nodes: bool = True) -> Finding:
+    observed = ("kube_pod_status_ready",) + (("kube_node_status_condition",) if nodes else ())
+    observed += ("prober_probe_total",) if probes else ()
     return Finding(
         name="readiness",
         status=Status.CRIT if pods else Status.OK,
@@ -177,8 +178,10 @@ def test_unready_pods_under_throttling_without_a_rollout_name_readiness() -> Non
     pods = [_unready_pod(f"fastapi-abc-{i}", Span(T0 + 500, T0 + 950)) for i in range(4)]
     cause, text = _cause(_uh(), _empty(*EPISODES), _readiness(*pods), _deployments(), _throttled())
     assert cause == "readiness"
-    assert "4 of its pods went unready without a restart under CPU throttling, 62 % of periods" in text
-    assert "(no rollout that day)" in text
+    assert (
+        "4 of its pods went unready without a restart under CPU throttling (fastapi-abc-1: 62 % over the day)" in text
+    )
+    assert "; no rollout that day." in text
     assert "Recreate" not in text
     assert "readiness probes failed" not in text  # prober not scraped: no count, not "0 failed"
 
@@ -188,7 +191,7 @@ def test_without_rollout_families_readiness_evidence_still_speaks_but_says_what_
     pods = [_unready_pod("fastapi-abc-1", Span(T0 + 500, T0 + 950))]
     cause, text = _cause(_uh(), _empty(*EPISODES), _readiness(*pods), _deployments(observable=False), _throttled())
     assert cause == "readiness"
-    assert "(rollouts not observable)" in text
+    assert "; rollouts not observable." in text
 
 
 def test_no_readiness_nor_rollout_evidence_says_it_cannot_tell() -> None:
@@ -245,3 +248,20 @@ def test_a_rollout_is_tied_to_a_differently_named_service_by_the_pods_it_listed(
     cause, text = _cause(_uh(), _empty(*EPISODES, pods=listed), _readiness(), _deployments(rollout))
     assert cause == "rollout"
     assert "a rollout of prod/fastapi-v2 (strategy Recreate" in text
+
+
+def test_without_node_conditions_unready_pods_are_not_blamed_on_their_probes() -> None:
+    """Pods unready without a restart and no node condition series: probes or node, the sentence cannot tell."""
+    pods = [_unready_pod(f"fastapi-abc-{i}", Span(T0 + 500, T0 + 950)) for i in range(2)]
+    cause, text = _cause(_uh(), _empty(*EPISODES), _readiness(*pods, nodes=False), _deployments())
+    assert cause == ""
+    assert "failing readiness probes or their node stopping to report, the data cannot tell which" in text
+    assert "CPU limit" not in text
+
+
+def test_another_deployments_rollout_does_not_make_it_a_day_without_rollouts() -> None:
+    """Readiness is the cause, and the sentence says no rollout of its Deployment, not "no rollout that day"."""
+    pods = [_unready_pod("fastapi-abc-1", Span(T0 + 500, T0 + 950))]
+    other = _rollout("worker", 20_000, "RollingUpdate")
+    _, text = _cause(_uh(), _empty(*EPISODES), _readiness(*pods), _deployments(other), _throttled())
+    assert "; no rollout of its Deployment." in text

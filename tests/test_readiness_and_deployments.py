@@ -91,7 +91,7 @@ async def test_fifteen_second_scrapes_give_fifteen_second_precision(own_backends
     (service,) = endpoints.offenders
     assert service.fact("empty_seconds") == 45
     assert service.fact("resolution_seconds") == 15
-    assert "measured on 15 s scrapes: each duration is exact to one scrape" in endpoints.evidence
+    assert "measured on 15 s scrapes: each episode is known to one scrape at either end" in endpoints.evidence
 
     readiness = await _run(own_backends, window, ReadinessCheck(ReadinessPolicy()))
     assert readiness.status is Status.WARN
@@ -101,7 +101,7 @@ async def test_fifteen_second_scrapes_give_fifteen_second_precision(own_backends
     assert offender.fact("episodes") == 1
     assert "readiness_failures" not in offender.facts  # the prober is not scraped: not measured, not zero
     assert readiness.summary.startswith("web/shop-6f7d9c8b5-x2x4k not ready 2 min 15 s from 10:29 without a restart")
-    assert "measured on 15 s scrapes: each duration is exact to one scrape" in readiness.evidence
+    assert "measured on 15 s scrapes: each episode is known to one scrape at either end" in readiness.evidence
     assert "prober_probe_total" in readiness.unobserved[0]
 
 
@@ -190,3 +190,22 @@ async def test_rollouts_come_from_replicasets_with_their_strategy(own_backends: 
         "rollout of shop/api at 10:50: ReplicaSet api-5c6d7e8f9, RollingUpdate maxUnavailable 0, maxSurge 1" in line
         for line in finding.evidence
     )
+
+
+async def test_a_healthy_surge_step_is_not_lost_capacity(own_backends: EmbeddedBackends) -> None:
+    """The controller counts a not-yet-ready surge pod as unavailable; desired minus available says nothing was lost."""
+    window = _window(datetime(2025, 5, 9, 10, tzinfo=UTC))
+    grid = _grid(window, 30)
+    t0 = int(window.start.timestamp()) + 1800
+    surging = {t for t in grid if t0 <= t < t0 + 300}
+    ident = {"namespace": "shop", "deployment": "api"}
+    series = [
+        _up(window, 30),
+        _series("kube_deployment_spec_replicas", ident, grid, 4.0),
+        _series("kube_deployment_status_replicas_available", ident, grid, 4.0),
+        _series("kube_deployment_status_replicas_unavailable", ident, grid, lambda t: 1.0 if t in surging else 0.0),
+    ]
+    _load(own_backends, series, window)
+    finding = await _run(own_backends, window, DeploymentsCheck(DeploymentsPolicy()))
+    assert finding.status is Status.OK
+    assert finding.summary.startswith("no Deployment had an unavailable replica")

@@ -992,6 +992,9 @@ def deployment_series(
     if not replicasets:
         return
     yield _series("kube_deployment_spec_replicas", ident, times, [float(dep.replicas)] * len(times))
+    # Available = ready here (minReadySeconds 0); surge pods count once ready, so it may exceed spec.replicas.
+    available = [float(sum(1 for p in members if p.ready(t))) for t in times]
+    yield _series("kube_deployment_status_replicas_available", ident, times, available)
     created = sorted(r.created_s for r in replicasets)
     generation = [float(dep.generation_base + bisect_right(created, t)) for t in times]
     yield _series("kube_deployment_metadata_generation", ident, times, generation)

@@ -126,6 +126,10 @@ class RecreateRollout(HomelabDay):
         """Plan the status page's own lines: a start-up record per pod, then a component check every 5 minutes."""
         return status_page_logs(self, lab)
 
+    def day_facts(self) -> dict[str, object]:
+        """Return the rollouts and the strategy behind them."""
+        return {"rollouts.shop/status-page": len(ROLLOUTS), "deployment_strategy.shop/status-page": "Recreate"}
+
 
 def status_page_logs(day: HomelabDay, lab: Homelab) -> list[LogSource]:
     """The status page's lines on ``day``: a start-up record per pod, then a component check every 5 minutes."""
@@ -139,7 +143,3 @@ def status_page_logs(day: HomelabDay, lab: Homelab) -> list[LogSource]:
         groups = [TemplateGroup(STATUS_LINES, day._plan(p, "status-page", 288, flat_profile))]
         out.extend(day._runs(p, "status-page", groups, events))
     return out
-
-    def day_facts(self) -> dict[str, object]:
-        """Return the rollouts and the strategy behind them."""
-        return {"rollouts.shop/status-page": len(ROLLOUTS), "deployment_strategy.shop/status-page": "Recreate"}
