@@ -13,6 +13,11 @@ The interval is an hour divided by that count, rounded to the second (jitter mak
 read 29.75 s). The maximum, not the median: a pod that lived half an hour has half the samples, not a slower
 scrape. Two scrapers of the same target make different series (their ``instance`` differs), so they do not halve
 it. Fewer than two samples in every hour: unknown, and the caller uses its configured interval and says so.
+
+Known limit: the steps of a subquery fall on multiples of the step (Prometheus aligns them to the epoch), and each
+step reads the one scrape in (t - interval, t]. A scraper whose phase sits within its jitter of that grid (samples
+at t ± a few ms) sometimes puts two samples in one step and none in the next: counts then come out short, and say
+nothing of it. Centring the read on the measured phase needs a negative ``offset``; not done yet.
 """
 
 from __future__ import annotations
