@@ -196,7 +196,13 @@ def trend_lines(today: Digest, history: list[Digest], policy: Policy) -> tuple[s
         if median > 0 and finding.value >= factor * median:
             lines.append(f"{finding.name} ×{fmt_int(finding.value / median)} vs {basis} ({_show(finding, median)})")
         elif median == 0 and finding.value > 0 and finding.status is not Status.OK:
-            before = "the previous day" if len(seen) == 1 else f"the {len(seen)} previous days"
+            if len(seen) == len(history):
+                before = "the previous day" if len(seen) == 1 else f"the {len(seen)} previous days"
+            elif len(seen) == 1:
+                # Not "the previous day" unless it is yesterday: the one day with data may be a week back.
+                before = "the previous day" if past[0] is not None else "the one earlier day with data"
+            else:
+                before = f"the {len(seen)} earlier days with data"
             lines.append(f"{finding.name} {_show(finding, finding.value)}, none on {before}")
     if history:
         yesterday = history[0]
