@@ -18,6 +18,7 @@ A day that never had the family is not digested twice: its cell reads "absent".
 from __future__ import annotations
 
 import asyncio
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -207,6 +208,7 @@ def test_causes_never_change_when_an_optional_exporter_is_missing(corpus_backend
     finally:
         for server in servers:
             server.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _show(causes: dict[str, str]) -> str:
