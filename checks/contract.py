@@ -172,6 +172,10 @@ class Span:
     def seconds(self) -> float:
         return self.end - self.start
 
+    def shared_seconds(self, other: Span) -> float:
+        """How long the two spans overlap (0 when they do not)."""
+        return max(0.0, min(self.end, other.end) - max(self.start, other.start))
+
     def overlaps(self, other: Span, slack: float = 0.0) -> bool:
         """Whether the two spans share a moment, each widened by ``slack`` seconds (one scrape's uncertainty)."""
         return self.start - slack < other.end and other.start - slack < self.end

@@ -93,6 +93,7 @@ class _Pod:
     namespace: str
     pod: str
     steps: int  # not-ready steps in the window, start-up included
+    step: int  # seconds per step
     detailed: bool = False
     unready: list[Span] = field(default_factory=list)  # after it had been ready (or since before the window)
     startup: Span | None = None
@@ -105,7 +106,8 @@ class _Pod:
 
     @property
     def unready_seconds(self) -> float:
-        return sum(span.seconds for span in self.unready)
+        # A pod not read in detail has its count of not-ready steps and no episodes: no moment is invented for it.
+        return sum(span.seconds for span in self.unready) if self.detailed else self.steps * self.step
 
     @property
     def startup_seconds(self) -> float:
@@ -202,7 +204,7 @@ class ReadinessCheck:
                 return absent
         pods = {
             (sample.labels.get("namespace", ""), sample.labels.get("pod", "")): _Pod(
-                sample.labels.get("namespace", ""), sample.labels.get("pod", ""), round(sample.value)
+                sample.labels.get("namespace", ""), sample.labels.get("pod", ""), round(sample.value), step
             )
             for sample in not_ready
         }
@@ -228,7 +230,8 @@ class ReadinessCheck:
         ]
         if not worst:
             return ""
-        queries = self.queries(window, step, [(p.namespace, p.pod) for p in worst])
+        asked = {(p.namespace, p.pod) for p in worst}
+        queries = self.queries(window, step, sorted(asked))
         try:
             detail, restarts, nodes, services = await asyncio.gather(
                 sources.metrics.range(queries["detail"], window.start + timedelta(seconds=step), window.end, step),
@@ -240,7 +243,7 @@ class ReadinessCheck:
             return str(exc)
         for series in detail:
             item = pods.get((series.labels.get("namespace", ""), series.labels.get("pod", "")))
-            if item is not None and item in worst:
+            if item is not None and (item.namespace, item.pod) in asked:
                 _episodes(item, series, window, step)
         for sample in restarts:
             item = pods.get((sample.labels.get("namespace", ""), sample.labels.get("pod", "")))
@@ -276,11 +279,8 @@ class ReadinessCheck:
     ) -> Finding:
         policy = self.policy
         for item in pods.values():
-            if not item.detailed:
-                # Not asked in detail: every not-ready step counts, start-up included (said below).
-                item.unready = [Span(window.end.timestamp() - item.steps * step, window.end.timestamp())]
             spans = node_spans.get(item.node, [])
-            item.with_node_seconds = sum(_overlap(a, b) for a in item.unready for b in spans)
+            item.with_node_seconds = sum(a.shared_seconds(b) for a in item.unready for b in spans)
         slow = policy.startup_minutes * 60
 
         def counted(item: _Pod) -> float:
@@ -424,11 +424,9 @@ def _episodes(item: _Pod, series: RangeSeries, window: Window, step: int) -> Non
     item.unready = episodes
 
 
-def _overlap(a: Span, b: Span) -> float:
-    return max(0.0, min(a.end, b.end) - max(a.start, b.start))
-
-
 def _state(item: _Pod) -> str:
+    if not item.detailed:
+        return "not ready"
     if item.never_ready:
         return "never ready"
     if item.unready:
@@ -443,7 +441,7 @@ def _describe(item: _Pod, window: Window) -> str:
         if item.restarts:
             text += ", restarting: see restarts"
         return text + ")"
-    if not item.unready:
+    if item.detailed and not item.unready:
         return f"{who} took {fmt_duration(item.startup_seconds)} to become ready"
     text = f"{who} not ready {fmt_duration(item.unready_seconds)}"
     if item.detailed and len(item.unready) > 1:
@@ -467,7 +465,7 @@ def _hint(flagged: Sequence[_Pod]) -> str:
     hints = ["A pod not ready is out of its Service."]
     if any(item.with_node_seconds > 0 for item in flagged):
         hints.append("Its node stopped reporting: the node's kubelet and container runtime at that time.")
-    if any(item.unready and item.with_node_seconds == 0 for item in flagged):
+    if any((item.unready or not item.detailed) and item.with_node_seconds == 0 for item in flagged):
         hints.append(
             "Its readiness probe failed: `kubectl describe pod` shows the last failures; compare the probe's timeout "
             "with the container's latency under load (cpu_throttling) and with its dependencies."

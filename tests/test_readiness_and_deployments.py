@@ -209,3 +209,23 @@ async def test_a_healthy_surge_step_is_not_lost_capacity(own_backends: EmbeddedB
     finding = await _run(own_backends, window, DeploymentsCheck(DeploymentsPolicy()))
     assert finding.status is Status.OK
     assert finding.summary.startswith("no Deployment had an unavailable replica")
+
+
+async def test_pods_beyond_the_detail_limit_get_no_invented_moments(own_backends: EmbeddedBackends) -> None:
+    """A pod not read in detail keeps its measured not-ready time and has no episodes a rule could overlap."""
+    window = _window(datetime(2025, 5, 10, 10, tzinfo=UTC))
+    grid = _grid(window, 30)
+    t0 = int(window.start.timestamp()) + 1800
+    series = [_up(window, 30)]
+    for index, minutes in enumerate((10, 5)):
+        unready = {t for t in grid if t0 <= t < t0 + minutes * 60}
+        pod = {"namespace": "web", "pod": f"shop-6f7d9c8b5-x2x4{index}", "uid": f"u{index}"}
+        series.append(
+            _series("kube_pod_status_ready", {**pod, "condition": "true"}, grid, lambda t, u=unready: float(t not in u))
+        )
+    _load(own_backends, series, window)
+    finding = await _run(own_backends, window, ReadinessCheck(ReadinessPolicy(detail_pods=1)))
+    detailed, counted = finding.offenders
+    assert (detailed.fact("not_ready_seconds"), len(detailed.spans)) == (600, 1)
+    assert (counted.fact("not_ready_seconds"), counted.spans, counted.labels["state"]) == (300, (), "not ready")
+    assert "episodes" not in counted.facts
