@@ -6,7 +6,7 @@ day's findings (no query of its own), so it fires on exactly the evidence the di
 from the findings' typed facts and spans (`checks.contract.Quantity`, `Span`), so "not measured" is never read as 0,
 and from the sources each finding says it read (``observed``) or could not (``unobserved``).
 
-**No cause without its evidence.** Every cause a rule may name lists the evidence it requires (`CAUSES`). When that
+**No cause without its evidence.** Every cause a rule may name requires the evidence listed with it below. When that
 evidence was not observable (an exporter absent), the sentence says what cannot be told instead of falling through
 to the next cause. A cause is never chosen because the others were not seen.
 
@@ -43,17 +43,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from checks.contract import Event, Finding, Offender, Span, Status, fmt_duration, fmt_int, fmt_percent
-
-# What each cause needs to be named (check: what in it), so that a reader — and the tests — know what a sentence
-# rests on. A cause whose evidence is missing is said to be unobservable, never guessed.
-CAUSES: dict[str, tuple[str, ...]] = {
-    "node_not_ready": ("readiness: kube_node_status_condition spans", "readiness: pods unready on that node"),
-    "rollout": (
-        "deployments: kube_replicaset_created + kube_replicaset_owner, or kube_deployment_metadata_generation",
-    ),
-    "readiness": ("readiness: kube_pod_status_ready, pods unready without a restart", "deployments: no rollout"),
-    "crash_loop": ("restarts: kube_pod_container_status_restarts_total",),
-}
 
 
 @dataclass(frozen=True)
@@ -215,7 +204,7 @@ def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offend
                 f"node stopping to report, the data cannot tell which (nodes' condition not observable; {no_rollout})",
                 "",
             )
-        throttled, words = _throttling(findings, namespace)
+        throttled, words = _throttling(findings, namespace, {p.labels.get("pod", "") for p in unready})
         fix = _FIXES["readiness"] if throttled else _FIXES["probes"]
         return (
             "readiness",
@@ -250,14 +239,18 @@ def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offend
     return "", "no rollout, no pod seen unready or restarting: the data does not say why", ""
 
 
-def _throttling(findings: Findings, namespace: str) -> tuple[bool, str]:
-    """Whether the namespace's containers were throttled, and the words that say it (or that it was not seen)."""
+def _throttling(findings: Findings, namespace: str, pods: set[str]) -> tuple[bool, str]:
+    """Whether these pods' containers were throttled, and the words that say it (or that it was not seen)."""
     throttling = findings.get("cpu_throttling")
     if throttling is None or throttling.status is Status.UNKNOWN:
         return False, " (CPU throttling not observable)"
-    hot = [o for o in throttling.offenders if o.labels.get("namespace") == namespace] if _bad(throttling) else []
+    bad = throttling.offenders if _bad(throttling) else ()
+    hot = [o for o in bad if o.labels.get("namespace") == namespace and o.labels.get("pod") in pods]
     if not hot:
-        return False, " with no CPU throttling seen (the probes' cause is not in these metrics)"
+        if len(bad) < (throttling.value or 0):
+            # Only the worst containers are listed: these pods may be throttled below them.
+            return False, " (CPU throttling of these pods not among the containers listed)"
+        return False, " with no CPU throttling seen on them (the probes' cause is not in these metrics)"
     worst = max(hot, key=lambda o: o.fact("worst_5m_ratio") or o.fact("throttled_ratio") or 0.0)
     day, peak = worst.fact("throttled_ratio"), worst.fact("worst_5m_ratio")
     # The worst 5 minutes say what the probes lived through; the day's ratio averages the quiet hours in.
@@ -325,9 +318,7 @@ def stuck_rollout(findings: Findings) -> Explanation | None:
         restarted = [
             o
             for o in _offenders(findings.get("restarts"))
-            if o.labels.get("namespace") == namespace
-            and _owned(o.labels.get("pod", ""), event)
-            and o.labels.get("pod", "").startswith(f"{replicaset}-")
+            if o.labels.get("namespace") == namespace and o.labels.get("pod", "").startswith(f"{replicaset}-")
         ]
         never = [
             o

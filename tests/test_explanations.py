@@ -209,6 +209,15 @@ def test_a_recreate_rollout_in_the_episodes_is_named_with_its_strategy() -> None
     assert "a rollout of prod/fastapi (strategy Recreate" in text
 
 
+def test_throttling_of_other_pods_in_the_namespace_is_not_named() -> None:
+    """Another workload of the namespace was throttled, not the Service's pods: no "under CPU throttling"."""
+    pods = [_unready_pod("fastapi-def-9", Span(T0 + 500, T0 + 950))]
+    cause, text = _cause(_uh(), _empty(*EPISODES), _readiness(*pods), _deployments(), _throttled())
+    assert cause == "readiness"
+    assert "under CPU throttling" not in text
+    assert "with no CPU throttling seen on them" in text
+
+
 def test_a_rollout_at_another_time_is_not_the_cause() -> None:
     """A RollingUpdate of another Deployment hours away from the episodes does not explain them."""
     pods = [_unready_pod("fastapi-abc-1", Span(T0 + 500, T0 + 950))]
