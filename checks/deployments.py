@@ -69,6 +69,13 @@ from checks.resolution import Resolution, resolve, runs, step_for
 
 NAME = "deployments"
 _UNAVAILABLE = "kube_deployment_status_replicas_unavailable"
+# The optional families the verdict leans on, by what each makes observable.
+_FAMILIES = {
+    "replicaset": "kube_replicaset_created",
+    "generation": "kube_deployment_metadata_generation",
+    "strategy": "kube_deployment_spec_strategy_rollingupdate_max_surge",
+    "progress": "kube_replicaset_status_ready_replicas",
+}
 
 Key = tuple[str, str]  # (namespace, deployment)
 
@@ -152,14 +159,10 @@ class DeploymentsCheck:
                 f"max by (namespace, replicaset) (last_over_time(kube_replicaset_spec_replicas[{step}s]))"
             ),
             "generation": f"{by} (changes(kube_deployment_metadata_generation[{rng}])) > 0",
-            "families": (
-                'label_replace(count(count_over_time(kube_replicaset_created[{rng}])), "family", "replicaset", "", "") '
-                'or label_replace(count(count_over_time(kube_deployment_metadata_generation[{rng}])), "family", '
-                '"generation", "", "") or label_replace(count(count_over_time('
-                'kube_deployment_spec_strategy_rollingupdate_max_surge[{rng}])), "family", "strategy", "", "") '
-                'or label_replace(count(count_over_time(kube_replicaset_status_ready_replicas[{rng}])), "family", '
-                '"progress", "", "")'
-            ).replace("{rng}", rng),
+            "families": " or ".join(
+                f'label_replace(count(count_over_time({metric}[{rng}])), "family", "{family}", "", "")'
+                for family, metric in _FAMILIES.items()
+            ),
             "max_unavailable": (
                 f"{by} (last_over_time(kube_deployment_spec_strategy_rollingupdate_max_unavailable[{rng}]))"
             ),
@@ -222,12 +225,12 @@ class DeploymentsCheck:
                 'owner_kind="Deployment"', f'owner_kind="Deployment", replicaset=~"{names}"'
             )
             progress_query = queries["progress"].replace("[", f'{{replicaset=~"{names}"}}[')
-            owners_rows, progress_rows = await asyncio.gather(
-                sources.metrics.instant(owners_query, window.end),
-                sources.metrics.range(progress_query, window.start + timedelta(seconds=step), window.end, step)
-                if progress_observable
-                else _no_series(),
-            )
+            owners_rows = await sources.metrics.instant(owners_query, window.end)
+            progress_rows: Sequence[RangeSeries] = ()
+            if progress_observable:
+                progress_rows = await sources.metrics.range(
+                    progress_query, window.start + timedelta(seconds=step), window.end, step
+                )
             owner = {
                 (row.labels.get("namespace", ""), row.labels.get("replicaset", "")): row.labels.get("owner_name", "")
                 for row in owners_rows
@@ -509,12 +512,6 @@ def shortfall(step: int, matchers: str = "") -> str:
         f"(clamp_min({last('kube_deployment_spec_replicas')} - {last('kube_deployment_status_replicas_available')}, 0)"
         f" or {last(_UNAVAILABLE)})"
     )
-
-
-def _no_series() -> asyncio.Future[list[RangeSeries]]:
-    future: asyncio.Future[list[RangeSeries]] = asyncio.get_running_loop().create_future()
-    future.set_result([])
-    return future
 
 
 def _key(sample: Sample) -> Key:

@@ -55,6 +55,20 @@ def _prefixed(prefix: str) -> Transform:
     return transform
 
 
+_ROLLOUT_FAMILIES = (
+    "kube_deployment_metadata_generation",
+    "kube_deployment_status_observed_generation",
+    "kube_deployment_spec_strategy_rollingupdate_max_unavailable",
+    "kube_deployment_spec_strategy_rollingupdate_max_surge",
+)
+
+
+def _rollout_families(series: Series) -> Iterator[Series]:
+    name = series.labels["__name__"]
+    if not name.startswith("kube_replicaset_") and name not in _ROLLOUT_FAMILIES:
+        yield series
+
+
 def _alerting(series: Series) -> Iterator[Series]:
     name = series.labels["__name__"]
     if name in ("ALERTS", "ALERTS_FOR_STATE"):
@@ -122,19 +136,7 @@ FAMILIES = (
     Family("Istio", _prefixed("istio_")),
     # kube-state-metrics with --resources restricted (no replicasets) and an allowlist without the Deployment's
     # generation and strategy: rollouts are then not observable, and must not be guessed.
-    Family(
-        "ReplicaSets, generation, strategy",
-        lambda series: (
-            _prefixed("kube_replicaset_")(series)
-            if series.labels["__name__"].startswith("kube_replicaset_")
-            else _without(
-                "kube_deployment_metadata_generation",
-                "kube_deployment_status_observed_generation",
-                "kube_deployment_spec_strategy_rollingupdate_max_unavailable",
-                "kube_deployment_spec_strategy_rollingupdate_max_surge",
-            )(series)
-        ),
-    ),
+    Family("ReplicaSets, generation, strategy", _rollout_families),
     Family("ALERTS / vmalert", _alerting),
 )
 
