@@ -43,7 +43,7 @@ from checks.contract import (
     grade,
     unknown,
 )
-from checks.logsql import any_of_regex, field_name
+from checks.logsql import any_of_regex, exact, field_name
 
 NAME = "error_lines"
 _DAY_SECONDS = 86_400
@@ -181,7 +181,7 @@ class ErrorLinesCheck:
             namespace, workload = ranked[0][1]
             hint = (
                 f"Read the first errors of {namespace}/{workload} (LogsQL: {window.logsql_time_filter()} "
-                f'{field_name(policy.namespace_field)}:="{namespace}" | sort by (_time) | limit 20) and look for a '
+                f"{exact(policy.namespace_field, namespace)} | sort by (_time) | limit 20) and look for a "
                 "retry loop without backoff; cap per-pod log volume in the shipper."
             )
         return Finding(

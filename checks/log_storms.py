@@ -49,7 +49,7 @@ from checks.contract import (
     unknown,
 )
 from checks.error_lines import workload_of
-from checks.logsql import field_name
+from checks.logsql import exact, field_name
 
 NAME = "log_storms"
 
@@ -195,10 +195,10 @@ class LogStormsCheck:
             )
             if len(over) > 1:
                 summary += f"; {len(over)} pods over budget"
-            field = field_name(policy.pod_field)
             hint = (
                 f"Look at what {first.namespace}/{first.workload} repeats (LogsQL: {window.logsql_time_filter()} "
-                f'{field}:="{first.pod}" | collapse_nums | top 5 by (_msg)) — usually a retry loop without backoff — '
+                f"{exact(policy.pod_field, first.pod)} | collapse_nums | top 5 by (_msg)) — usually a retry loop "
+                "without backoff — "
                 "and cap per-pod volume in the shipper (Vector's throttle transform) so one pod cannot flood the rest."
             )
         else:

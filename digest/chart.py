@@ -36,6 +36,11 @@ would read as "all quiet". Within a panel, a bucket in which the backend holds n
 (the shipper or the gateway was silent) is a hatched gap, not a zero. A panel that saw its lines and found nothing
 to draw (no error line, no 5xx) says so in words.
 
+Every label- or log-derived string drawn or captioned (workload and flag labels, the node, the headline, a
+backend's error) goes through `digest.safe_text`: control and bidi characters become visible escapes and ``$``
+cannot switch on matplotlib's math mode. A legend label longer than `LEGEND_LABEL_LIMIT` characters (a 300-character
+pod name would run off the 1080 px figure) keeps its start and end around an ellipsis: ``payments-api-…-7d9f8``.
+
 Rendering uses matplotlib's object API on the Agg canvas (``Figure`` + ``FigureCanvasAgg``), matplotlib's recipe
 for servers: pyplot's global figure registry is never touched, so nothing is left open and it is safe to call from
 a worker thread (``asyncio.to_thread(render_chart, …)``) in the bot.
@@ -74,6 +79,7 @@ from checks.error_lines import ErrorLinesCheck, workload_of
 from checks.logsql import field_name
 from checks.promql import quote
 from digest.policy import Policy
+from digest.safe_text import for_matplotlib, middle_ellipsis, visible
 
 CAPTION_LIMIT = 1024  # Telegram's limit for a photo caption
 CONNTRACK_STEP_SECONDS = 300
@@ -98,6 +104,9 @@ _LABEL_PT = 12
 _TICK_PT = 12
 _LEGEND_PT = 11
 _LINE_WIDTH = 2.8
+# Characters of a series' name in a legend: the widest that fits beside its count at the legend's size.
+LEGEND_LABEL_LIMIT = 40
+_NODE_LIMIT = 24  # characters of the node's name in the conntrack panel's title
 
 
 @dataclass(frozen=True)
@@ -455,7 +464,8 @@ def chart_caption(headline: str, data: ChartData) -> str:
         fill = data.conntrack
         at = f" near {local_time(fill.peak_at, data.window)}" if fill.peak_at is not None else ""
         conntrack = f"Conntrack: peak {fmt_percent(fill.peak)} on {fill.node}{at}"
-    caption = f"{_short(headline, 200)}\n{errors} · {flags} · {conntrack}"
+    # The headline and each panel's line carry labels and backend errors: made visible, the newline between is ours.
+    caption = f"{_short(visible(headline), 200)}\n{visible(errors)} · {visible(flags)} · {visible(conntrack)}"
     return caption if len(caption) <= CAPTION_LIMIT else caption[: CAPTION_LIMIT - 1] + "…"
 
 
@@ -497,7 +507,7 @@ def _message(ax: Axes, text: str, muted: bool = True) -> None:
     ax.text(
         0.5,
         0.5,
-        textwrap.fill(text, width=50),
+        for_matplotlib(textwrap.fill(visible(text), width=50)),
         transform=ax.transAxes,
         ha="center",
         va="center",
@@ -571,6 +581,12 @@ def _shade_unseen(ax: Axes, data: ChartData, unseen: Sequence[tuple[float, float
         )
 
 
+def legend_label(counts: Counts) -> str:
+    """A series' legend entry: its name made visible and cut to `LEGEND_LABEL_LIMIT` around "…", then its total."""
+    name = middle_ellipsis(visible(counts.label), LEGEND_LABEL_LIMIT)
+    return for_matplotlib(f"{name} · {fmt_int(counts.total)}")
+
+
 def _legend(ax: Axes) -> None:
     # "best" places the legend where it covers the fewest bars, points and lines (the thresholds included).
     ax.legend(loc="best", fontsize=_LEGEND_PT, frameon=True, framealpha=0.92, edgecolor="#CCCCCC", borderpad=0.5)
@@ -598,7 +614,7 @@ def _draw_errors(ax: Axes, data: ChartData) -> None:
             fill=position == 0,
             alpha=0.85 if position == 0 else 1.0,
             zorder=2 + position,
-            label=f"{counts.label} · {fmt_int(counts.total)}",
+            label=legend_label(counts),
         )
     _shade_gaps(ax, edges, panel.blind, "no log line")
     _style_counts_axis(ax, max(counts.peak for counts in panel.series), len(panel.series) + any(panel.blind))
@@ -634,7 +650,7 @@ def _draw_flags(ax: Axes, data: ChartData) -> None:
             align="edge",
             color=colour,
             zorder=2,
-            label=f"{counts.label} · {fmt_int(counts.total)}",
+            label=legend_label(counts),
         )
         bottoms = [bottom + height for bottom, height in zip(bottoms, heights, strict=True)]
     _shade_gaps(ax, edges, panel.blind, "no access log")
@@ -665,11 +681,11 @@ def _draw_conntrack(ax: Axes, data: ChartData) -> None:
         return
     # The one line is named in the title and the policy's lines where they start: a legend box would hide either
     # the data or the thresholds, since the fill can reach any height.
-    node = fill.node if len(fill.node) <= 24 else fill.node[:23] + "…"
+    node = middle_ellipsis(visible(fill.node), _NODE_LIMIT)
     title = f"Conntrack fill · {node}"
     if fill.peak_at is not None:
         title += f" · peak {fmt_percent(fill.peak)} at {local_time(fill.peak_at, data.window)}"
-    _panel_title(ax, title)
+    _panel_title(ax, for_matplotlib(title))
     times, values = _conntrack_line(fill)
     highest = max(value for _, value in fill.points)
     ax.fill_between(times, values, color=_SERIES_COLOURS[1], alpha=0.15, linewidth=0)
@@ -753,13 +769,23 @@ def render_chart(data: ChartData, path: Path, title: str, unseen: Sequence[tuple
     them: each panel shades those of its own sources (`PANEL_SOURCES`), so a quiet stretch of a line is never read
     as a calm one. A long title (the headline's unseen parts) is wrapped.
     """
+    figure = chart_figure(data, title, unseen)
+    try:
+        figure.savefig(path, format="png", dpi=_DPI)
+    finally:
+        figure.clear()  # drop every artist now rather than at the next garbage collection
+
+
+def chart_figure(data: ChartData, title: str, unseen: Sequence[tuple[float, float, str]] = ()) -> Figure:
+    """The chart's figure on an Agg canvas, drawn but not saved (`render_chart` saves it; tests inspect it)."""
     # Constrained layout (matplotlib's successor of tight_layout) fits titles, legends and tick labels.
     layout = ConstrainedLayoutEngine(h_pad=0.1, hspace=0.07, w_pad=0.08)
     figure = Figure(figsize=_FIG_SIZE, dpi=_DPI, layout=layout, facecolor="white")
     FigureCanvasAgg(figure)  # attaches the Agg canvas to the figure; no window, no pyplot
     try:
         axes = figure.subplots(3, 1, sharex=True, height_ratios=(1.15, 1.0, 1.0))
-        figure.suptitle(_wrapped(title), fontsize=_TITLE_PT, fontweight="bold", color=_TEXT_COLOUR)
+        heading = for_matplotlib(_wrapped(visible(title)))
+        figure.suptitle(heading, fontsize=_TITLE_PT, fontweight="bold", color=_TEXT_COLOUR)
         for ax in axes:
             ax.tick_params(labelsize=_TICK_PT, colors=_TEXT_COLOUR)
             ax.tick_params(axis="x", which="major", length=6, width=1.2)
@@ -769,6 +795,7 @@ def render_chart(data: ChartData, path: Path, title: str, unseen: Sequence[tuple
         _draw_flags(axes[1], data)
         _draw_conntrack(axes[2], data)
         _time_axis(axes[2], data)
-        figure.savefig(path, format="png", dpi=_DPI)
-    finally:
-        figure.clear()  # drop every artist now rather than at the next garbage collection
+    except BaseException:
+        figure.clear()
+        raise
+    return figure

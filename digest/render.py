@@ -1,10 +1,15 @@
-"""Rendering a `Digest` for people (plain text, Telegram HTML) and for programs (JSON).
+r"""Rendering a `Digest` for people (plain text, Telegram HTML) and for programs (JSON).
 
 Text and HTML come from Jinja2 templates in ``templates/``; the HTML environment autoescapes, so pod names and log
 text such as ``<script>`` or ``&`` arrive as ``&lt;script&gt;`` and ``&amp;``, and the templates use only tags that
 Telegram's HTML parse mode accepts (``b``, ``i``, ``code``). The headline comes first because the message is read
 on a phone: status, score, cluster, window — then what could not be checked, then one line per deduction with its
 evidence, then the healthy checks, then the hints.
+
+Hostile characters: both environments pass every ``{{ … }}`` value through `digest.safe_text.finalize` before any
+HTML escaping, so a NUL, a newline or a bidi override in a label or a log field is shown as a visible escape
+(``\u202e``) in the text and the HTML, whichever template line prints it; the JSON keeps exact values with those
+characters written as ``\uXXXX`` escapes (`digest.safe_text.escape_json`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from checks.contract import Coverage, Finding, Status
 from checks.coverage import PARTIAL, phrases
+from digest.safe_text import escape_json, finalize
 from digest.score import Digest, DigestStatus
 
 if TYPE_CHECKING:
@@ -37,6 +43,8 @@ def _environment(autoescape: bool) -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=False,
         undefined=jinja2.StrictUndefined,
+        # Every printed value, label- or log-derived or not: no template line can forget it (before HTML escaping).
+        finalize=finalize,
     )
 
 
@@ -49,7 +57,8 @@ class Renderer:
     def render(self, digest: Digest, fmt: str) -> str:
         """The digest in ``fmt`` (text, html or json)."""
         if fmt == "json":
-            return json.dumps(to_json(digest), ensure_ascii=False, indent=2)
+            # Readable UTF-8, except the characters that could deceive a reader or a terminal: \uXXXX escapes.
+            return escape_json(json.dumps(to_json(digest), ensure_ascii=False, indent=2))
         return self._template(fmt).render(**_context(digest)).strip() + "\n"
 
     def preload(self, *formats: str) -> Renderer:
