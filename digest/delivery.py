@@ -6,28 +6,53 @@ blocked, chat not found, any other 400) are not retried, as healthchecks disting
 Telegram refuses ("can't parse entities") is resent as plain text rather than lost. A group that became a
 supergroup (``migrate_to_chat_id``) is followed, remembered and logged.
 
-`Poster.post_once` wraps a delivery in the exactly-once protocol of `digest.state`: claim, compute, send, record.
+`Poster.post_once` wraps a delivery in the exactly-once protocol of `digest.state`: claim, compute, store the parts,
+send each part not yet accepted, record. Exactly once holds *per part*: the digest's messages ("(1/2)", "(2/2)") and
+the chart photo after them are each recorded with their Telegram message id when accepted, so a retry (the bot's
+5-minute recheck) or a rerun (the CronJob's ``digest run --post``) sends only what is still owed. The rerun sends
+the parts' *stored* content, never a recomputation: the same window's digest could be recomputed with other words
+or split into another number of parts, and mixing "(1/2)" of one text with "(2/3)" of another would be silent
+nonsense. The chart is a part like the others: a chart refused for a transient reason keeps the delivery owed (the
+rerun sends the chart alone); a chart refused for good (Telegram will never take it) is logged and noted on the
+delivery, which is then done — holding it open would retry forever what cannot succeed, for a bonus to a digest
+that did arrive. A chart that could not be *drawn* is left out (logged), as before.
+
+Everything the Telegram API root answers is translated once, here, into `DeliveryError`: `BotApiRequest` turns an
+answer that is not the Bot API's — a redirect, an HTML page, malformed JSON, JSON without ``"ok"`` — into
+`NotBotApiError` (a ``NetworkError``) instead of python-telegram-bot's bare ``KeyError`` or its logged traceback,
+and the retry loop turns every ``TelegramError`` into a one-line `DeliveryError`. During a send such an answer is
+transient (a proxy's error page or a cut-off body: retried within the budget, recorded as a failure a later run
+retries). When the bot is opened (`open_bot`, the first request, before anything is claimed) a redirect, page or
+malformed answer with a status below 500 means the root is not the Bot API at all — a wrong
+``DIGEST_TELEGRAM_API_URL`` — so it fails at once instead of after five minutes; a 5xx there is retried as usual.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
+from typing import Any
 
 from telegram import Bot, LinkPreviewOptions, Message
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
+from telegram.request import HTTPXRequest
 
-from digest.state import DeliveryState, StateError
+from digest.state import DeliveryState, Part, PartKind, StateError
 from digest.telegram_text import MAX_CAPTION, fit_utf16, plain_from_html, split_html
 
 log = logging.getLogger(__name__)
+
+# A reason quoted in a log line, the state file or stderr stays one readable line (a proxy's page can be long).
+_MAX_REASON = 200
 
 
 class Outcome(StrEnum):
@@ -46,6 +71,50 @@ class DeliveryError(Exception):
     def __init__(self, message: str, permanent: bool) -> None:
         super().__init__(message)
         self.permanent = permanent
+
+
+class NotBotApiError(NetworkError):
+    """The Telegram API root answered something that is not the Bot API (a redirect, a page, malformed JSON)."""
+
+    def __init__(self, what: str, status: int) -> None:
+        super().__init__(f"the Telegram API answered {what} (HTTP {status}), not the Bot API")
+        self.status = status
+
+
+def _not_bot_api(status: int, payload: bytes) -> str | None:
+    """What an answer is when it is not the Bot API's JSON object with ``ok`` (and a ``result`` on success)."""
+    text = payload.strip()
+    if not text:
+        return "an empty body"
+    try:
+        data = json.loads(text.decode("utf-8", "replace"))
+    except ValueError:
+        if text[:1] == b"<":
+            return "an HTML page"
+        return "malformed JSON" if text[:1] in (b"{", b"[") else "a body that is not JSON"
+    if not isinstance(data, dict) or "ok" not in data:
+        return 'JSON without "ok"'
+    if 200 <= status < 300 and (data["ok"] is not True or "result" not in data):
+        return 'a success without "result"'
+    return None
+
+
+class BotApiRequest(HTTPXRequest):
+    """python-telegram-bot's HTTP client, refusing any answer that is not the Bot API's with `NotBotApiError`.
+
+    Without it, JSON lacking ``result`` escapes as a bare ``KeyError``, a non-JSON body is logged with a traceback
+    before becoming "Invalid server response", and a redirect's empty body ends up quoted in the error.
+    """
+
+    async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        # The request goes out exactly as python-telegram-bot built it; only the answer is checked.
+        status, payload = await super().do_request(*args, **kwargs)
+        if 300 <= status < 400:
+            raise NotBotApiError("a redirect", status)
+        what = _not_bot_api(status, payload)
+        if what is not None:
+            raise NotBotApiError(what, status)
+        return status, payload
 
 
 @dataclass(frozen=True)
@@ -79,6 +148,85 @@ class PostResult:
 
 def _seconds(value: float | timedelta) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _short(text: str) -> str:
+    """``text`` on one line and at most ``_MAX_REASON`` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= _MAX_REASON else line[: _MAX_REASON - 1] + "…"
+
+
+@dataclass
+class _Attempts:
+    """The retry budget of one request: backoff delays, and giving up when the next wait would exceed the budget."""
+
+    retry: RetryPolicy
+    sleep: Callable[[float], Awaitable[None]]
+    random_unit: Callable[[], float]
+    started: float = field(default_factory=time.monotonic)
+    waited: float = 0.0  # the delays asked of sleep, so the budget holds whatever clock the sleep follows
+    count: int = 0
+
+    def backoff(self) -> float:
+        delay = min(self.retry.max_delay_seconds, self.retry.base_delay_seconds * 2.0**self.count)
+        return delay + delay * self.retry.jitter_ratio * self.random_unit()
+
+    async def wait(self, delay: float, reason: str, what: str) -> None:
+        """Sleep ``delay`` before the next attempt, or raise a transient `DeliveryError` if the budget is spent."""
+        self.count += 1
+        if max(time.monotonic() - self.started, self.waited) + delay > self.retry.total_seconds:
+            raise DeliveryError(
+                f"gave up after {self.count} attempts in {self.retry.total_seconds:g} s ({reason})", permanent=False
+            )
+        log.info("%s: %s; retrying in %.1f s", what, reason, delay)
+        self.waited += delay
+        await self.sleep(delay)
+
+
+@asynccontextmanager
+async def open_bot(
+    token: str,
+    api_root: str,
+    retry: RetryPolicy | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    random_unit: Callable[[], float] = random.random,
+) -> AsyncIterator[Bot]:
+    """A `Bot` on ``api_root`` with `BotApiRequest`, initialised (``getMe``); `DeliveryError` if that fails.
+
+    A 429, a timeout or a 5xx is retried within ``retry``; an answer that shows the root is not the Bot API, or a
+    refused token, fails at once (see the module docstring). The token never appears in the error.
+    """
+    root = api_root.rstrip("/")
+    bot = Bot(
+        token,
+        base_url=f"{root}/bot",
+        base_file_url=f"{root}/file/bot",
+        request=BotApiRequest(),
+        get_updates_request=BotApiRequest(connection_pool_size=1),
+    )
+    attempts = _Attempts(retry or RetryPolicy(), sleep, random_unit)
+    try:
+        while True:
+            try:
+                await bot.initialize()
+                break
+            except NotBotApiError as exc:
+                if exc.status < 500:
+                    raise DeliveryError(f"{exc.message}; check DIGEST_TELEGRAM_API_URL", permanent=False) from None
+                delay, reason = attempts.backoff(), exc.message
+            except InvalidToken:
+                # python-telegram-bot's own message quotes the token.
+                raise DeliveryError("the Telegram API refused the bot token", permanent=True) from None
+            except RetryAfter as exc:
+                delay, reason = _seconds(exc.retry_after), f"429 retry after {_seconds(exc.retry_after):g} s"
+            except NetworkError as exc:  # includes TimedOut, refused connections and 5xx answers
+                delay, reason = attempts.backoff(), f"{type(exc).__name__}: {_short(exc.message)}"
+            except TelegramError as exc:
+                raise DeliveryError(f"Telegram error: {_short(exc.message)}", permanent=True) from None
+            await attempts.wait(delay, reason, "opening the bot")
+        yield bot
+    finally:
+        await bot.shutdown()
 
 
 class Pacer:
@@ -121,18 +269,22 @@ class Sender:
         """Send ``html_message`` split into valid parts; returns the final chat id and the message ids."""
         message_ids: list[int] = []
         for part in split_html(html_message):
-
-            async def text(chat: int, as_html: bool, part: str = part) -> Message:
-                return await self.bot.send_message(
-                    chat_id=chat,
-                    text=part if as_html else plain_from_html(part),
-                    parse_mode=ParseMode.HTML if as_html else None,
-                    link_preview_options=LinkPreviewOptions(is_disabled=True),
-                )
-
-            chat_id, message_id = await self._with_retries(chat_id, text)
+            chat_id, message_id = await self.send_text(chat_id, part)
             message_ids.append(message_id)
         return chat_id, message_ids
+
+    async def send_text(self, chat_id: int, part: str) -> tuple[int, int]:
+        """Send one message of at most 4,096 visible characters (a part of `split_html`), with retries."""
+
+        async def text(chat: int, as_html: bool) -> Message:
+            return await self.bot.send_message(
+                chat_id=chat,
+                text=part if as_html else plain_from_html(part),
+                parse_mode=ParseMode.HTML if as_html else None,
+                link_preview_options=LinkPreviewOptions(is_disabled=True),
+            )
+
+        return await self._with_retries(chat_id, text)
 
     async def send_photo(self, chat_id: int, photo: Photo) -> tuple[int, int]:
         """Send a PNG with its caption (cut to Telegram's 1,024 UTF-16 units), with the same retries."""
@@ -144,9 +296,7 @@ class Sender:
         return await self._with_retries(chat_id, upload)
 
     async def _with_retries(self, chat_id: int, call: Callable[[int, bool], Awaitable[Message]]) -> tuple[int, int]:
-        started = time.monotonic()
-        waited = 0.0  # the delays asked of self.sleep, so the budget holds whatever clock the sleep follows
-        attempt = 0
+        attempts = _Attempts(self.retry, self.sleep, self.random_unit)
         as_html = True
         while True:
             await self.pacer.wait_turn(chat_id)
@@ -171,28 +321,20 @@ class Sender:
                     )
                     as_html = False
                     continue
-                raise DeliveryError(f"rejected by Telegram: {exc.message}", permanent=True) from None
+                raise DeliveryError(f"rejected by Telegram: {_short(exc.message)}", permanent=True) from None
             except (Forbidden, InvalidToken) as exc:
-                raise DeliveryError(f"refused by Telegram: {exc.message}", permanent=True) from None
-            except NetworkError as exc:  # includes TimedOut and 5xx answers
-                delay = min(self.retry.max_delay_seconds, self.retry.base_delay_seconds * 2**attempt)
-                delay += delay * self.retry.jitter_ratio * self.random_unit()
-                reason = f"{type(exc).__name__}: {exc.message}"
+                raise DeliveryError(f"refused by Telegram: {_short(exc.message)}", permanent=True) from None
+            except NetworkError as exc:  # includes TimedOut, 5xx answers and NotBotApiError
+                delay = attempts.backoff()
+                reason = f"{type(exc).__name__}: {_short(exc.message)}"
             except TelegramError as exc:
-                raise DeliveryError(f"Telegram error: {exc.message}", permanent=True) from None
-            attempt += 1
-            if max(time.monotonic() - started, waited) + delay > self.retry.total_seconds:
-                raise DeliveryError(
-                    f"gave up after {attempt} attempts in {self.retry.total_seconds:g} s ({reason})", permanent=False
-                )
-            log.info("chat %s: %s; retrying in %.1f s", chat_id, reason, delay)
-            waited += delay
-            await self.sleep(delay)
+                raise DeliveryError(f"Telegram error: {_short(exc.message)}", permanent=True) from None
+            await attempts.wait(delay, reason, f"chat {chat_id}")
 
 
 @dataclass
 class Poster:
-    """Exactly-once posting: claim the (chat, key) delivery, compute the message, send it, record the outcome."""
+    """Exactly-once posting: claim the (chat, key) delivery, store its parts, send those still owed, record."""
 
     sender: Sender
     state: DeliveryState
@@ -206,7 +348,10 @@ class Poster:
         late: bool = False,
         photo: Callable[[], Awaitable[Photo | None]] | None = None,
     ) -> PostResult:
-        """Post what ``message()`` returns to ``chat_id`` unless the delivery of ``key`` there already happened."""
+        """Post what ``message()`` returns (and ``photo()`` after it) to ``chat_id``, each part once.
+
+        ``message`` and ``photo`` are called only when no earlier attempt stored the delivery's parts.
+        """
         chat_id = self.state.current_chat(chat_id)
         if not self.state.claim(chat_id, key, self.lease_seconds):
             existing = self.state.get(chat_id, key)
@@ -216,47 +361,104 @@ class Poster:
                 return PostResult(Outcome.FAILED_PERMANENT, chat_id, error=existing.error)
             return PostResult(Outcome.BUSY, chat_id)
         try:
-            text = await message()
-            final_chat, message_ids = await self.sender.send(chat_id, text)
-        except DeliveryError as exc:
-            log.error(
-                "delivery of %s to chat %s failed (%s): %s",
-                key,
-                chat_id,
-                "permanent" if exc.permanent else "will retry",
-                exc,
-            )
-            self.state.mark_failed(chat_id, key, str(exc), permanent=exc.permanent)
-            return PostResult(Outcome.FAILED_PERMANENT if exc.permanent else Outcome.FAILED, chat_id, error=str(exc))
+            parts = self.state.parts(chat_id, key)
+            if not parts:
+                parts = self.state.store_parts(chat_id, key, await self._compose(chat_id, key, message, photo))
+        except StateError:
+            raise
         except Exception as exc:  # computing the message failed: record it so that it is retried and visible
             log.exception("delivery of %s to chat %s failed while preparing the message", key, chat_id)
             self.state.mark_failed(chat_id, key, f"internal error: {type(exc).__name__}", permanent=False)
             return PostResult(Outcome.FAILED, chat_id, error=f"internal error: {type(exc).__name__}")
+        return await self._send_owed(chat_id, key, parts, late)
+
+    async def _compose(
+        self,
+        chat_id: int,
+        key: str,
+        message: Callable[[], Awaitable[str]],
+        photo: Callable[[], Awaitable[Photo | None]] | None,
+    ) -> list[Part]:
+        """The delivery's parts: the digest's messages, marked "(k/n)" when several, then the chart if one was drawn."""
+        texts = split_html(await message())
+        parts = [Part(index, PartKind.TEXT, text) for index, text in enumerate(texts, start=1)]
+        attachment: Photo | None = None
         if photo is not None:
-            final_chat = await self._attach(final_chat, key, photo, message_ids)
-        if final_chat != chat_id:
+            try:
+                attachment = await photo()
+            except Exception:  # the chart is a bonus: the digest goes out without it
+                log.exception(
+                    "the chart of %s could not be drawn for chat %s; posting the digest without it", key, chat_id
+                )
+        if attachment is not None:
+            parts.append(Part(len(parts) + 1, PartKind.PHOTO, attachment.caption, attachment.png, attachment.filename))
+        return parts
+
+    async def _send_owed(self, chat_id: int, key: str, parts: list[Part], late: bool) -> PostResult:
+        """Send the parts Telegram has not accepted yet, in order, recording each; then record the delivery."""
+        texts = sum(part.kind is PartKind.TEXT for part in parts)
+        current = chat_id
+        message_ids: list[int] = []
+        note: str | None = None
+        for part in parts:
+            if part.message_id is not None:
+                message_ids.append(part.message_id)
+                continue
+            label = _label(part, texts)
+            try:
+                current, message_id = await self._send_part(current, part)
+            except DeliveryError as exc:
+                if part.kind is PartKind.PHOTO and exc.permanent:
+                    log.error(
+                        "the chart of %s was refused in chat %s (%s); the digest itself was delivered",
+                        key,
+                        chat_id,
+                        exc,
+                    )
+                    note = f"chart not delivered: {exc}"
+                    continue
+                error = f"{label}: {exc}"
+                log.error(
+                    "delivery of %s to chat %s failed (%s): %s",
+                    key,
+                    chat_id,
+                    "permanent" if exc.permanent else "will retry",
+                    error,
+                )
+                self.state.mark_failed(chat_id, key, error, permanent=exc.permanent)
+                outcome = Outcome.FAILED_PERMANENT if exc.permanent else Outcome.FAILED
+                return PostResult(outcome, chat_id, tuple(message_ids), error=error)
+            except Exception as exc:  # e.g. the state file failing while a chat migration is recorded
+                log.exception("delivery of %s to chat %s failed while sending %s", key, chat_id, label)
+                error = f"{label}: internal error: {type(exc).__name__}"
+                self.state.mark_failed(chat_id, key, error, permanent=False)
+                return PostResult(Outcome.FAILED, chat_id, tuple(message_ids), error=error)
+            message_ids.append(message_id)
+            try:
+                self.state.mark_part_sent(chat_id, key, part.index, message_id)
+            except StateError as exc:
+                # Sent, not recorded: a later attempt may repeat this part — the lease makes that rare.
+                log.error("%s of %s reached chat %s but could not be recorded: %s", label, key, current, exc)
+        if current != chat_id:
             # The delivery happened under the new id; keep the record on the id it was claimed under.
-            log.info("delivery of %s moved from chat %s to %s", key, chat_id, final_chat)
+            log.info("delivery of %s moved from chat %s to %s", key, chat_id, current)
         try:
-            self.state.mark_sent(chat_id, key, message_ids, late=late)
+            self.state.mark_sent(chat_id, key, message_ids, late=late, note=note)
         except StateError:
             log.exception("delivery of %s to chat %s was sent but could not be recorded", key, chat_id)
-        return PostResult(Outcome.SENT, final_chat, tuple(message_ids))
+        return PostResult(Outcome.SENT, current, tuple(message_ids), error=note)
 
-    async def _attach(
-        self, chat_id: int, key: str, photo: Callable[[], Awaitable[Photo | None]], message_ids: list[int]
-    ) -> int:
-        """Send the chart after the text; its failure is logged, never turned into a failed delivery.
+    async def _send_part(self, chat_id: int, part: Part) -> tuple[int, int]:
+        if part.kind is PartKind.TEXT:
+            return await self.sender.send_text(chat_id, part.text)
+        if part.data is None:  # the PNG is dropped only when the chart is accepted; a file edited by hand, then
+            raise DeliveryError("the stored chart has no image", permanent=True)
+        photo = Photo(png=part.data, caption=part.text, filename=part.filename or "digest.png")
+        return await self.sender.send_photo(chat_id, photo)
 
-        The text is out: recording the delivery as failed would make the next attempt send the text again.
-        """
-        try:
-            attachment = await photo()
-            if attachment is None:
-                return chat_id
-            final_chat, photo_id = await self.sender.send_photo(chat_id, attachment)
-        except Exception:  # the chart is a bonus; the digest itself was delivered
-            log.exception("the chart of %s could not be sent to chat %s; the digest text was", key, chat_id)
-            return chat_id
-        message_ids.append(photo_id)
-        return final_chat
+
+def _label(part: Part, texts: int) -> str:
+    """How a part is named in errors: "part 2/3", "the message" (a digest in one part) or "the chart"."""
+    if part.kind is PartKind.PHOTO:
+        return "the chart"
+    return f"part {part.index}/{texts}" if texts > 1 else "the message"

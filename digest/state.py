@@ -2,9 +2,22 @@
 
 Protocol: a sender first *claims* the delivery (an atomic insert-or-take-over under ``BEGIN IMMEDIATE``), then
 computes and sends, then records the outcome. A claim is a lease: if its holder dies, the lease expires and another
-run may take the delivery over; a delivery already ``sent`` is never claimed again. The one window that cannot be
-closed without help from Telegram is a crash between Telegram accepting the message and the ``sent`` write — the
-lease makes that a rare duplicate after a crash, never a silent loss.
+run may take the delivery over; a delivery already ``sent`` is never claimed again.
+
+A delivery is made of *parts*: the digest split into messages ("(1/3)", "(2/3)"…) and the chart photo last. Right
+after the first claim, the parts' content is stored with it (`store_parts`), and each part is recorded with its
+Telegram message id as soon as Telegram accepts it (`mark_part_sent`). A later claim of the same delivery (a retry,
+a rerun of the CronJob, another instance after the lease) sends only the parts not yet accepted, *from the stored
+content*, never from a recomputation: a digest recomputed later could split differently (other wording, another
+number of parts), and a chat must never read "(1/2)" of one text followed by "(2/3)" of another. The parts' rows are
+deleted when the whole delivery is recorded ``sent`` (its ``message_ids`` keep every part's id), so the file holds
+content only for deliveries still owed.
+
+The one window that cannot be closed without help from Telegram is a crash between Telegram accepting a part and its
+write here — the lease makes that a rare duplicate *of that one part* after a crash, never a silent loss.
+
+Schema changes are additive (``CREATE TABLE IF NOT EXISTS``), so a state file written by an older version opens
+as is: its deliveries simply have no stored parts, and a claim of one of them stores its parts then.
 
 SQLite runs in WAL mode (readers never block the writer) with ``synchronous=NORMAL``; each write is its own short
 transaction, and no transaction is ever held across network I/O (the lesson of seed 001's lock cascade).
@@ -37,6 +50,20 @@ CREATE TABLE IF NOT EXISTS deliveries (
     message_ids  TEXT,
     PRIMARY KEY (chat_id, key)
 );
+-- One row per part of a delivery still owed: its content (text: the HTML of one message; photo: the caption, with
+-- the PNG in data), and the message id once Telegram accepted it. Added after deliveries: existing files get it here.
+CREATE TABLE IF NOT EXISTS delivery_parts (
+    chat_id      INTEGER NOT NULL,
+    key          TEXT    NOT NULL,
+    part         INTEGER NOT NULL,
+    kind         TEXT    NOT NULL,
+    text         TEXT    NOT NULL,
+    data         BLOB,
+    filename     TEXT,
+    message_id   INTEGER,
+    sent_at      REAL,
+    PRIMARY KEY (chat_id, key, part)
+);
 CREATE TABLE IF NOT EXISTS chat_moves (
     old_chat_id INTEGER PRIMARY KEY,
     new_chat_id INTEGER NOT NULL,
@@ -68,6 +95,29 @@ def _connect(path: Path, schema: str, busy_timeout_seconds: float) -> sqlite3.Co
     except (sqlite3.Error, OSError) as exc:
         raise StateError(f"state file {path}: {exc}") from None
     return connection
+
+
+class PartKind(StrEnum):
+    """What one part of a delivery is."""
+
+    TEXT = "text"  # one message of the split digest, in Telegram HTML
+    PHOTO = "photo"  # the chart: ``text`` is its caption, ``data`` the PNG
+
+
+@dataclass(frozen=True)
+class Part:
+    """One message of a delivery, numbered from 1 in sending order; ``message_id`` once Telegram accepted it."""
+
+    index: int
+    kind: PartKind
+    text: str
+    data: bytes | None = None
+    filename: str | None = None
+    message_id: int | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.message_id is not None
 
 
 class StateError(RuntimeError):
@@ -140,15 +190,85 @@ class DeliveryState:
             )
             return True
 
-    def mark_sent(self, chat_id: int, key: str, message_ids: list[int], late: bool, now: float | None = None) -> None:
-        """Record that Telegram accepted every part of the delivery."""
+    def store_parts(self, chat_id: int, key: str, parts: list[Part]) -> list[Part]:
+        """Keep the content of a claimed delivery's parts; if parts are stored already, those win and are returned.
+
+        Called by the claim's holder before anything is sent, so that every later attempt sends the same messages.
+        """
+        with self._write() as db:
+            stored = self._parts(db, chat_id, key)
+            if stored:
+                return stored
+            db.executemany(
+                "INSERT INTO delivery_parts (chat_id, key, part, kind, text, data, filename) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(chat_id, key, part.index, part.kind.value, part.text, part.data, part.filename) for part in parts],
+            )
+        return parts
+
+    def parts(self, chat_id: int, key: str) -> list[Part]:
+        """The stored parts of a delivery still owed, in sending order (none once it is ``sent``)."""
+        try:
+            return self._parts(self._connection, chat_id, key)
+        except sqlite3.Error as exc:
+            raise StateError(f"state file {self._path}: {exc}") from None
+
+    @staticmethod
+    def _parts(db: sqlite3.Connection, chat_id: int, key: str) -> list[Part]:
+        rows = db.execute(
+            "SELECT part, kind, text, data, filename, message_id FROM delivery_parts "
+            "WHERE chat_id = ? AND key = ? ORDER BY part",
+            (chat_id, key),
+        ).fetchall()
+        return [
+            Part(
+                index=int(index),
+                kind=PartKind(kind),
+                text=str(text),
+                data=bytes(data) if data is not None else None,
+                filename=str(filename) if filename is not None else None,
+                message_id=int(message_id) if message_id is not None else None,
+            )
+            for index, kind, text, data, filename, message_id in rows
+        ]
+
+    def mark_part_sent(self, chat_id: int, key: str, index: int, message_id: int, now: float | None = None) -> None:
+        """Record that Telegram accepted part ``index`` as ``message_id``: no later attempt sends it again."""
+        moment = time.time() if now is None else now
+        with self._write() as db:
+            # The PNG is not needed once accepted; the text stays until the whole delivery is sent.
+            db.execute(
+                "UPDATE delivery_parts SET message_id = ?, sent_at = ?, data = NULL "
+                "WHERE chat_id = ? AND key = ? AND part = ?",
+                (message_id, moment, chat_id, key, index),
+            )
+
+    def mark_sent(
+        self,
+        chat_id: int,
+        key: str,
+        message_ids: list[int],
+        late: bool,
+        now: float | None = None,
+        note: str | None = None,
+    ) -> None:
+        """Record that the delivery is done (every part accepted, or the chart refused for good: ``note`` says so)."""
         moment = time.time() if now is None else now
         with self._write() as db:
             db.execute(
-                "UPDATE deliveries SET status = 'sent', sent_at = ?, updated_at = ?, late = ?, error = NULL, "
+                "UPDATE deliveries SET status = 'sent', sent_at = ?, updated_at = ?, late = ?, error = ?, "
                 "message_ids = ? WHERE chat_id = ? AND key = ?",
-                (moment, moment, int(late), ",".join(map(str, message_ids)), chat_id, key),
+                (
+                    moment,
+                    moment,
+                    int(late),
+                    note[:500] if note else None,
+                    ",".join(map(str, message_ids)),
+                    chat_id,
+                    key,
+                ),
             )
+            db.execute("DELETE FROM delivery_parts WHERE chat_id = ? AND key = ?", (chat_id, key))
 
     def mark_failed(self, chat_id: int, key: str, error: str, permanent: bool, now: float | None = None) -> None:
         """Record a failed delivery; a transient one is retried by a later run, a permanent one is not."""

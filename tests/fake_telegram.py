@@ -557,6 +557,15 @@ class _Fault:
     description: str
     parameters: JsonDict | None
     times: int
+    after: int = 0  # calls let through before the fault starts
+
+
+@dataclass
+class _RawAnswer:
+    status: int
+    content_type: str
+    body: bytes
+    times: int
 
 
 @dataclass
@@ -786,6 +795,7 @@ class FakeTelegram:
         self._files: dict[str, UploadedFile] = {}
         self._file_ids = itertools.count(1)
         self._faults: dict[str, list[_Fault]] = {}
+        self._raw_answers: dict[str, list[_RawAnswer]] = {}
         self._delays: dict[str, list[float]] = {}
         self._sent: list[SentCall] = []
         self._calls: list[CallRecord] = []
@@ -930,21 +940,54 @@ class FakeTelegram:
         description: str | None = None,
         migrate_to_chat_id: int | None = None,
         times: int = 1,
+        after: int = 0,
     ) -> None:
         """Answer the next ``times`` calls of ``method`` (``"*"``: any method) with this error, as Telegram words it.
+
+        With ``after``, that many calls are answered normally first (part 1 of a message accepted, part 2 failing).
 
         429 → ``Too Many Requests: retry after N`` with ``parameters.retry_after``; ``migrate_to_chat_id`` → 400
         ``group chat was upgraded to a supergroup chat``; 400 → ``chat not found``; 403 → ``bot was blocked by the
         user``; 500/502 → ``Internal Server Error``/``Bad Gateway``. ``description`` replaces the wording.
         """
-        if status < 400 or times < 1:
+        if status < 400 or times < 1 or after < 0:
             raise ValueError("a fault needs an error status and at least one time")
         if migrate_to_chat_id is not None:
             status = 400
         default, parameters = _default_description(status, retry_after, migrate_to_chat_id)
         with self._cond:
-            fault = _Fault(status, description or default, parameters, times)
+            fault = _Fault(status, description or default, parameters, times, after)
             self._faults.setdefault(method.lower(), []).append(fault)
+
+    def clear_faults(self) -> None:
+        """Forget every pending fault and raw answer: Telegram is well again."""
+        with self._cond:
+            self._faults.clear()
+            self._raw_answers.clear()
+
+    def answer_next_raw(
+        self, method: str, body: bytes, *, status: int = 200, content_type: str = "text/html", times: int = 1
+    ) -> None:
+        """Answer the next ``times`` calls of ``method`` (``"*"``: any) with these raw bytes, not the Bot API's JSON.
+
+        What a misbehaving proxy or a wrong API root sends: an HTML page, malformed JSON, ``{"status":"error"}``, a
+        302 with an empty body. The call is recorded with ``status`` and no description; nothing is sent.
+        """
+        if times < 1:
+            raise ValueError("a raw answer needs at least one time")
+        with self._cond:
+            self._raw_answers.setdefault(method.lower(), []).append(_RawAnswer(status, content_type, body, times))
+
+    def _take_raw_answer(self, method: str) -> _RawAnswer | None:
+        for key in (method, "*"):
+            answers = self._raw_answers.get(key)
+            if answers:
+                answer = answers[0]
+                answer.times -= 1
+                if answer.times <= 0:
+                    answers.pop(0)
+                return answer
+        return None
 
     def delay_next(self, method: str, seconds: float, *, times: int = 1) -> None:
         """Answer the next ``times`` calls of ``method`` (``"*"``: any) ``seconds`` late, for client timeouts."""
@@ -956,6 +999,9 @@ class FakeTelegram:
             faults = self._faults.get(key)
             if faults:
                 fault = faults[0]
+                if fault.after > 0:
+                    fault.after -= 1
+                    return None
                 fault.times -= 1
                 if fault.times <= 0:
                     faults.pop(0)
@@ -1154,6 +1200,11 @@ class FakeTelegram:
             if delay > 0:
                 self._closing.wait(delay)
             with self._cond:
+                raw = self._take_raw_answer(method.lower())
+            if raw is not None:
+                self._answer_raw(handler, method, raw, params, files, started_at, started)
+                return
+            with self._cond:
                 fault = self._take_fault(method.lower())
             if fault is not None:
                 raise _ApiError(fault.status, fault.description, fault.parameters)
@@ -1183,6 +1234,31 @@ class FakeTelegram:
             self._calls.append(record)
             self._cond.notify_all()
         self._write(handler, status, json.dumps(payload, ensure_ascii=False).encode(), "application/json")
+
+    def _answer_raw(
+        self,
+        handler: _Handler,
+        method: str,
+        raw: _RawAnswer,
+        params: Params,
+        files: Files,
+        started_at: float,
+        started: float,
+    ) -> None:
+        record = CallRecord(
+            method=method,
+            http_method=handler.command,
+            status=raw.status,
+            description=None,
+            params={key: _as_text(value) for key, value in params.items()},
+            files=tuple(files.values()),
+            started_at=started_at,
+            duration=time.monotonic() - started,
+        )
+        with self._cond:
+            self._calls.append(record)
+            self._cond.notify_all()
+        self._write(handler, raw.status, raw.body, raw.content_type)
 
     def _serve_file(self, handler: _Handler, file_path: str, started_at: float, started: float) -> None:
         with self._cond:
