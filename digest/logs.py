@@ -2,14 +2,18 @@
 
 httpx logs each request URL at INFO, and Telegram's URLs contain the bot token (``/bot<token>/sendMessage``);
 exceptions may quote URLs too. The formatter below replaces every configured secret in the final text of each
-record — message, arguments and traceback alike — so no code path can leak one by accident.
+record — message, arguments and traceback alike — so no code path can leak one by accident. A secret travels
+percent-encoded as often as not (a token ``123:ABC`` is ``123%3AABC`` in a quoted URL, a password in a URL's user
+info is written encoded), so each one is also masked in its encoded forms, whatever the case of their hex digits.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Iterable
+from urllib.parse import quote, quote_plus
 
 _MASK = "[redacted]"
 
@@ -19,14 +23,39 @@ class RedactingFormatter(logging.Formatter):
 
     def __init__(self, fmt: str, secrets: Iterable[str]) -> None:
         super().__init__(fmt)
-        # Longest first, so that a secret containing another is masked whole.
-        self._secrets = sorted({secret for secret in secrets if len(secret) >= 4}, key=len, reverse=True)
+        self._pattern = secrets_pattern(secrets)
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
-        for secret in self._secrets:
-            text = text.replace(secret, _MASK)
-        return text
+        if self._pattern is None:
+            return text
+        return self._pattern.sub(_MASK, text)
+
+
+def encoded_forms(secret: str) -> set[str]:
+    """``secret`` as written and percent-encoded the ways URLs and forms encode it."""
+    return {secret, quote(secret, safe=""), quote(secret), quote_plus(secret)}
+
+
+def secrets_pattern(secrets: Iterable[str]) -> re.Pattern[str] | None:
+    """One pattern matching any of ``secrets`` in any encoded form; None when there is nothing to mask.
+
+    Secrets shorter than 4 characters are skipped: masking every "ab" would garble the log and hide nothing.
+    """
+    forms = {form for secret in secrets if len(secret) >= 4 for form in encoded_forms(secret)}
+    if not forms:
+        return None
+    # Longest first, so that a secret containing another is masked whole.
+    alternatives = [_escaped(form) for form in sorted(forms, key=len, reverse=True)]
+    return re.compile("|".join(alternatives))
+
+
+def _escaped(form: str) -> str:
+    """``form`` as a regular expression in which each ``%XY`` escape also matches ``%xy``."""
+    pieces = re.split(r"(%[0-9A-Fa-f]{2})", form)
+    return "".join(
+        f"%(?i:{re.escape(piece[1:])})" if index % 2 else re.escape(piece) for index, piece in enumerate(pieces)
+    )
 
 
 def configure_logging(verbose: bool, secrets: Iterable[str] = ()) -> None:

@@ -5,10 +5,16 @@ so vmselect (with its `/select/<tenant>/prometheus` prefix) and Prometheus work 
 through `/select/logsql/stats_query` and `/select/logsql/stats_query_range`: every count is computed by the backend,
 no log line is ever downloaded. Tenants go in `AccountID`/`ProjectID` headers.
 
-Each source bounds its concurrent queries with a semaphore and each query with a timeout. Whatever goes wrong
-(refused connection, DNS, timeout, HTTP error, an HTML error page, malformed JSON) is translated here, once, into
-`SourceError`; messages never contain credentials, query strings or response bodies beyond the backend's own short
-error text.
+Each source bounds its concurrent queries with a semaphore, each query with a timeout, and each answer's size: the
+body is streamed and reading stops at `Endpoint.max_response_bytes` (a Content-Length above it is refused before
+any of the body is read), because a proxy or backend answering 300 MB would otherwise be held whole in memory — many
+times over once decoded — and a pod's memory limit would kill the digest before it could say anything. Whatever goes
+wrong (refused connection, DNS, timeout, HTTP error, an HTML error page, malformed JSON, an answer too large) is
+translated here, once, into `SourceError`; messages never contain credentials, query strings or response bodies
+beyond the backend's own short error text.
+
+Credentials written into a URL (``http://user:pass@host/``) are taken out of it before httpx sees it and sent as
+basic auth instead: httpx logs every request URL at INFO, userinfo included.
 """
 
 from __future__ import annotations
@@ -17,17 +23,20 @@ import asyncio
 import json
 import math
 import ssl
+import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
 from checks.contract import RangeSeries, Sample, SourceError, SourceErrorKind
 
 _MAX_ERROR_TEXT = 300
+MIB = 1024 * 1024
+DEFAULT_MAX_RESPONSE_MIB = 32
 
 
 @dataclass(frozen=True)
@@ -40,15 +49,34 @@ class Endpoint:
     basic_auth: tuple[str, str] | None = None
     timeout_seconds: float = 30.0
     max_concurrency: int = 4
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_MIB * MIB
 
     @property
     def display_url(self) -> str:
-        """The base URL without user info, safe for logs and messages."""
-        parts = urlsplit(self.url)
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-        return urlunsplit((parts.scheme, host, parts.path, "", ""))
+        """The base URL without user info, query or fragment, safe for logs and messages."""
+        return without_userinfo(self.url)
+
+    @property
+    def request_auth(self) -> tuple[str, str] | None:
+        """The basic-auth pair to send: the configured one, else the user info written in the URL (decoded)."""
+        if self.basic_auth is not None:
+            return self.basic_auth
+        return url_userinfo(self.url)
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without its ``user:password@`` part, query and fragment; the host keeps its IPv6 brackets and port."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def url_userinfo(url: str) -> tuple[str, str] | None:
+    """The percent-decoded ``(user, password)`` written in ``url``, or None when it has none."""
+    parts = urlsplit(url)
+    if not parts.username and not parts.password:
+        return None
+    return unquote(parts.username or ""), unquote(parts.password or "")
 
 
 def tls_context(urls: Iterable[str]) -> ssl.SSLContext:
@@ -77,7 +105,8 @@ class _HttpSource:
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self._endpoint = endpoint
-        auth = httpx.BasicAuth(*endpoint.basic_auth) if endpoint.basic_auth else None
+        credentials = endpoint.request_auth
+        auth = httpx.BasicAuth(*credentials) if credentials else None
         self._client = httpx.AsyncClient(
             headers=dict(endpoint.headers),
             auth=auth,
@@ -87,7 +116,8 @@ class _HttpSource:
             follow_redirects=False,
         )
         self._semaphore = asyncio.Semaphore(max(1, endpoint.max_concurrency))
-        self._base = endpoint.url.rstrip("/")
+        # Never the URL as written: httpx would log its user info with every request.
+        self._base = without_userinfo(endpoint.url).rstrip("/")
         self._in_flight: dict[tuple[str, tuple[tuple[str, str], ...]], asyncio.Task[Any]] = {}
         self.queries_sent = 0
 
@@ -128,12 +158,22 @@ class _HttpSource:
             done.exception()  # retrieved, so that an error nobody waits for any more is not logged as lost
 
     async def _exchange(self, path: str, form: Mapping[str, str]) -> Any:
+        try:
+            return await self._exchange_once(path, form)
+        except SourceError as exc:
+            _release_frames(exc)
+            raise
+
+    async def _exchange_once(self, path: str, form: Mapping[str, str]) -> Any:
         async with self._semaphore:
             self.queries_sent += 1
             try:
                 # asyncio.timeout bounds the whole exchange, httpx's timeout only each network phase.
-                async with asyncio.timeout(self._endpoint.timeout_seconds):
-                    response = await self._client.post(self._base + path, data=dict(form))
+                async with (
+                    asyncio.timeout(self._endpoint.timeout_seconds),
+                    self._client.stream("POST", self._base + path, data=dict(form)) as response,
+                ):
+                    body = await self._read_bounded(response)
             except (TimeoutError, httpx.TimeoutException):
                 raise self._error(
                     SourceErrorKind.TIMEOUT, f"no answer within {self._endpoint.timeout_seconds:g} s"
@@ -145,11 +185,41 @@ class _HttpSource:
                     SourceErrorKind.UNREACHABLE,
                     f"cannot reach {self._endpoint.display_url} ({type(exc).__name__})",
                 ) from None
-        return self._decode(response)
+            except httpx.DecodingError:
+                raise self._error(SourceErrorKind.BAD_RESPONSE, "undecodable compressed body") from None
+            except ExceptionGroup as group:
+                # anyio's connect_tcp races addresses in a TaskGroup: a failure httpcore does not map (an
+                # OverflowError from the socket layer) escapes as a group, which is still "cannot reach".
+                leaf = group.exceptions[0]
+                raise self._error(
+                    SourceErrorKind.UNREACHABLE,
+                    f"cannot reach {self._endpoint.display_url} ({type(leaf).__name__})",
+                ) from None
+        return self._decode(response, body.decode(response.encoding or "utf-8", errors="replace"))
 
-    def _decode(self, response: httpx.Response) -> Any:
+    async def _read_bounded(self, response: httpx.Response) -> bytearray:
+        """The body of a streamed response, at most ``max_response_bytes`` after decompression.
+
+        Past the cap the error is raised at once; leaving the ``stream`` block then closes the connection, so the
+        rest is never read. A declared Content-Length above the cap is refused before reading anything.
+        """
+        cap = self._endpoint.max_response_bytes
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > cap:
+            raise self._too_large()
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            if len(body) + len(chunk) > cap:
+                raise self._too_large()
+            body += chunk
+        return body
+
+    def _too_large(self) -> SourceError:
+        cap_mib = self._endpoint.max_response_bytes / MIB
+        return self._error(SourceErrorKind.BAD_RESPONSE, f"response larger than {cap_mib:g} MiB")
+
+    def _decode(self, response: httpx.Response, text: str) -> Any:
         content_type = response.headers.get("content-type", "")
-        text = response.text
         if response.status_code in (400, 422):
             raise self._error(SourceErrorKind.QUERY, f"query rejected: {_short_error(text)}")
         if response.status_code >= 300:
@@ -208,6 +278,20 @@ class _HttpSource:
             points = [(_parse_timestamp(pair, self), _parse_value(pair, self)) for pair in raw_values]
             result.append(RangeSeries(labels=_labels(item, self), points=points))
         return result
+
+
+def _release_frames(error: BaseException) -> None:
+    """Free the locals of the finished frames an error (and the errors it was raised from) carries.
+
+    Those frames hold the body read so far, up to ``max_response_bytes``; an error kept by a check, or merely waiting
+    in a reference cycle for the garbage collector, would keep that body alive too, once per failed query.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        current = current.__cause__ or current.__context__
 
 
 def _body_hint(text: str) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import BinaryIO
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,28 @@ class Behaviour:
     content_type: str = "application/json"
     body: bytes = b""
     delay_seconds: float = 0.0
+    # When > 0: a body of this many bytes, made up piece by piece while it is sent (never held whole), with no
+    # Content-Length, so the client learns its size only by reading it. Replaces ``body``.
+    stream_bytes: int = 0
+    # A Content-Length to declare instead of the body's true length (a body that claims to be huge).
+    declared_length: int | None = None
+
+
+_STREAM_PIECE = b'{"metric":{"pod":"filler"},"value":[1784592000,"1"]},' * 1000
+
+
+def _send_body(writer: BinaryIO, behaviour: Behaviour) -> None:
+    """Write the body of ``behaviour``: its bytes, or ``stream_bytes`` of series that never close their JSON."""
+    if not behaviour.stream_bytes:
+        writer.write(behaviour.body)
+        return
+    head = b'{"status":"success","data":{"resultType":"vector","result":['
+    writer.write(head)
+    left = behaviour.stream_bytes - len(head)
+    while left > 0:
+        piece = _STREAM_PIECE[:left]
+        writer.write(piece)
+        left -= len(piece)
 
 
 @dataclass(frozen=True)
@@ -66,11 +89,14 @@ def recording_server(behaviour: Behaviour) -> Iterator[Served]:
                     time.sleep(behaviour.delay_seconds)
                 self.send_response(behaviour.status)
                 self.send_header("Content-Type", behaviour.content_type)
-                self.send_header("Content-Length", str(len(behaviour.body)))
+                if behaviour.declared_length is not None:
+                    self.send_header("Content-Length", str(behaviour.declared_length))
+                elif not behaviour.stream_bytes:
+                    self.send_header("Content-Length", str(len(behaviour.body)))
                 self.end_headers()
-                self.wfile.write(behaviour.body)
+                _send_body(self.wfile, behaviour)
             except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up first, as a timeout test wants
+                pass  # the client gave up first, as a timeout test (or a size cap) wants
             finally:
                 served.leave()
 
