@@ -11,14 +11,20 @@ exactly what the on-time one would have said.
 
 Only the allowlisted chats (and admin users) get answers; any other chat gets one short, rate-limited refusal,
 nothing is computed, and the attempt is logged with its chat id.
+
+`/digest` has a per-chat burst allowance (`CommandAllowance`): a few digests a minute are answered at once, the next
+few are queued and answered when the allowance frees a slot (the asker is told when), and only a flood beyond that is
+turned away. Usage errors and refused chats never use the allowance, so a typo does not make anyone wait.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import tempfile
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -63,6 +69,8 @@ _RECHECK_EVERY_SECONDS = 300.0
 # python-telegram-bot reads first=0 as "not given" (one interval from now); a small positive delay means "at start".
 _FIRST_CHECK_SECONDS = 0.5
 _LATE_AFTER = timedelta(minutes=2)
+# Digests per chat that may wait for the allowance; beyond that a request is turned away: a flood piles up no work.
+MAX_WAITING = 3
 
 Clock = Callable[[], datetime]
 T = TypeVar("T")
@@ -178,6 +186,47 @@ class DigestService:
 
 
 @dataclass
+class CommandAllowance:
+    """Per chat, at most ``burst`` digests start in any ``window_seconds`` (a sliding window); later ones wait.
+
+    `reserve` hands out the moment each request may start, queueing behind the ones already waiting, and refuses
+    when ``max_waiting`` requests of the chat are already waiting. ``clock`` and ``sleep`` are injectable so that
+    tests can move time by hand.
+    """
+
+    burst: int
+    window_seconds: float
+    max_waiting: int = MAX_WAITING
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    # Per chat, the start moments granted (past ones within the window, and the future ones of waiting requests).
+    _starts: dict[int, deque[float]] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CommandAllowance:
+        return cls(burst=settings.command_burst, window_seconds=settings.command_burst_window_seconds)
+
+    def reserve(self, chat_id: int) -> float | None:
+        """Seconds until this request may start (0: now), recorded as granted; None when too many already wait."""
+        now = self.clock()
+        starts = self._starts.setdefault(chat_id, deque())
+        while starts and starts[0] <= now - self.window_seconds:
+            starts.popleft()
+        if sum(start > now for start in starts) >= self.max_waiting:
+            return None
+        # The new start must leave at most burst - 1 earlier starts in the window before it.
+        start = now if len(starts) < self.burst else max(now, starts[-self.burst] + self.window_seconds)
+        starts.append(start)
+        return start - now
+
+    def next_free(self, chat_id: int) -> float:
+        """Seconds until a waiting place of the chat frees up (when its first waiting request starts)."""
+        now = self.clock()
+        waiting = [start for start in self._starts.get(chat_id, ()) if start > now]
+        return min(waiting, default=now) - now
+
+
+@dataclass
 class DigestBot:
     """The bot's behaviour, independent of how updates arrive (polling or webhook)."""
 
@@ -188,8 +237,13 @@ class DigestBot:
     poster: Poster | None = None
     last_results: dict[int, PostResult] = field(default_factory=dict)
     health: HealthServer | None = None
+    allowance: CommandAllowance | None = None
     _refused_at: dict[int, float] = field(default_factory=dict)
-    _asked_at: dict[int, float] = field(default_factory=dict)
+    _queued: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if self.allowance is None:
+            self.allowance = CommandAllowance.from_settings(self.settings)
 
     @property
     def settings(self) -> Settings:
@@ -236,21 +290,54 @@ class DigestBot:
         except WindowError as exc:
             await message.reply_text(f"{exc}. {USAGE}")
             return
-        now = time.monotonic()
-        cooldown = self.settings.command_cooldown_seconds
-        waited = now - self._asked_at.get(chat.id, -cooldown - 1)
-        if waited < cooldown:
-            await message.reply_text(f"Please wait {cooldown - waited:.0f} s before asking again.")
+        allowance = self._allowance
+        delay = allowance.reserve(chat.id)
+        if delay is None:
+            again = math.ceil(allowance.next_free(chat.id))
+            await message.reply_text(
+                f"{allowance.max_waiting} digests are already waiting in this chat; ask again in {again} s."
+            )
             return
-        self._asked_at[chat.id] = now
-        html = await self.service.html(window)
+        if delay <= 0:
+            await self._answer(chat.id, window)
+            return
+        await message.reply_text(
+            f"{allowance.burst} digests per {allowance.window_seconds:g} s is this chat's limit: "
+            f"computing yours in {math.ceil(delay)} s."
+        )
+        # Not the handler's own task: python-telegram-bot waits for handlers at stop, and a queued digest must not
+        # hold up a shutdown; `cancel_queued` ends these instead.
+        task = asyncio.create_task(self._answer_later(chat.id, window, delay))
+        self._queued.add(task)
+        task.add_done_callback(self._queued.discard)
+
+    @property
+    def _allowance(self) -> CommandAllowance:
+        if self.allowance is None:
+            raise RuntimeError("the bot's allowance is set when the bot is created")
+        return self.allowance
+
+    async def _answer_later(self, chat_id: int, window: Window, delay: float) -> None:
+        await self._allowance.sleep(delay)
+        await self._answer(chat_id, window)
+
+    async def _answer(self, chat_id: int, window: Window) -> None:
+        """Compute (or join) the digest of ``window`` and send it, then its chart, to ``chat_id``."""
         try:
-            final_chat, _ = await self._poster.sender.send(chat.id, html)
+            html = await self.service.html(window)
+            final_chat, _ = await self._poster.sender.send(chat_id, html)
             photo = await self.service.photo(window)
             if photo is not None:
                 await self._poster.sender.send_photo(final_chat, photo)
         except Exception as exc:  # a failed answer is logged; the user sees nothing to retry on
-            log.error("answer to /digest in chat %s failed: %s", chat.id, exc)
+            log.error("answer to /digest in chat %s failed: %s", chat_id, exc)
+
+    async def cancel_queued(self) -> None:
+        """Cancel the digests still waiting for the allowance (at shutdown), and wait until they are gone."""
+        tasks = list(self._queued)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def on_status(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         if not self.allowed(update):
@@ -414,6 +501,7 @@ def build_application(bot: DigestBot, token: str) -> Application[Any, Any, Any, 
         .base_file_url(f"{root}/file/bot")
         .concurrent_updates(True)
         .post_init(lambda app: _post_init(app, bot))
+        .post_stop(lambda app: bot.cancel_queued())
         .post_shutdown(lambda app: _post_shutdown(app, bot))
         .build()
     )
@@ -465,6 +553,8 @@ async def _post_init(application: Application[Any, Any, Any, Any, Any, Any], bot
 
 
 async def _post_shutdown(application: Application[Any, Any, Any, Any, Any, Any], bot: DigestBot) -> None:
+    # post_stop already did this under run_polling/run_webhook; a harness that skips post_stop is covered here.
+    await bot.cancel_queued()
     if bot.health is not None:
         await bot.health.stop()
         bot.health = None

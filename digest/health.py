@@ -10,20 +10,25 @@ the Prometheus text format:
 - ``digest_query_errors_total{source, check}`` — checks that could not see, by backend;
 - ``digest_computation_seconds`` — how long a digest takes.
 
-The registry is created per process and passed down (no global singleton). The HTTP server is a minimal asyncio
-one: two GET paths, no dependency beyond prometheus_client.
+The registry is created per process and passed down (no global singleton). HTTP is tornado's (it comes with
+python-telegram-bot's webhook extra and runs on the bot's own asyncio loop), not a parser of our own: malformed
+requests get tornado's 400, a client that stalls mid-request is dropped after `IDLE_TIMEOUT_SECONDS` without holding
+up the others, and anything but GET/HEAD on the two paths gets 404 or 405.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
+from tornado.web import Application, RequestHandler
 
 from digest.score import Digest
 
@@ -72,60 +77,83 @@ class DigestMetrics:
         return generate_latest(self.registry)
 
 
+# A probe or a scrape sends its whole request at once; a connection still without a full request after this long is
+# a stalled or hostile client, and tornado closes it.
+IDLE_TIMEOUT_SECONDS = 10.0
+
+
+class _Healthz(RequestHandler):
+    """200 while the bot can make the noon post, 503 otherwise."""
+
+    def initialize(self, ready: Callable[[], bool]) -> None:
+        self._ready = ready
+
+    def get(self) -> None:
+        ok = self._ready()
+        self.set_status(200 if ok else 503)
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(b"ok\n" if ok else b"not ready\n")
+
+    head = get  # tornado sends the headers of a HEAD answer and drops its body
+
+
+class _Metrics(RequestHandler):
+    """The registry in the Prometheus text format."""
+
+    def initialize(self, metrics: DigestMetrics) -> None:
+        self._metrics = metrics
+
+    def get(self) -> None:
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(self._metrics.exposition())
+
+    head = get
+
+
+def _log_request(handler: RequestHandler) -> None:
+    # Probes arrive every few seconds, and a 503 during start-up is expected: none of it is worth a line by default.
+    request = handler.request
+    log.debug("%s %s %s", handler.get_status(), request.method, request.uri)
+
+
 class HealthServer:
-    """``GET /healthz`` and ``GET /metrics`` on a TCP port, served from the bot's own event loop."""
+    """``GET /healthz`` and ``GET /metrics`` on a TCP port, served by tornado from the bot's own event loop."""
 
     def __init__(self, metrics: DigestMetrics, ready: Callable[[], bool], port: int, host: str = "0.0.0.0") -> None:  # noqa: S104  # probes come from the kubelet, outside the pod
         self._metrics = metrics
         self._ready = ready
         self._port = port
         self._host = host
-        self._server: asyncio.Server | None = None
+        self._server: HTTPServer | None = None
+        self._sockets: list[socket.socket] = []
 
     @property
     def port(self) -> int:
         """The bound port (useful when started on port 0)."""
-        if self._server is None or not self._server.sockets:
+        if not self._sockets:
             return self._port
-        return int(self._server.sockets[0].getsockname()[1])
+        return int(self._sockets[0].getsockname()[1])
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self._host, self._port)
+        """Listen on the configured host and port; must run on the loop that will serve the requests."""
+        routes: list[Any] = [
+            (r"/healthz", _Healthz, {"ready": self._ready}),
+            (r"/metrics", _Metrics, {"metrics": self._metrics}),
+        ]
+        application = Application(routes, log_function=_log_request)
+        self._server = HTTPServer(
+            application, idle_connection_timeout=IDLE_TIMEOUT_SECONDS, body_timeout=IDLE_TIMEOUT_SECONDS
+        )
+        self._sockets = bind_sockets(self._port, address=self._host)
+        self._server.add_sockets(self._sockets)
         log.info("health and metrics on port %s", self.port)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request = await asyncio.wait_for(reader.readline(), timeout=5)
-            # Drain the headers; nothing in them matters here.
-            while (await asyncio.wait_for(reader.readline(), timeout=5)) not in (b"\r\n", b"\n", b""):
-                pass
-            parts = request.decode("latin-1").split()
-            method, path = (parts[0], parts[1].split("?")[0]) if len(parts) >= 2 else ("", "")
-            if method not in ("GET", "HEAD"):
-                status, content_type, body = "405 Method Not Allowed", "text/plain", b"method not allowed\n"
-            elif path == "/healthz":
-                ok = self._ready()
-                status = "200 OK" if ok else "503 Service Unavailable"
-                content_type, body = "text/plain", b"ok\n" if ok else b"not ready\n"
-            elif path == "/metrics":
-                status, content_type, body = "200 OK", CONTENT_TYPE_LATEST, self._metrics.exposition()
-            else:
-                status, content_type, body = "404 Not Found", "text/plain", b"not found\n"
-            head = (
-                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n"
-            ).encode()
-            writer.write(head + (body if method == "GET" else b""))
-            await writer.drain()
-        except (TimeoutError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+        """Close the listening sockets, then every open connection."""
+        if self._server is None:
+            return
+        # stop() closes the listening sockets themselves; open keep-alive connections are closed next.
+        self._server.stop()
+        await self._server.close_all_connections()
+        self._server = None
+        self._sockets = []

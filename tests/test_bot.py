@@ -72,7 +72,6 @@ def make_config(backends: EmbeddedBackends, tg: FakeTelegram, state_path: Path, 
         "telegram_api_url": tg.root,
         "telegram_chat_ids": str(ALLOWED),
         "state_path": state_path,
-        "command_cooldown_seconds": 0,
         # Most tests count text messages; the chart has its own test.
         "telegram_chart": False,
     }
@@ -373,18 +372,6 @@ def _text(value: str) -> Callable[[], object]:
     return message
 
 
-async def test_cooldown_per_chat(corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path) -> None:
-    """A second /digest from the same chat within the cooldown gets a short wait message, not a second digest."""
-    config = make_config(corpus_backends, tg, tmp_path / "state.sqlite", command_cooldown_seconds=600)
-    async with running(config, QUIET) as bot:
-        tg.push_message(ALLOWED, "/digest 2026-07-20", chat_type="supergroup")
-        await tg.wait_for_sent_async(1, timeout=30)
-        tg.push_message(ALLOWED, "/digest 2026-07-19", chat_type="supergroup")
-        replies = await tg.wait_for_sent_async(2, timeout=10)
-        assert bot.service.computations == 1
-    assert visible(replies[1]).startswith("Please wait")
-
-
 async def test_slow_backends_yield_unknown_not_silence(tg: FakeTelegram, tmp_path: Path) -> None:
     """With both backends hanging, /digest answers within the deadline with UNKNOWN checks, never OK."""
     hang = Behaviour(delay_seconds=30.0, body=b"{}")
@@ -399,7 +386,6 @@ async def test_slow_backends_yield_unknown_not_silence(tg: FakeTelegram, tmp_pat
             telegram_api_url=tg.root,
             telegram_chat_ids=str(ALLOWED),
             state_path=tmp_path / "state.sqlite",
-            command_cooldown_seconds=0,
             query_timeout=60,
             digest_deadline_seconds=2,
         )
