@@ -1,8 +1,10 @@
 """The `digest` command: `digest run` grades one window against your backends, `digest demo` shows it working.
 
-Exit codes: 0 whenever a digest was produced (even a CRITICAL or UNKNOWN one — the digest *is* the answer),
-2 for bad configuration or arguments (one line naming the problem, no traceback), 1 when no digest could be made
-at all (the demo's backends could not start).
+Exit codes, the same for every subcommand (the README's "Exit codes" table; `digest.serve` uses these constants):
+0 when the digest was made (even a CRITICAL or UNKNOWN one — the digest *is* the answer) and posted if asked;
+1 when a delivery failed, or no digest could be made at all (the demo's backends could not start); 2 for bad
+configuration, bad arguments or an unusable state file — one line naming the problem, never a traceback. The state
+file is opened before anything is computed, so `run --post` and `serve` refuse a corrupt one alike.
 
 This module and the scheduler are the only places that read the clock.
 """
@@ -24,9 +26,9 @@ from digest.render import FORMATS, Renderer, headline, unseen_spans
 from digest.settings import ConfigError, Settings, load_settings
 from digest.window import WindowError, day_window, last_window, parse_date, parse_duration, parse_moment
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+EXIT_OK = 0  # the digest was made (and posted, if asked)
+EXIT_FAILED = 1  # a delivery failed, or the demo's backends could not start
+EXIT_USAGE = 2  # bad configuration or arguments, or an unusable state file
 DEMO_DAY = "2026-07-20"
 
 
@@ -72,13 +74,31 @@ def _parser() -> argparse.ArgumentParser:
         default="summary",
         help="summary: one line per day (default); text: each full digest; json: JSON lines, summaries on stderr",
     )
-    replay.add_argument("--concurrency", type=int, default=2, help="days computed at once (default 2)")
+    replay.add_argument("--concurrency", type=_count, default=2, help="days computed at once (default 2)")
     replay.add_argument("--post", action="store_true", help="post each day's digest once per chat")
 
     demo = commands.add_parser("demo", help=f"load {DEMO_DAY} into embedded backends and print its digest")
     demo.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
     demo.add_argument("--date", metavar="YYYY-MM-DD", default=DEMO_DAY, help="a corpus day (default %(default)s)")
     return parser
+
+
+def _count(text: str) -> int:
+    """An argparse type: a whole number in ASCII digits (``int()`` would also read "٣" as 3)."""
+    if not (text.isascii() and text.strip().isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(text)
+
+
+def _state_problem(settings: Settings) -> str | None:
+    """Why the delivery state file cannot be used, or None: checked before a digest is computed for nothing."""
+    from digest.state import DeliveryState, StateError
+
+    try:
+        DeliveryState(settings.state_path, owner="digest-cli-check").close()
+    except StateError as exc:
+        return f"DIGEST_STATE_PATH: {exc}"
+    return None
 
 
 def _fail(message: str) -> int:
@@ -117,6 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.post:
         from digest.serve import post_window
 
+        problem = _state_problem(config.settings)
+        if problem:
+            return _fail(problem)
+
         return asyncio.run(post_window(config, token or "", window, args.format, chart))
     # The state file keeps the trends' past days when one is configured; a plain `digest run` writes no file.
     store = open_history_store(config.settings) if "state_path" in config.settings.model_fields_set else None
@@ -136,12 +160,18 @@ def _replay(args: argparse.Namespace, config: Config, token: str | None) -> int:
 
     try:
         days = days_between(parse_date(args.first), parse_date(args.last_day))
+        for day in days:
+            day_window(day, config.settings.zone)  # a day the clocks skipped is refused before any query
     except WindowError as exc:
         return _fail(str(exc))
     if not 1 <= args.concurrency <= 16:
         return _fail("--concurrency must be between 1 and 16")
     if args.post:
         from digest.serve import replay_and_post
+
+        problem = _state_problem(config.settings)
+        if problem:
+            return _fail(problem)
 
         return asyncio.run(replay_and_post(config, token or "", days, args.format, args.concurrency))
     return run_replay(config, days, args.format, args.concurrency)

@@ -19,11 +19,17 @@ WARNING, 8 and below CRITICAL.
       node_gap_minutes: 30               # a node's exporter silent this long is a blind spot
       shipper_silence_minutes: 30        # a node's logs silent this long is a stuck shipper
       absent_nodes: [pi5-4]              # nodes expected to be silent (named "expected absent", not blind)
+
+Every value is checked when the file is loaded, not when a check happens to use it: a number must be finite (a
+``.nan`` threshold compares false with everything and silently turns its check off), a ratio lies in [0, 1], a
+count, a duration or a penalty is 0 or more, a factor is at least 1, and each ``warn_X`` is at most its
+``crit_X``. A file that breaks any of this stops the program with one line naming the key.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,26 +145,36 @@ def load_policy(path: Path | None) -> Policy:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise PolicyError(f"cannot read {path} ({exc.strerror or type(exc).__name__})") from None
+    except UnicodeDecodeError:
+        raise PolicyError(f"cannot read {path} (not UTF-8 text)") from None
     # Imported here: most runs have no policy file, and every run pays its start-up time.
     import tomllib
 
     import yaml
 
+    language = "TOML" if path.suffix == ".toml" else "YAML"
     try:
         raw = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise PolicyError(f"{path.name} is not valid {language}: {first_line}") from None
+    except RecursionError:
+        raise PolicyError(f"{path.name} is not valid {language}: nested too deeply") from None
+    if raw is None:  # an empty file (or only comments): the defaults
+        return Policy()
+    if not isinstance(raw, Mapping):
+        kind = {list: "a list", str: "text", int: "a number", float: "a number", bool: "a boolean"}.get(type(raw))
         raise PolicyError(
-            f"{path.name} is not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {first_line}"
-        ) from None
-    return policy_from_mapping(raw or {})
+            f"{path.name} must be a mapping with keys {', '.join(sorted(_TOP_LEVEL))}, not {kind or type(raw).__name__}"
+        )
+    return policy_from_mapping(raw)
 
 
 def policy_from_mapping(raw: object) -> Policy:
     """Build a policy from parsed YAML/TOML, rejecting unknown keys and wrong types by their dotted path."""
     if not isinstance(raw, Mapping):
-        raise PolicyError("the policy must be a mapping with keys checks, caps, grade")
-    _reject_unknown(raw, {"checks", "caps", "grade", "trends", "coverage"}, "")
+        raise PolicyError(f"the policy must be a mapping with keys {', '.join(sorted(_TOP_LEVEL))}")
+    _reject_unknown(raw, _TOP_LEVEL, "")
     checks_raw = raw.get("checks") or {}
     if not isinstance(checks_raw, Mapping):
         raise PolicyError("checks: must be a mapping of check name to settings")
@@ -198,6 +214,8 @@ def policy_from_mapping(raw: object) -> Policy:
     return Policy(**values)
 
 
+_TOP_LEVEL = {"checks", "caps", "grade", "trends", "coverage"}
+
 # Checks renamed since a policy file may have been written, so that an old file gets told what to write instead.
 _RENAMED = {"rollouts": "deployments"}
 _RENAMED_WHY = {
@@ -218,8 +236,48 @@ def _dataclass_from(kind: type[Any], raw: object, where: str) -> Any:
     _reject_unknown(raw, {item.name for item in dataclasses.fields(kind)}, f"{where}.")
     defaults = dataclasses.asdict(kind()) if kind is not Cap else {}
     try:
-        return TypeAdapter(kind).validate_python({**defaults, **raw}, strict=False)
+        value = TypeAdapter(kind).validate_python({**defaults, **raw}, strict=False)
     except ValidationError as exc:
         first = exc.errors(include_input=False, include_url=False)[0]
         path = ".".join(str(part) for part in first.get("loc", ()))
         raise PolicyError(f"{where}.{path}: {first.get('msg', 'invalid value')}") from None
+    problem = _senseless(value)
+    if problem:
+        raise PolicyError(f"{where}.{problem}")
+    return value
+
+
+# What each numeric key may hold, by its name: the check modules name them by what they measure.
+# A share of requests, of a limit, of CFS periods: a fraction.
+_RATIO_SUFFIX = "_ratio"
+# Multipliers of a threshold ("10x the budget", "3x the usual"): below 1 would flag the ordinary as exceptional.
+_FACTORS = frozenset({"crit_factor", "min_factor"})
+# Used as a PromQL range or a budget, where 0 makes the query invalid or flags every pod: at least 1.
+_AT_LEAST_ONE = frozenset({"presence_days", "sustain_minutes", "budget_per_minute"})
+
+
+def _senseless(value: object) -> str | None:
+    """The first key of the dataclass ``value`` whose number makes no sense, as ``key: why``; None when all do.
+
+    Everything numeric not named above (thresholds in lines, minutes or seconds, penalties, ``top``, intervals
+    where 0 means "measure it") must be 0 or more; and each ``warn_X`` at most its ``crit_X``.
+    """
+    numbers = {
+        item.name: number
+        for item in dataclasses.fields(value)  # type: ignore[arg-type]  # every policy section is a dataclass
+        if isinstance(number := getattr(value, item.name), int | float) and not isinstance(number, bool)
+    }
+    for name, number in numbers.items():
+        if name.endswith(_RATIO_SUFFIX):
+            low, high, rule = 0.0, 1.0, "must be a finite number between 0 and 1"
+        elif name in _FACTORS or name in _AT_LEAST_ONE:
+            low, high, rule = 1.0, math.inf, "must be a finite number of at least 1"
+        else:
+            low, high, rule = 0.0, math.inf, "must be a finite number, 0 or more"
+        if not (math.isfinite(number) and low <= number <= high):
+            return f"{name}: {rule}"
+    for name, number in numbers.items():
+        partner = "crit_" + name.removeprefix("warn_")
+        if name.startswith("warn_") and partner in numbers and number > numbers[partner]:
+            return f"{name}: must be at most {partner} ({number:g} > {numbers[partner]:g})"
+    return None

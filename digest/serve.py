@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from telegram import Bot, Update
+from telegram import Update
 
 from checks.contract import Window
 from digest.bot import DigestBot, DigestService, build_application
-from digest.delivery import Outcome, Photo, Poster, Sender
+from digest.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from digest.delivery import DeliveryError, Outcome, Photo, Poster, Sender, open_bot
 from digest.engine import Config, make_chart, make_digest, open_history_store, stored_history
 from digest.health import DigestMetrics
 from digest.render import Renderer, headline, unseen_spans
@@ -29,10 +30,6 @@ from digest.score import Digest
 from digest.state import DeliveryState, StateError
 
 log = logging.getLogger(__name__)
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 def _owner() -> str:
@@ -114,12 +111,14 @@ class ChatPoster:
 
 @asynccontextmanager
 async def chat_poster(config: Config, token: str) -> AsyncIterator[ChatPoster]:
-    """A `ChatPoster` with an open Bot and the delivery state; `StateError` if the state file is unusable."""
+    """A `ChatPoster` with an open Bot and the delivery state.
+
+    `StateError` if the state file is unusable; `DeliveryError` if the Telegram API cannot be opened.
+    """
     settings = config.settings
     state = DeliveryState(settings.state_path, _owner())
-    root = settings.telegram_api_url.rstrip("/")
     try:
-        async with Bot(token, base_url=f"{root}/bot", base_file_url=f"{root}/file/bot") as bot:
+        async with open_bot(token, settings.telegram_api_url) as bot:
             yield ChatPoster(
                 Poster(sender=Sender(bot, state=state), state=state),
                 settings.telegram_chat_ids,
@@ -149,6 +148,11 @@ async def post_window(config: Config, token: str, window: Window, fmt: str, char
             account = await post(digest, photo)
     except StateError as exc:
         print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except DeliveryError as exc:
+        # Nothing was claimed or sent; the digest is still the run's answer, on stdout.
+        print(f"digest: not posted: {exc}", file=sys.stderr)
+        sys.stdout.write(Renderer().render(digest, fmt))
         return EXIT_FAILED
     for line in account.split("; "):
         print(f"digest: {line}", file=sys.stderr)
@@ -163,5 +167,10 @@ async def replay_and_post(config: Config, token: str, days: list[date], fmt: str
             await replay(config, days, fmt, concurrency, sys.stdout, sys.stderr, post)
     except StateError as exc:
         print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except DeliveryError as exc:
+        # Nothing was claimed or sent; the days are still replayed and printed.
+        print(f"digest: not posted: {exc}", file=sys.stderr)
+        await replay(config, days, fmt, concurrency, sys.stdout, sys.stderr)
         return EXIT_FAILED
     return EXIT_FAILED if post.failures else EXIT_OK

@@ -7,16 +7,19 @@ A bad value fails at start with `ConfigError`, whose message is one line naming 
 
 from __future__ import annotations
 
+import os
+import re
 from datetime import time
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import httpx
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
-from digest.sources import Endpoint
+from digest.sources import DEFAULT_MAX_RESPONSE_MIB, MIB, Endpoint, url_userinfo
 
 ENV_PREFIX = "DIGEST_"
 
@@ -26,10 +29,31 @@ class ConfigError(Exception):
 
 
 def _check_url(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    """``value`` without a trailing slash if httpx can send to it; the reasons never echo it (it may hold a secret)."""
+    try:
+        parts = urlsplit(value)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # an unclosed IPv6 bracket
+        usable = False
+    if not usable:
         raise ValueError("must be an http:// or https:// URL")
+    if any(character.isspace() or not character.isprintable() for character in value):
+        raise ValueError("must not contain spaces or control characters")
+    try:
+        port = parts.port
+    except ValueError:  # urllib's "Port out of range 0-65535" / "could not be cast to integer"
+        port = 0
+    if port == 0:
+        raise ValueError("must have a port between 1 and 65535 (or none)")
+    try:
+        httpx.URL(value)
+    except httpx.InvalidURL:
+        raise ValueError("is not a URL httpx can send requests to") from None
     return value.rstrip("/")
+
+
+# A Bot API token as BotFather issues it: the bot's numeric id, a colon, and a URL-safe secret.
+_TELEGRAM_TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
 
 
 class Settings(BaseSettings):
@@ -60,6 +84,8 @@ class Settings(BaseSettings):
 
     query_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
     max_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
+    # The most one backend answer may weigh (decompressed); past it the query fails instead of the pod's memory.
+    max_response_mib: Annotated[int, Field(gt=0)] = DEFAULT_MAX_RESPONSE_MIB
     policy_file: Path | None = None
 
     # Telegram: only `digest serve` and `digest run --post` need these.
@@ -75,7 +101,9 @@ class Settings(BaseSettings):
     post_at: str = "12:00"
     late_grace_hours: Annotated[float, Field(ge=0, le=24)] = 6.0
     state_path: Path = Path("digest-state.sqlite")
-    command_cooldown_seconds: Annotated[float, Field(ge=0, le=3600)] = 20.0
+    # /digest per chat: up to COMMAND_BURST digests in any COMMAND_BURST_WINDOW_SECONDS; more are queued, not refused.
+    command_burst: Annotated[int, Field(ge=1, le=100)] = 3
+    command_burst_window_seconds: Annotated[float, Field(ge=0, le=3600)] = 60.0
     digest_deadline_seconds: Annotated[float, Field(gt=0, le=600)] = 90.0
     health_port: Annotated[int, Field(ge=0, le=65535)] = 8080
     telegram_chart: bool = True
@@ -104,6 +132,11 @@ class Settings(BaseSettings):
     @classmethod
     def _api_url(cls, value: str) -> str:
         return _check_url(value)
+
+    @field_validator("telegram_webhook_url")
+    @classmethod
+    def _webhook_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_url(value)
 
     @field_validator("post_at")
     @classmethod
@@ -151,8 +184,22 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"{ENV_PREFIX}{name.upper()}_FILE: cannot read {path} ({exc.strerror or type(exc).__name__})"
                 ) from None
+            except UnicodeDecodeError:
+                raise ValueError(f"{ENV_PREFIX}{name.upper()}_FILE: cannot read {path} (not UTF-8 text)") from None
             # The model is frozen; setting the resolved secret once here is the only mutation.
             object.__setattr__(self, name, SecretStr(secret))
+        # Tokens travel in a URL path or a header, where a newline or a space breaks the request deep inside the
+        # HTTP stack; the reason never shows the token, nor where it differs.
+        for name in ("vm_bearer_token", "vl_bearer_token", "telegram_token"):
+            held: SecretStr | None = getattr(self, name)
+            token = held.get_secret_value() if held is not None else ""
+            variable = f"{ENV_PREFIX}{name.upper()}{'_FILE' if getattr(self, f'{name}_file') is not None else ''}"
+            if name == "telegram_token" and token and not _TELEGRAM_TOKEN.fullmatch(token):
+                raise ValueError(
+                    f"{variable}: not a bot token (BotFather's form is digits, a colon, then letters, digits, _ or -)"
+                )
+            if any(character.isspace() or not character.isprintable() for character in token):
+                raise ValueError(f"{variable}: must be one line without spaces or control characters")
         for prefix in ("vm", "vl"):
             if getattr(self, f"{prefix}_password") is not None and not getattr(self, f"{prefix}_username"):
                 raise ValueError(
@@ -171,7 +218,11 @@ class Settings(BaseSettings):
         return time(hours, minutes, tzinfo=self.zone)
 
     def secrets(self) -> list[str]:
-        """Every secret value, for the log redactor."""
+        """Every secret value, for the log redactor (which also masks each one percent-encoded).
+
+        Besides the secret settings: credentials written into a URL, the values of the extra headers (often an API
+        key), and the heartbeat URL's path, which is its secret part and survives httpx's normalising of the URL.
+        """
         values = [
             self.vm_bearer_token,
             self.vm_password,
@@ -181,7 +232,18 @@ class Settings(BaseSettings):
             self.telegram_webhook_secret,
             self.heartbeat_url,
         ]
-        return [value.get_secret_value() for value in values if value is not None]
+        secrets = [value.get_secret_value() for value in values if value is not None]
+        for url in (self.vm_url, self.vl_url, self.telegram_api_url, self.telegram_webhook_url):
+            if url:
+                secrets.extend(url_secrets(url))
+        if self.heartbeat_url is not None:
+            heartbeat = self.heartbeat_url.get_secret_value()
+            secrets.extend(url_secrets(heartbeat))
+            path = urlsplit(heartbeat)._replace(scheme="", netloc="").geturl()
+            if len(path) > 1:
+                secrets.append(path)
+        secrets.extend(value for value in {**self.vm_headers, **self.vl_headers}.values() if value)
+        return secrets
 
     def require_telegram(self) -> str:
         """The bot token; `ConfigError` naming the variables when it or the chats are missing."""
@@ -241,11 +303,44 @@ class Settings(BaseSettings):
             basic_auth=basic,
             timeout_seconds=self.query_timeout,
             max_concurrency=self.max_concurrency,
+            max_response_bytes=self.max_response_mib * MIB,
         )
+
+
+# Settings that were replaced by others. Unknown variables are ignored (extra="ignore"), so an old one left in a
+# ConfigMap would silently stop meaning anything; start-up refuses it instead, naming what to set.
+_RETIRED = {
+    "command_cooldown_seconds": f"{ENV_PREFIX}COMMAND_BURST and {ENV_PREFIX}COMMAND_BURST_WINDOW_SECONDS",
+}
+
+
+def _refuse_retired(overrides: dict[str, object]) -> None:
+    # pydantic-settings reads variable names case-insensitively; so does this check.
+    environment = {name.upper() for name in os.environ}
+    for name, replacement in _RETIRED.items():
+        variable = f"{ENV_PREFIX}{name.upper()}"
+        if name in overrides or variable in environment:
+            raise ConfigError(f"{variable}: no longer read; set {replacement} instead")
+
+
+def url_secrets(url: str) -> list[str]:
+    """The credentials written in ``url`` as written (``user:pass``, ``pass``) and decoded; [] when it has none.
+
+    A user without a password is a token (``https://TOKEN@host``), so then the user is the secret.
+    """
+    userinfo = urlsplit(url).netloc.rpartition("@")[0]
+    credentials = url_userinfo(url)
+    if credentials is None:
+        return []
+    user, password = credentials
+    written_password = userinfo.partition(":")[2]
+    found = [userinfo, f"{user}:{password}", password, written_password] if password else [userinfo, user]
+    return [secret for secret in found if secret]
 
 
 def load_settings(**overrides: object) -> Settings:
     """Read the settings from the environment; raise `ConfigError` with one line naming the bad variable."""
+    _refuse_retired(overrides)
     try:
         return Settings(**overrides)  # type: ignore[arg-type]  # pydantic validates the overrides at run time
     except ValidationError as exc:

@@ -2,6 +2,12 @@
 
 Only this module and the CLI/scheduler know "now": the CLI reads the clock and passes it in, so replaying a past
 day runs exactly the code of today's digest.
+
+Everything typed by a user is checked here: ASCII digits only (Python's ``int()`` and a regular expression's
+digit class also take Arabic-Indic and other digits, which no one means in a date), days within
+`FIRST_DAY`..`LAST_DAY` (so that the day after, the trends' days before and every time zone conversion stay inside
+what `datetime` can hold), and a calendar day that the zone's clocks skipped (Samoa's 30 December 2011) is named as
+such instead of becoming an empty window.
 """
 
 from __future__ import annotations
@@ -13,7 +19,11 @@ from zoneinfo import ZoneInfo
 from checks.contract import Window
 
 MAX_WINDOW = timedelta(days=7)
-_DURATION = re.compile(r"^(?P<amount>\d+)(?P<unit>[mhd])$")
+# The days a digest can be asked for: no backend holds data before the Unix epoch, and a day in year 9999 has no
+# "day after" that `datetime` can hold.
+FIRST_DAY = date(1970, 1, 1)
+LAST_DAY = date(9998, 12, 31)
+_DURATION = re.compile(r"(?P<amount>[0-9]+)(?P<unit>[mhd])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 
 
@@ -23,39 +33,62 @@ class WindowError(ValueError):
 
 def parse_duration(text: str) -> timedelta:
     """``24h``, ``90m``, ``2d`` → a timedelta between one minute and seven days."""
-    match = _DURATION.match(text.strip())
+    match = _DURATION.fullmatch(text.strip())
     if not match:
         raise WindowError(f"{text!r} is not a duration like 24h, 90m or 2d")
-    span = timedelta(**{_UNITS[match.group("unit")]: int(match.group("amount"))})
+    try:
+        span = timedelta(**{_UNITS[match.group("unit")]: int(match.group("amount"))})
+    except OverflowError:
+        span = MAX_WINDOW * 2  # a number of days beyond what timedelta holds is as much "outside" as 8d
     if span < timedelta(minutes=1) or span > MAX_WINDOW:
         raise WindowError(f"{text!r} is outside 1m..7d")
     return span
 
 
 def parse_date(text: str) -> date:
-    """A calendar day ``YYYY-MM-DD``."""
+    """A calendar day ``YYYY-MM-DD`` between `FIRST_DAY` and `LAST_DAY`."""
     try:
-        return date.fromisoformat(text.strip())
+        if not text.isascii():
+            raise ValueError(text)
+        day = date.fromisoformat(text.strip())
     except ValueError:
         raise WindowError(f"{text!r} is not a date like 2026-07-20") from None
+    _check_day(day)
+    return day
 
 
 def parse_moment(text: str) -> datetime:
-    """An RFC 3339 moment with an explicit offset (``2026-07-21T12:00:00Z``)."""
+    """An RFC 3339 moment with an explicit offset (``2026-07-21T12:00:00Z``), on a day a digest can cover."""
     try:
+        if not text.isascii():
+            raise ValueError(text)
         moment = datetime.fromisoformat(text.strip().replace("z", "Z"))
     except ValueError:
         raise WindowError(f"{text!r} is not an RFC 3339 time like 2026-07-21T12:00:00Z") from None
     if moment.tzinfo is None:
         raise WindowError(f"{text!r} has no time zone offset (add Z or +02:00)")
+    _check_day(moment.date())  # within the range, converting to UTC or any zone cannot overflow
     return moment
 
 
+def _check_day(day: date) -> None:
+    if not FIRST_DAY <= day <= LAST_DAY:
+        raise WindowError(f"{day} is out of range: a digest covers days from {FIRST_DAY} to {LAST_DAY}")
+
+
 def day_window(day: date, zone: ZoneInfo) -> Window:
-    """The calendar day in the reader's zone: [00:00, next 00:00) local, 23 or 25 h on DST days."""
-    start = datetime.combine(day, time.min, tzinfo=zone)
-    end = datetime.combine(day + timedelta(days=1), time.min, tzinfo=zone)
-    return Window(start=start.astimezone(UTC), end=end.astimezone(UTC), zone=zone, label=day.isoformat())
+    """The calendar day in the reader's zone: [00:00, next 00:00) local, 23 or 25 h on DST days.
+
+    A midnight that falls in a gap (clocks jumping forward at 00:00) is read with ``fold=0``, the offset before the
+    jump, which places it at the jump itself: the day starts when its first minute existed. A day the clocks skipped
+    altogether has no minute at all, and is refused.
+    """
+    _check_day(day)
+    start = datetime.combine(day, time.min, tzinfo=zone).astimezone(UTC)
+    end = datetime.combine(day + timedelta(days=1), time.min, tzinfo=zone).astimezone(UTC)
+    if end <= start:
+        raise WindowError(f"{day} did not exist in {zone} (the clocks skipped it)")
+    return Window(start=start, end=end, zone=zone, label=day.isoformat())
 
 
 def last_window(span: timedelta, at: datetime, zone: ZoneInfo) -> Window:
