@@ -37,7 +37,7 @@ from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
 
 from checks.contract import SourceError, Window
-from digest.delivery import Outcome, Photo, Poster, PostResult, Sender
+from digest.delivery import BotApiRequest, Outcome, Photo, Poster, PostResult, Sender
 from digest.engine import Config, make_chart, make_digest, open_sources, stored_history
 from digest.health import DigestMetrics, HealthServer
 from digest.render import Renderer, headline, unseen_spans
@@ -499,6 +499,9 @@ def build_application(bot: DigestBot, token: str) -> Application[Any, Any, Any, 
         .token(token)
         .base_url(f"{root}/bot")
         .base_file_url(f"{root}/file/bot")
+        # python-telegram-bot's pool sizes, with answers that are not the Bot API's refused as a network error.
+        .request(BotApiRequest(connection_pool_size=256))
+        .get_updates_request(BotApiRequest(connection_pool_size=1))
         .concurrent_updates(True)
         .post_init(lambda app: _post_init(app, bot))
         .post_stop(lambda app: bot.cancel_queued())

@@ -20,15 +20,13 @@ from pathlib import Path
 
 from checks.contract import Window
 from digest.engine import Config, load_config, make_chart, make_digest, open_history_store, stored_history
+from digest.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
 from digest.logs import configure_logging
 from digest.policy import Policy
 from digest.render import FORMATS, Renderer, headline, unseen_spans
 from digest.settings import ConfigError, Settings, load_settings
 from digest.window import WindowError, day_window, last_window, parse_date, parse_duration, parse_moment
 
-EXIT_OK = 0  # the digest was made (and posted, if asked)
-EXIT_FAILED = 1  # a delivery failed, or the demo's backends could not start
-EXIT_USAGE = 2  # bad configuration or arguments, or an unusable state file
 DEMO_DAY = "2026-07-20"
 
 
@@ -90,14 +88,15 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def _state_problem(settings: Settings) -> str | None:
-    """Why the delivery state file cannot be used, or None: checked before a digest is computed for nothing."""
+def _state_problem(settings: Settings) -> int | None:
+    """The exit code if the state file cannot be used (said in one line), or None; asked before computing."""
     from digest.state import DeliveryState, StateError
 
     try:
         DeliveryState(settings.state_path, owner="digest-cli-check").close()
     except StateError as exc:
-        return f"DIGEST_STATE_PATH: {exc}"
+        print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
+        return for_state_error(exc)
     return None
 
 
@@ -138,8 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from digest.serve import post_window
 
         problem = _state_problem(config.settings)
-        if problem:
-            return _fail(problem)
+        if problem is not None:
+            return problem
 
         return asyncio.run(post_window(config, token or "", window, args.format, chart))
     # The state file keeps the trends' past days when one is configured; a plain `digest run` writes no file.
@@ -170,8 +169,8 @@ def _replay(args: argparse.Namespace, config: Config, token: str | None) -> int:
         from digest.serve import replay_and_post
 
         problem = _state_problem(config.settings)
-        if problem:
-            return _fail(problem)
+        if problem is not None:
+            return problem
 
         return asyncio.run(replay_and_post(config, token or "", days, args.format, args.concurrency))
     return run_replay(config, days, args.format, args.concurrency)

@@ -361,7 +361,7 @@ class Poster:
                 return PostResult(Outcome.FAILED_PERMANENT, chat_id, error=existing.error)
             return PostResult(Outcome.BUSY, chat_id)
         try:
-            parts = self.state.parts(chat_id, key)
+            parts = self.state.parts(chat_id, key) or self.state.adopt_parts(chat_id, key)
             if not parts:
                 parts = self.state.store_parts(chat_id, key, await self._compose(chat_id, key, message, photo))
         except StateError:

@@ -20,9 +20,9 @@ from telegram import Update
 
 from checks.contract import Window
 from digest.bot import DigestBot, DigestService, build_application
-from digest.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from digest.delivery import DeliveryError, Outcome, Photo, Poster, Sender, open_bot
 from digest.engine import Config, make_chart, make_digest, open_history_store, stored_history
+from digest.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
 from digest.health import DigestMetrics
 from digest.render import Renderer, headline, unseen_spans
 from digest.replay import replay
@@ -49,7 +49,15 @@ def serve(config: Config, token: str) -> int:
         state = DeliveryState(settings.state_path, _owner())
     except StateError as exc:
         print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return for_state_error(exc)
+    try:
+        # The Bot API is asked once (getMe, retried within the delivery budget) before polling starts, so that a
+        # wrong API root or a refused token is one line and an exit code, not python-telegram-bot's traceback.
+        asyncio.run(_check_bot(token, settings.telegram_api_url))
+    except DeliveryError as exc:
+        state.close()
+        print(f"digest: cannot start the bot: {exc}", file=sys.stderr)
+        return EXIT_USAGE if exc.permanent else EXIT_FAILED
     store = open_history_store(settings)
     service = DigestService(config, metrics=DigestMetrics(), history_store=store)
     bot = DigestBot(config=config, state=state, service=service)
@@ -72,6 +80,12 @@ def serve(config: Config, token: str) -> int:
         if store is not None:
             store.close()
     return EXIT_OK
+
+
+async def _check_bot(token: str, api_root: str) -> None:
+    """`DeliveryError` unless the Bot API at ``api_root`` answers ``getMe`` for ``token``."""
+    async with open_bot(token, api_root):
+        pass
 
 
 @dataclass
@@ -148,12 +162,12 @@ async def post_window(config: Config, token: str, window: Window, fmt: str, char
             account = await post(digest, photo)
     except StateError as exc:
         print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return for_state_error(exc)
     except DeliveryError as exc:
         # Nothing was claimed or sent; the digest is still the run's answer, on stdout.
         print(f"digest: not posted: {exc}", file=sys.stderr)
         sys.stdout.write(Renderer().render(digest, fmt))
-        return EXIT_FAILED
+        return EXIT_USAGE if exc.permanent else EXIT_FAILED
     for line in account.split("; "):
         print(f"digest: {line}", file=sys.stderr)
     sys.stdout.write(post.renderer.render(digest, fmt))
@@ -167,10 +181,10 @@ async def replay_and_post(config: Config, token: str, days: list[date], fmt: str
             await replay(config, days, fmt, concurrency, sys.stdout, sys.stderr, post)
     except StateError as exc:
         print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return for_state_error(exc)
     except DeliveryError as exc:
         # Nothing was claimed or sent; the days are still replayed and printed.
         print(f"digest: not posted: {exc}", file=sys.stderr)
         await replay(config, days, fmt, concurrency, sys.stdout, sys.stderr)
-        return EXIT_FAILED
+        return EXIT_USAGE if exc.permanent else EXIT_FAILED
     return EXIT_FAILED if post.failures else EXIT_OK

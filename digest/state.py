@@ -93,7 +93,7 @@ def _connect(path: Path, schema: str, busy_timeout_seconds: float) -> sqlite3.Co
         connection.execute("PRAGMA synchronous=NORMAL")
         connection.executescript(schema)
     except (sqlite3.Error, OSError) as exc:
-        raise StateError(f"state file {path}: {exc}") from None
+        raise _state_error(path, exc) from None
     return connection
 
 
@@ -121,7 +121,22 @@ class Part:
 
 
 class StateError(RuntimeError):
-    """The state file cannot be opened, read or written (locked, corrupt, read-only)."""
+    """The state file cannot be opened, read or written (locked, corrupt, read-only).
+
+    ``busy`` is true when another writer held the file past the busy timeout: worth retrying as it is, unlike a
+    corrupt or unwritable file.
+    """
+
+    def __init__(self, message: str, busy: bool = False) -> None:
+        super().__init__(message)
+        self.busy = busy
+
+
+def _state_error(path: Path, error: BaseException) -> StateError:
+    """The one translation of SQLite and file-system errors into `StateError`, naming the file."""
+    text = str(error).lower()
+    busy = isinstance(error, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+    return StateError(f"state file {path}: {error}", busy=busy)
 
 
 @dataclass(frozen=True)
@@ -161,7 +176,7 @@ class DeliveryState:
                 raise
             self._connection.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise StateError(f"state file {self._path}: {exc}") from None
+            raise _state_error(self._path, exc) from None
 
     def claim(self, chat_id: int, key: str, lease_seconds: float, now: float | None = None) -> bool:
         """Take the delivery of ``key`` to ``chat_id``; False if it was sent, or another live owner holds it."""
@@ -211,7 +226,7 @@ class DeliveryState:
         try:
             return self._parts(self._connection, chat_id, key)
         except sqlite3.Error as exc:
-            raise StateError(f"state file {self._path}: {exc}") from None
+            raise _state_error(self._path, exc) from None
 
     @staticmethod
     def _parts(db: sqlite3.Connection, chat_id: int, key: str) -> list[Part]:
@@ -291,6 +306,25 @@ class DeliveryState:
                 (old_chat_id, new_chat_id, moment),
             )
 
+    def adopt_parts(self, chat_id: int, key: str) -> list[Part]:
+        """Parts of ``key`` stored under an id that became ``chat_id`` since, now stored under ``chat_id``.
+
+        A group that turned supergroup in the middle of a delivery: the rerun goes on where it stopped instead of
+        sending the first parts again to the new id.
+        """
+        with self._write() as db:
+            earlier = [
+                int(row[0])
+                for row in db.execute("SELECT old_chat_id FROM chat_moves WHERE new_chat_id = ?", (chat_id,))
+            ]
+            for old in earlier:
+                if self._parts(db, old, key):
+                    db.execute(
+                        "UPDATE delivery_parts SET chat_id = ? WHERE chat_id = ? AND key = ?", (chat_id, old, key)
+                    )
+                    break
+            return self._parts(db, chat_id, key)
+
     def current_chat(self, chat_id: int) -> int:
         """The id a chat has now, following recorded migrations."""
         seen = {chat_id}
@@ -324,7 +358,7 @@ class DeliveryState:
         try:
             return list(self._connection.execute(sql, parameters).fetchall())
         except sqlite3.Error as exc:
-            raise StateError(f"state file {self._path}: {exc}") from None
+            raise _state_error(self._path, exc) from None
 
 
 def _delivery(row: tuple[Any, ...]) -> Delivery:
@@ -380,7 +414,7 @@ class HistoryStore:
                 (cluster, policy, start, end),
             ).fetchone()
         except sqlite3.Error as exc:
-            raise StateError(f"state file {self._path}: {exc}") from None
+            raise _state_error(self._path, exc) from None
         return None if row is None else str(row[0])
 
     def save(self, cluster: str, policy: str, start: float, end: float, payload: str, now: float | None = None) -> None:
@@ -397,4 +431,4 @@ class HistoryStore:
                     "DELETE FROM graded_history WHERE stored_at < ?", (moment - _HISTORY_DAYS * 86_400,)
                 )
         except sqlite3.Error as exc:
-            raise StateError(f"state file {self._path}: {exc}") from None
+            raise _state_error(self._path, exc) from None

@@ -22,27 +22,47 @@ import json
 import logging
 import statistics
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from checks.contract import Finding, Sources, Status, Window, fmt_int
 from digest.collect import Collected, build_checks, collect
 from digest.policy import CHECK_POLICIES, Policy
 from digest.score import Digest, DigestStatus, grade
 from digest.state import HistoryStore, StateError
+from digest.window import WindowError, day_window
 
 log = logging.getLogger(__name__)
 
 
 def shifted(window: Window, days_back: int) -> Window:
-    """The window ``days_back`` days earlier, in local wall time (a calendar day stays a calendar day across DST)."""
+    """The window ``days_back`` days earlier, in local wall time (a calendar day stays a calendar day across DST).
+
+    A calendar day is rebuilt by `day_window`, so a past day that the zone skipped (Samoa's 30 December 2011) raises
+    `WindowError` instead of becoming a window that ends before it starts.
+    """
+    if len(window.label) == 10 and isinstance(window.zone, ZoneInfo):
+        return day_window(date.fromisoformat(window.label) - timedelta(days=days_back), window.zone)
     start = (window.start.astimezone(window.zone).replace(tzinfo=None) - timedelta(days=days_back)).replace(
         tzinfo=window.zone
     )
     end = (window.end.astimezone(window.zone).replace(tzinfo=None) - timedelta(days=days_back)).replace(
         tzinfo=window.zone
     )
-    label = start.date().isoformat() if len(window.label) == 10 else f"{window.label} −{days_back}d"
-    return Window(start=start.astimezone(UTC), end=end.astimezone(UTC), zone=window.zone, label=label)
+    return Window(
+        start=start.astimezone(UTC), end=end.astimezone(UTC), zone=window.zone, label=f"{window.label} −{days_back}d"
+    )
+
+
+def earlier_windows(window: Window, days: int) -> list[Window]:
+    """The ``days`` windows before ``window``, newest first, leaving out calendar days the zone skipped."""
+    windows: list[Window] = []
+    for back in range(1, days + 1):
+        try:
+            windows.append(shifted(window, back))
+        except WindowError:
+            continue  # a day with no minute has no digest to compare with
+    return windows
 
 
 WindowKey = tuple[datetime, datetime]
@@ -165,7 +185,7 @@ async def previous_digests(
 ) -> list[Digest]:
     """The graded checks of each previous window, newest first (yesterday is the first)."""
     checks = [check for check in build_checks(policy) if policy.graded(check.name)]
-    windows = [shifted(window, back) for back in range(1, policy.trends.days + 1)]
+    windows = earlier_windows(window, policy.trends.days)
     shared = history if history is not None else History()
 
     def compute(past: Window) -> Callable[[], Awaitable[Collected]]:

@@ -289,11 +289,28 @@ def test_unusable_state_file_exits_2_like_serve(tmp_path: Path, command: tuple[s
     assert TOKEN not in line
 
 
-def test_exit_codes_are_defined_once() -> None:
-    """The CLI's exit codes are the ones `digest serve` returns: one table, one set of constants."""
-    from digest import cli, serve
+def test_a_locked_state_file_is_worth_retrying_and_a_corrupt_one_is_not(tmp_path: Path) -> None:
+    """A state file held by another writer maps to exit 1 (retry as is); a corrupt one to exit 2 (needs a person)."""
+    import sqlite3
 
-    assert (cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE) == (0, 1, 2)
-    assert (serve.EXIT_OK, serve.EXIT_FAILED, serve.EXIT_USAGE) == (cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE)
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert readme.count("## Exit codes") == 1
+    from digest.exit_codes import EXIT_FAILED, EXIT_USAGE, for_state_error
+    from digest.state import DeliveryState, StateError
+
+    locked = tmp_path / "locked.sqlite"
+    state = DeliveryState(locked, owner="test", busy_timeout_seconds=0.05)
+    holder = sqlite3.connect(locked, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StateError) as busy:
+            state.claim(1, "2026-07-20", lease_seconds=60)
+    finally:
+        state.close()
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert for_state_error(busy.value) == EXIT_FAILED
+
+    corrupt = tmp_path / "corrupt.sqlite"
+    corrupt.write_bytes(b"not a database, " * 512)
+    with pytest.raises(StateError) as broken:
+        DeliveryState(corrupt, owner="test", busy_timeout_seconds=0.05)
+    assert for_state_error(broken.value) == EXIT_USAGE

@@ -123,6 +123,28 @@ async def test_rerun_sends_only_the_part_that_failed(tg: FakeTelegram, tmp_path:
     assert rerun_state.parts(ALLOWED, KEY) == []  # content kept only while owed
 
 
+async def test_rerun_after_the_group_became_a_supergroup_mid_send_sends_only_the_rest(
+    tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """Part 1 went to the group, which then became a supergroup; part 2 failed there: the rerun sends part 2 alone."""
+    supergroup = -100_777
+    tg.fail_next("sendMessage", migrate_to_chat_id=supergroup, after=1)
+    tg.fail_next("sendMessage", status=502, times=1000)
+    source = Calls()
+    state = DeliveryState(tmp_path / "state.sqlite", "t")
+    async with open_bot(TOKEN, tg.root) as bot:
+        first = await poster(bot, state).post_once(ALLOWED, KEY, source.message)
+        assert first.outcome is Outcome.FAILED
+        tg.clear_faults()
+        tg.migrate(ALLOWED, supergroup)
+        again = await poster(bot, state).post_once(ALLOWED, KEY, source.message)
+    assert again.outcome is Outcome.SENT
+    assert again.chat_id == supergroup
+    assert [call.visible.splitlines()[-1] for call in tg.sent_to(ALLOWED)] == ["(1/2)"]
+    assert [call.visible.splitlines()[-1] for call in tg.sent_to(supergroup)] == ["(2/2)"]
+    assert source.messages == 1
+
+
 async def test_rerun_sends_the_stored_part_even_if_the_digest_now_reads_differently(
     tg: FakeTelegram, tmp_path: Path
 ) -> None:
@@ -295,3 +317,51 @@ def test_cli_misbehaving_api_root_is_one_line_and_the_digest_still_prints(
     assert "DIGEST_TELEGRAM_API_URL" in lines[0]
     assert TOKEN not in result.stderr
     assert "· homelab · 2026-07-20" in result.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    "behaviour",
+    [
+        Behaviour(200, "text/html", b"<html><body><h1>Welcome to nginx!</h1></body></html>"),
+        Behaviour(200, "application/json", b'{"status":"error"}'),
+    ],
+    ids=["html", "no-ok-field"],
+)
+def test_serve_on_a_root_that_is_not_the_bot_api_is_one_line(
+    corpus_backends: EmbeddedBackends, tmp_path: Path, behaviour: Behaviour
+) -> None:
+    """`digest serve` against an API root that is not the Bot API stops with one line and exit 1, no traceback."""
+    with misbehaving_server(behaviour) as url:
+        env = backend_env(
+            corpus_backends,
+            DIGEST_TELEGRAM_TOKEN=TOKEN,
+            DIGEST_TELEGRAM_API_URL=url,
+            DIGEST_TELEGRAM_CHAT_IDS=str(ALLOWED),
+            DIGEST_STATE_PATH=str(tmp_path / "state.sqlite"),
+            DIGEST_HEALTH_PORT="0",
+        )
+        result = run_digest("serve", env=env, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f"digest: cannot start the bot: {result.stderr.split('cannot start the bot: ', 1)[1].strip()}"
+    ]
+    assert "DIGEST_TELEGRAM_API_URL" in result.stderr
+    assert TOKEN not in result.stderr
+
+
+def test_serve_with_a_refused_token_exits_2_without_the_token(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """A token the Bot API refuses is a configuration error for `serve`: one line, exit 2, the token unsaid."""
+    env = backend_env(
+        corpus_backends,
+        DIGEST_TELEGRAM_TOKEN="999:refused-token",  # noqa: S106  # a fake token the fake server refuses
+        DIGEST_TELEGRAM_API_URL=tg.root,
+        DIGEST_TELEGRAM_CHAT_IDS=str(ALLOWED),
+        DIGEST_STATE_PATH=str(tmp_path / "state.sqlite"),
+        DIGEST_HEALTH_PORT="0",
+    )
+    result = run_digest("serve", env=env, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == ["digest: cannot start the bot: the Telegram API refused the bot token"]
+    assert "refused-token" not in result.stderr

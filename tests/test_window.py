@@ -7,6 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from digest.trends import earlier_windows
 from digest.window import WindowError, day_window, last_window, parse_date, parse_duration, parse_moment
 
 
@@ -49,3 +50,11 @@ def test_bad_date_and_naive_moment_are_refused() -> None:
         parse_date("2026-13-01")
     with pytest.raises(WindowError, match="no time zone"):
         parse_moment("2026-07-21T12:00:00")
+
+
+def test_trends_leave_out_a_past_day_the_zone_skipped() -> None:
+    """The week before Samoa's 31 December 2011 has six days: the skipped 30th is left out, not a reversed window."""
+    zone = ZoneInfo("Pacific/Apia")
+    windows = earlier_windows(day_window(date(2011, 12, 31), zone), 7)
+    assert [window.label for window in windows] == [f"2011-12-{day:02d}" for day in (29, 28, 27, 26, 25, 24)]
+    assert all(window.end > window.start for window in windows)
