@@ -73,6 +73,11 @@ class DeliveryError(Exception):
         self.permanent = permanent
 
 
+# What python-telegram-bot raises when an "ok" answer's ``result`` is not the object it expects (``true`` for a
+# message, ``{}`` for a user): the JSON was the Bot API's envelope, its content was not.
+_NOT_A_MESSAGE = (KeyError, TypeError, ValueError, AttributeError)
+
+
 class NotBotApiError(NetworkError):
     """The Telegram API root answered something that is not the Bot API (a redirect, a page, malformed JSON)."""
 
@@ -223,6 +228,12 @@ async def open_bot(
                 delay, reason = attempts.backoff(), f"{type(exc).__name__}: {_short(exc.message)}"
             except TelegramError as exc:
                 raise DeliveryError(f"Telegram error: {_short(exc.message)}", permanent=True) from None
+            except _NOT_A_MESSAGE as exc:
+                raise DeliveryError(
+                    f"the Telegram API said ok but answered no bot ({type(exc).__name__}); "
+                    "check DIGEST_TELEGRAM_API_URL",
+                    permanent=False,
+                ) from None
             await attempts.wait(delay, reason, "opening the bot")
         yield bot
     finally:
@@ -329,6 +340,12 @@ class Sender:
                 reason = f"{type(exc).__name__}: {_short(exc.message)}"
             except TelegramError as exc:
                 raise DeliveryError(f"Telegram error: {_short(exc.message)}", permanent=True) from None
+            except _NOT_A_MESSAGE as exc:
+                # "ok" but no message in it: it may have been delivered, so this run does not send it again.
+                raise DeliveryError(
+                    f"the Telegram API said ok but answered no message ({type(exc).__name__}); not the Bot API?",
+                    permanent=False,
+                ) from None
             await attempts.wait(delay, reason, f"chat {chat_id}")
 
 

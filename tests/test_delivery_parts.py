@@ -365,3 +365,26 @@ def test_serve_with_a_refused_token_exits_2_without_the_token(
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == ["digest: cannot start the bot: the Telegram API refused the bot token"]
     assert "refused-token" not in result.stderr
+
+
+@pytest.mark.parametrize("result", [b"true", b"{}", b'{"message_id": "x"}'], ids=["true", "empty", "bad-id"])
+async def test_an_ok_answer_without_a_message_fails_the_part_once_without_a_traceback(
+    tg: FakeTelegram, tmp_path: Path, result: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An "ok" sendMessage answer holding no message fails the part, owed, unretried in the run, no traceback."""
+    tg.answer_next_raw("sendMessage", b'{"ok": true, "result": ' + result + b"}", content_type="application/json")
+    state = DeliveryState(tmp_path / "state.sqlite", "t")
+    async with open_bot(TOKEN, tg.root) as bot:
+        first = await poster(bot, state).post_once(ALLOWED, KEY, Calls().message)
+    assert first.outcome is Outcome.FAILED
+    assert "said ok but answered no message" in (first.error or "")
+    assert statuses(tg, "sendMessage") == [200]  # not resent in the run: it may have been delivered
+    assert not [record for record in caplog.records if record.exc_info]
+
+
+async def test_a_getme_answer_that_is_not_a_bot_is_a_delivery_error(tg: FakeTelegram) -> None:
+    """`{"ok":true,"result":{}}` for getMe is one DeliveryError naming the API root setting, not a KeyError."""
+    tg.answer_next_raw("getMe", b'{"ok": true, "result": {}}', content_type="application/json")
+    with pytest.raises(DeliveryError, match=r"said ok but answered no bot .*DIGEST_TELEGRAM_API_URL"):
+        async with open_bot(TOKEN, tg.root):
+            pass
