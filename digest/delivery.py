@@ -46,7 +46,7 @@ from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.request import HTTPXRequest
 
-from digest.state import DeliveryState, Part, PartKind, StateError
+from digest.state import DeliveryState, DeliveryStatus, Part, PartKind, StateError
 from digest.telegram_text import MAX_CAPTION, fit_utf16, plain_from_html, split_html
 
 log = logging.getLogger(__name__)
@@ -309,6 +309,7 @@ class Sender:
     async def _with_retries(self, chat_id: int, call: Callable[[int, bool], Awaitable[Message]]) -> tuple[int, int]:
         attempts = _Attempts(self.retry, self.sleep, self.random_unit)
         as_html = True
+        visited = {chat_id}
         while True:
             await self.pacer.wait_turn(chat_id)
             try:
@@ -318,6 +319,13 @@ class Sender:
                 delay = _seconds(exc.retry_after)
                 reason = f"429 retry after {delay:g} s"
             except ChatMigrated as exc:
+                if exc.new_chat_id in visited:
+                    # A move back to an id already tried would loop forever; Telegram moves a group once.
+                    raise DeliveryError(
+                        f"the Telegram API moved chat {chat_id} to {exc.new_chat_id}, where it had already been",
+                        permanent=False,
+                    ) from None
+                visited.add(exc.new_chat_id)
                 log.warning("chat %s became supergroup %s: following it", chat_id, exc.new_chat_id)
                 if self.state is not None:
                     self.state.record_move(chat_id, exc.new_chat_id)
@@ -370,6 +378,11 @@ class Poster:
         ``message`` and ``photo`` are called only when no earlier attempt stored the delivery's parts.
         """
         chat_id = self.state.current_chat(chat_id)
+        for earlier in self.state.earlier_ids(chat_id):
+            # Delivered before the group became a supergroup: the record stays on the id it was claimed under.
+            delivered = self.state.get(earlier, key)
+            if delivered is not None and delivered.status == DeliveryStatus.SENT:
+                return PostResult(Outcome.ALREADY_SENT, chat_id)
         if not self.state.claim(chat_id, key, self.lease_seconds):
             existing = self.state.get(chat_id, key)
             if existing is not None and existing.status == "sent":

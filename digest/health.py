@@ -80,6 +80,9 @@ class DigestMetrics:
 # A probe or a scrape sends its whole request at once; a connection still without a full request after this long is
 # a stalled or hostile client, and tornado closes it.
 IDLE_TIMEOUT_SECONDS = 10.0
+# Probes and scrapes send no body; tornado's default (100 MB, chunked bodies included) would let anyone who reaches
+# the port fill the pod's memory.
+MAX_BODY_BYTES = 64 * 1024
 
 
 class _Healthz(RequestHandler):
@@ -142,7 +145,11 @@ class HealthServer:
         ]
         application = Application(routes, log_function=_log_request)
         self._server = HTTPServer(
-            application, idle_connection_timeout=IDLE_TIMEOUT_SECONDS, body_timeout=IDLE_TIMEOUT_SECONDS
+            application,
+            idle_connection_timeout=IDLE_TIMEOUT_SECONDS,
+            body_timeout=IDLE_TIMEOUT_SECONDS,
+            max_body_size=MAX_BODY_BYTES,
+            max_buffer_size=MAX_BODY_BYTES,
         )
         self._sockets = bind_sockets(self._port, address=self._host)
         self._server.add_sockets(self._sockets)

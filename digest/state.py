@@ -306,6 +306,18 @@ class DeliveryState:
                 (old_chat_id, new_chat_id, moment),
             )
 
+    def earlier_ids(self, chat_id: int) -> list[int]:
+        """The ids this chat had before it moved (a group that became a supergroup, perhaps twice), nearest first."""
+        earlier: list[int] = []
+        pending = [chat_id]
+        while pending:
+            rows = self._read("SELECT old_chat_id FROM chat_moves WHERE new_chat_id = ?", (pending.pop(0),))
+            for (old,) in rows:
+                if int(old) != chat_id and int(old) not in earlier:
+                    earlier.append(int(old))
+                    pending.append(int(old))
+        return earlier
+
     def adopt_parts(self, chat_id: int, key: str) -> list[Part]:
         """Parts of ``key`` stored under an id that became ``chat_id`` since, now stored under ``chat_id``.
 

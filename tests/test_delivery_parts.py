@@ -388,3 +388,27 @@ async def test_a_getme_answer_that_is_not_a_bot_is_a_delivery_error(tg: FakeTele
     with pytest.raises(DeliveryError, match=r"said ok but answered no bot .*DIGEST_TELEGRAM_API_URL"):
         async with open_bot(TOKEN, tg.root):
             pass
+
+
+async def test_a_digest_delivered_across_a_supergroup_move_is_not_sent_again(tg: FakeTelegram, tmp_path: Path) -> None:
+    """The group became a supergroup on part 1, all parts went there: the rerun finds it delivered and sends nothing."""
+    supergroup = -100_888
+    tg.migrate(ALLOWED, supergroup)
+    state = DeliveryState(tmp_path / "state.sqlite", "t")
+    async with open_bot(TOKEN, tg.root) as bot:
+        first = await poster(bot, state).post_once(ALLOWED, KEY, Calls().message)
+        again = await poster(bot, state).post_once(ALLOWED, KEY, Calls().message)
+    assert first.outcome is Outcome.SENT
+    assert again.outcome is Outcome.ALREADY_SENT
+    assert [call.visible.splitlines()[-1] for call in tg.sent_to(supergroup)] == ["(1/2)", "(2/2)"]
+
+
+async def test_a_move_that_loops_back_fails_the_part_instead_of_spinning(tg: FakeTelegram, tmp_path: Path) -> None:
+    """A migration answer naming the chat itself is a failed delivery at once, not an endless follow loop."""
+    tg.fail_next("sendMessage", migrate_to_chat_id=ALLOWED, times=1000)
+    state = DeliveryState(tmp_path / "state.sqlite", "t")
+    async with open_bot(TOKEN, tg.root) as bot:
+        result = await poster(bot, state).post_once(ALLOWED, KEY, Calls().message)
+    assert result.outcome is Outcome.FAILED
+    assert "where it had already been" in (result.error or "")
+    assert len(statuses(tg, "sendMessage")) == 1

@@ -145,3 +145,24 @@ async def test_restart_on_the_same_port(readiness: Readiness) -> None:
             assert (await http.get("/healthz")).status_code == 503
     finally:
         await second.stop()
+
+
+async def test_a_large_chunked_body_is_refused_before_it_is_buffered(
+    server: HealthServer, readiness: Readiness
+) -> None:
+    """A whole 1 MiB chunked body is not read into memory and answered: the connection is dropped; probes go on."""
+    readiness.ready = True
+    size = 1024 * 1024
+    request = (
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        + f"{size:x}\r\n".encode()
+        + b"a" * size
+        + b"\r\n0\r\n\r\n"
+    )
+    try:
+        answer = await raw_exchange(server.port, request)
+    except (ConnectionResetError, BrokenPipeError):
+        answer = b""
+    assert b"200 OK" not in answer
+    async with client(server) as http:
+        assert (await http.get("/healthz")).status_code == 200
