@@ -92,9 +92,39 @@ def _connect(path: Path, schema: str, busy_timeout_seconds: float) -> sqlite3.Co
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
         connection.executescript(schema)
+        problem = _unusable(connection, schema)
     except (sqlite3.Error, OSError) as exc:
         raise _state_error(path, exc) from None
+    if problem is not None:
+        connection.close()
+        raise StateError(f"state file {path}: {problem}")
     return connection
+
+
+def _unusable(connection: sqlite3.Connection, schema: str) -> str | None:
+    """Why an opened file cannot hold ``schema``'s rows, or None.
+
+    A file with a valid header but damaged pages opens, and fails only at the first write after a message went
+    out ("sent but could not be recorded", then sent again); a table of an older or foreign schema, or a view in its
+    place, fails at the first delivery of a bot that looked ready. Both are found here, before anything is sent.
+    """
+    damage = [str(row[0]) for row in connection.execute("PRAGMA quick_check(3)")]
+    if damage != ["ok"]:
+        return f"the database is damaged ({'; '.join(damage)})"
+    expected = sqlite3.connect(":memory:")
+    try:
+        expected.executescript(schema)
+        for (table,) in expected.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
+            kind = connection.execute("SELECT type FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+            if kind is None or kind[0] != "table":
+                return f"{table} is a {kind[0] if kind else 'missing'}, not a table of digest's schema"
+            want = {row[1] for row in expected.execute(f"PRAGMA table_info({table})")}
+            have = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
+            if not want <= have:
+                return f"table {table} lacks {', '.join(sorted(want - have))}: not digest's schema"
+    finally:
+        expected.close()
+    return None
 
 
 class PartKind(StrEnum):

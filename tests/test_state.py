@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import sqlite3
 import threading
 from pathlib import Path
@@ -94,3 +95,45 @@ def test_corrupt_state_file_is_a_clear_error(tmp_path: Path) -> None:
     path.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StateError, match=r"state\.sqlite"):
         DeliveryState(path, "a")
+
+
+def _filled_state_file(path: Path) -> None:
+    """A real state file a few dozen pages long, its WAL folded in."""
+    state = DeliveryState(path, "filler")
+    for chat in range(200):
+        state.claim(chat, "2026-07-20", lease_seconds=60)
+        state.mark_failed(chat, "2026-07-20", "x" * 200, permanent=False)
+    state.close()
+    connection = sqlite3.connect(path)
+    connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    connection.close()
+
+
+def test_a_state_file_with_damaged_pages_is_refused_at_open(tmp_path: Path) -> None:
+    """Valid header, random pages after it: refused when opened (exit 2), not found out after a message went out."""
+    path = tmp_path / "state.sqlite"
+    _filled_state_file(path)
+    data = bytearray(path.read_bytes())
+    data[2 * 4096 :] = random.Random(7).randbytes(len(data) - 2 * 4096)  # noqa: S311  # repeatable damage, not a secret
+    path.write_bytes(bytes(data))
+    with pytest.raises(StateError, match="damaged") as refused:
+        DeliveryState(path, "t")
+    assert not refused.value.busy
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        "CREATE TABLE deliveries (chat_id INTEGER, key TEXT, status TEXT)",
+        "CREATE TABLE other (x); CREATE VIEW deliveries AS SELECT x AS chat_id FROM other",
+    ],
+    ids=["older-columns", "a-view"],
+)
+def test_a_state_file_of_a_foreign_schema_is_refused_at_open(tmp_path: Path, foreign: str) -> None:
+    """A deliveries table without digest's columns, or a view in its place, is refused before the bot looks ready."""
+    path = tmp_path / "state.sqlite"
+    connection = sqlite3.connect(path)
+    connection.executescript(foreign)
+    connection.close()
+    with pytest.raises(StateError, match=r"not (digest.s schema|a table)"):
+        DeliveryState(path, "t")
