@@ -179,9 +179,13 @@ class _Attempts:
     async def wait(self, delay: float, reason: str, what: str) -> None:
         """Sleep ``delay`` before the next attempt, or raise a transient `DeliveryError` if the budget is spent."""
         self.count += 1
-        if max(time.monotonic() - self.started, self.waited) + delay > self.retry.total_seconds:
+        spent = max(time.monotonic() - self.started, self.waited)
+        if spent + delay > self.retry.total_seconds:
+            attempts = "1 attempt" if self.count == 1 else f"{self.count} attempts"
             raise DeliveryError(
-                f"gave up after {self.count} attempts in {self.retry.total_seconds:g} s ({reason})", permanent=False
+                f"gave up after {attempts} in {spent:.0f} s: the next wait ({delay:.0f} s) would pass the "
+                f"{self.retry.total_seconds:g} s budget ({reason})",
+                permanent=False,
             )
         log.info("%s: %s; retrying in %.1f s", what, reason, delay)
         self.waited += delay
