@@ -35,8 +35,8 @@ def window_from_args(args: argparse.Namespace, settings: Settings, now: datetime
     zone = settings.zone
     if args.date is not None:
         return day_window(parse_date(args.date), zone)
-    span = parse_duration(args.last or "24h")
-    at = parse_moment(args.at) if args.at else now
+    span = parse_duration("24h" if args.last is None else args.last)
+    at = now if args.at is None else parse_moment(args.at)
     return last_window(span, at, zone)
 
 

@@ -314,3 +314,18 @@ def test_a_locked_state_file_is_worth_retrying_and_a_corrupt_one_is_not(tmp_path
     with pytest.raises(StateError) as broken:
         DeliveryState(corrupt, owner="test", busy_timeout_seconds=0.05)
     assert for_state_error(broken.value) == EXIT_USAGE
+
+
+@pytest.mark.parametrize(("last", "at"), [("", None), ("6h", "")], ids=["empty-last", "empty-at"])
+def test_an_empty_duration_or_moment_is_refused_not_defaulted(last: str, at: str | None) -> None:
+    """`--last ''` is not a silent 24 h, nor `--at ''` a silent now: both are usage errors."""
+    import argparse
+    from datetime import UTC, datetime
+
+    from digest.cli import window_from_args
+    from digest.settings import Settings
+    from digest.window import WindowError
+
+    args = argparse.Namespace(date=None, last=last, at=at)
+    with pytest.raises(WindowError):
+        window_from_args(args, Settings(), datetime(2026, 7, 21, tzinfo=UTC))
