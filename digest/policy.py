@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,6 +236,7 @@ def _dataclass_from(kind: type[Any], raw: object, where: str) -> Any:
         raise PolicyError(f"{where}: must be a mapping")
     _reject_unknown(raw, {item.name for item in dataclasses.fields(kind)}, f"{where}.")
     defaults = dataclasses.asdict(kind()) if kind is not Cap else {}
+    _refuse_coerced_numbers(kind, raw, where)
     try:
         value = TypeAdapter(kind).validate_python({**defaults, **raw}, strict=False)
     except ValidationError as exc:
@@ -245,6 +247,19 @@ def _dataclass_from(kind: type[Any], raw: object, where: str) -> Any:
     if problem:
         raise PolicyError(f"{where}.{problem}")
     return value
+
+
+def _refuse_coerced_numbers(kind: type[Any], raw: Mapping[str, Any], where: str) -> None:
+    """Refuse a boolean or a text where a number is meant, which pydantic's lax mode would turn into one.
+
+    ``warn_lines: true`` would silently become a threshold of 1, ``"50000"`` is a quoting mistake that may hide
+    another; only the numeric fields are checked so that lists still validate as tuples (strict mode refuses those).
+    """
+    hints = typing.get_type_hints(kind)
+    for key, value in raw.items():
+        if hints.get(key) in (int, float) and isinstance(value, bool | str):
+            what = "a boolean" if isinstance(value, bool) else "text"
+            raise PolicyError(f"{where}.{key}: must be a number, not {what}")
 
 
 # What each numeric key may hold, by its name: the check modules name them by what they measure.
@@ -274,7 +289,11 @@ def _senseless(value: object) -> str | None:
             low, high, rule = 1.0, math.inf, "must be a finite number of at least 1"
         else:
             low, high, rule = 0.0, math.inf, "must be a finite number, 0 or more"
-        if not (math.isfinite(number) and low <= number <= high):
+        try:
+            finite = math.isfinite(number)
+        except OverflowError:  # an integer of hundreds of digits: comparing it with a float would raise too
+            return f"{name}: too large a number ({rule})"
+        if not (finite and low <= number <= high):
             return f"{name}: {rule}"
     for name, number in numbers.items():
         partner = "crit_" + name.removeprefix("warn_")

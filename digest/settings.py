@@ -46,10 +46,34 @@ def _check_url(value: str) -> str:
     if port == 0:
         raise ValueError("must have a port between 1 and 65535 (or none)")
     try:
-        httpx.URL(value)
+        # `.host` decodes the IDNA form as httpx does for every request: "xn--zz" parses but fails there.
+        httpx.URL(value).host  # noqa: B018  # evaluated for the error it raises, not for its value
     except httpx.InvalidURL:
         raise ValueError("is not a URL httpx can send requests to") from None
+    except ValueError:  # idna.IDNAError (a UnicodeError): a malformed internationalised host name
+        raise ValueError("has a host name that is not valid IDNA (e.g. a broken xn-- label)") from None
     return value.rstrip("/")
+
+
+# An HTTP header name (RFC 7230's token) and value (visible ASCII and spaces): anything else fails at the first
+# request deep inside httpx, as a traceback per query, instead of once at start.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
+# Headers that httpx and HTTP framing set themselves: a configured one breaks the request (a wrong Content-Length
+# is a protocol error per query).
+_FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "host", "connection", "content-type"})
+
+
+def _check_headers(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` if each can be sent as is; the reasons name a header but never echo a value."""
+    for name, value in headers.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise ValueError("a header name is not an HTTP token (ASCII letters, digits and !#$%&'*+-.^_`|~ only)")
+        if name.lower() in _FRAMING_HEADERS:
+            raise ValueError(f"header {name!r} is set by the HTTP client itself and cannot be configured")
+        if not _HEADER_VALUE.fullmatch(value):
+            raise ValueError(f"the value of header {name!r} must be printable ASCII without control characters")
+    return headers
 
 
 # A Bot API token as BotFather issues it: the bot's numeric id, a colon, and a URL-safe secret.
@@ -138,6 +162,11 @@ class Settings(BaseSettings):
     def _webhook_url(cls, value: str | None) -> str | None:
         return None if value is None else _check_url(value)
 
+    @field_validator("vm_headers", "vl_headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_headers(value)
+
     @field_validator("post_at")
     @classmethod
     def _post_at(cls, value: str) -> str:
@@ -200,6 +229,9 @@ class Settings(BaseSettings):
                 )
             if any(character.isspace() or not character.isprintable() for character in token):
                 raise ValueError(f"{variable}: must be one line without spaces or control characters")
+            if not token.isascii():
+                # A bearer token is a header value, which httpx encodes as ASCII: anything else fails per request.
+                raise ValueError(f"{variable}: must be ASCII (a header value cannot carry other characters)")
         for prefix in ("vm", "vl"):
             if getattr(self, f"{prefix}_password") is not None and not getattr(self, f"{prefix}_username"):
                 raise ValueError(
@@ -242,6 +274,7 @@ class Settings(BaseSettings):
             path = urlsplit(heartbeat)._replace(scheme="", netloc="").geturl()
             if len(path) > 1:
                 secrets.append(path)
+            secrets.extend(_printed_forms(heartbeat))
         secrets.extend(value for value in {**self.vm_headers, **self.vl_headers}.values() if value)
         return secrets
 
@@ -336,6 +369,18 @@ def url_secrets(url: str) -> list[str]:
     written_password = userinfo.partition(":")[2]
     found = [userinfo, f"{user}:{password}", password, written_password] if password else [userinfo, user]
     return [secret for secret in found if secret]
+
+
+def _printed_forms(url: str) -> list[str]:
+    """The secret parts of ``url`` as httpx prints them in its request log, which re-encodes what it must.
+
+    ``/ping/hb{key}`` is logged as ``/ping/hb%7Bkey%7D``: neither the URL as written nor its standard encodings
+    match that, so the path and query as httpx holds them (raw and decoded) are masked too.
+    """
+    parsed = httpx.URL(url)
+    raw_path, _, raw_query = parsed.raw_path.decode("ascii").partition("?")
+    forms = [str(parsed).split("://", 1)[-1].partition("/")[2], raw_path, parsed.path, raw_query, parsed.query.decode()]
+    return [form for form in forms if len(form) > 1]
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -13,6 +13,12 @@ wrong (refused connection, DNS, timeout, HTTP error, an HTML error page, malform
 translated here, once, into `SourceError`; messages never contain credentials, query strings or response bodies
 beyond the backend's own short error text.
 
+Compressed answers are inflated here, not by httpx: the raw stream is read and each chunk inflated with zlib's
+``max_length`` so that no call produces more than what is left under the cap (plus one byte, to notice the
+overflow). httpx's own decoder inflates a whole network chunk in one call, and a chunk of gzip can hold a thousand
+times its size. Only a single ``gzip`` or ``deflate`` coding is accepted: stacked codings (``gzip, gzip``, where
+one small chunk of the outer layer is a huge inner one) and codings the digest did not ask for are refused.
+
 Credentials written into a URL (``http://user:pass@host/``) are taken out of it before httpx sees it and sent as
 basic auth instead: httpx logs every request URL at INFO, userinfo included.
 """
@@ -24,6 +30,7 @@ import json
 import math
 import ssl
 import traceback
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -207,12 +214,36 @@ class _HttpSource:
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > cap:
             raise self._too_large()
+        inflater = self._inflater(response)
         body = bytearray()
-        async for chunk in response.aiter_bytes():
-            if len(body) + len(chunk) > cap:
+        async for chunk in response.aiter_raw():
+            if inflater is None:
+                if len(body) + len(chunk) > cap:
+                    raise self._too_large()
+                body += chunk
+                continue
+            try:
+                inflated = inflater.inflate(chunk, cap - len(body))
+            except zlib.error:
+                raise self._error(SourceErrorKind.BAD_RESPONSE, "undecodable compressed body") from None
+            if inflated is None:
                 raise self._too_large()
-            body += chunk
+            body += inflated
         return body
+
+    def _inflater(self, response: httpx.Response) -> BoundedInflater | None:
+        """The inflater the response's Content-Encoding calls for; None for an uncompressed body."""
+        header = response.headers.get("content-encoding", "")
+        codings = [coding.strip().lower() for coding in header.split(",") if coding.strip()]
+        codings = [coding for coding in codings if coding != "identity"]
+        if len(codings) > 1:
+            named = ", ".join(coding[:20] for coding in codings[:4])
+            raise self._error(SourceErrorKind.BAD_RESPONSE, f"response with stacked encodings ({named})")
+        if not codings:
+            return None
+        if codings[0] not in _CODINGS:
+            raise self._error(SourceErrorKind.BAD_RESPONSE, f"response with unsupported encoding {codings[0][:20]!r}")
+        return BoundedInflater(codings[0])
 
     def _too_large(self) -> SourceError:
         cap_mib = self._endpoint.max_response_bytes / MIB
@@ -278,6 +309,44 @@ class _HttpSource:
             points = [(_parse_timestamp(pair, self), _parse_value(pair, self)) for pair in raw_values]
             result.append(RangeSeries(labels=_labels(item, self), points=points))
         return result
+
+
+# The codings httpx asks for (its default Accept-Encoding) and zlib inflates; "x-gzip" is gzip's old name.
+_CODINGS = frozenset({"gzip", "x-gzip", "deflate"})
+
+
+class BoundedInflater:
+    """One ``gzip`` or ``deflate`` body, inflated chunk by chunk without ever producing more than asked for."""
+
+    def __init__(self, coding: str) -> None:
+        self._deflate = coding == "deflate"
+        # "deflate" is meant to be zlib-wrapped, but servers send raw deflate too: the first chunk tells (as httpx).
+        self._undecided = self._deflate
+        self._object = zlib.decompressobj(zlib.MAX_WBITS if self._deflate else zlib.MAX_WBITS | 16)
+
+    def inflate(self, chunk: bytes, room: int) -> bytes | None:
+        """``chunk`` inflated, or None as soon as it would exceed ``room`` bytes; raises `zlib.error` if corrupt."""
+        if self._undecided:
+            self._undecided = False
+            try:
+                return self._bounded(chunk, room)
+            except zlib.error:
+                self._object = zlib.decompressobj(-zlib.MAX_WBITS)
+        return self._bounded(chunk, room)
+
+    def _bounded(self, chunk: bytes, room: int) -> bytes | None:
+        out = bytearray()
+        data = chunk
+        while data:
+            # At most one byte past the room: enough to know the cap is exceeded, never a whole bomb's worth.
+            piece = self._object.decompress(data, room - len(out) + 1)
+            out += piece
+            if len(out) > room:
+                return None
+            data = self._object.unconsumed_tail
+            if not piece and data:  # no progress (cannot happen with a positive max_length); never spin
+                break
+        return bytes(out)
 
 
 def _release_frames(error: BaseException) -> None:

@@ -24,6 +24,8 @@ class Behaviour:
     stream_bytes: int = 0
     # A Content-Length to declare instead of the body's true length (a body that claims to be huge).
     declared_length: int | None = None
+    # A Content-Encoding to declare (the body is sent as given, already encoded).
+    content_encoding: str | None = None
 
 
 _STREAM_PIECE = b'{"metric":{"pod":"filler"},"value":[1784592000,"1"]},' * 1000
@@ -89,6 +91,8 @@ def recording_server(behaviour: Behaviour) -> Iterator[Served]:
                     time.sleep(behaviour.delay_seconds)
                 self.send_response(behaviour.status)
                 self.send_header("Content-Type", behaviour.content_type)
+                if behaviour.content_encoding is not None:
+                    self.send_header("Content-Encoding", behaviour.content_encoding)
                 if behaviour.declared_length is not None:
                     self.send_header("Content-Length", str(behaviour.declared_length))
                 elif not behaviour.stream_bytes:
