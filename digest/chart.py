@@ -1,4 +1,4 @@
-"""The digest's chart: three stacked panels over the window, drawn for a phone screen.
+r"""The digest's chart: three stacked panels over the window, drawn for a phone screen.
 
 The text digest says *what* went wrong; the chart shows *when*, which is what a reader needs to connect an incident
 to a deploy, a cron or a load test. One panel per incident shape of the post-mortems:
@@ -38,8 +38,10 @@ to draw (no error line, no 5xx) says so in words.
 
 Every label- or log-derived string drawn or captioned (workload and flag labels, the node, the headline, a
 backend's error) goes through `digest.safe_text`: control and bidi characters become visible escapes and ``$``
-cannot switch on matplotlib's math mode. A legend label longer than `LEGEND_LABEL_LIMIT` characters (a 300-character
-pod name would run off the 1080 px figure) keeps its start and end around an ellipsis: ``payments-api-…-7d9f8``.
+cannot switch on matplotlib's math mode. Text is wrapped *after* it is made visible (so the line breaks drawn are
+real ones, never a ``\n`` escape), and the title is wrapped until its drawn width fits the figure. A legend label
+longer than `LEGEND_LABEL_LIMIT` characters (a 300-character pod name would run off the 1080 px figure) keeps
+its start and end around an ellipsis: ``payments-api-…-7d9f8``.
 
 Rendering uses matplotlib's object API on the Agg canvas (``Figure`` + ``FigureCanvasAgg``), matplotlib's recipe
 for servers: pyplot's global figure registry is never touched, so nothing is left open and it is safe to call from
@@ -51,7 +53,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-import textwrap
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -107,6 +109,8 @@ _LINE_WIDTH = 2.8
 # Characters of a series' name in a legend: the widest that fits beside its count at the legend's size.
 LEGEND_LABEL_LIMIT = 40
 _NODE_LIMIT = 24  # characters of the node's name in the conntrack panel's title
+_MESSAGE_WIDTH = 50  # characters per line of a panel's message ("not available: <reason>")
+_MESSAGE_LINES = 6
 
 
 @dataclass(frozen=True)
@@ -507,7 +511,7 @@ def _message(ax: Axes, text: str, muted: bool = True) -> None:
     ax.text(
         0.5,
         0.5,
-        for_matplotlib(textwrap.fill(visible(text), width=50)),
+        for_matplotlib(text, width=_MESSAGE_WIDTH, max_lines=_MESSAGE_LINES),
         transform=ax.transAxes,
         ha="center",
         va="center",
@@ -553,16 +557,35 @@ def _shade_gaps(ax: Axes, edges: Sequence[float], blind: Sequence[bool], label: 
             labelled = True
 
 
-# Characters per title line at the title's size on the 1080 px wide figure.
+# Characters per title line at the title's size on the 1080 px wide figure, to start with: `_fit_title` narrows it
+# until the drawn title fits, since the width of a character depends on the font and the glyph.
 _TITLE_WIDTH = 52
+_TITLE_MIN_WIDTH = 16
+_TITLE_LINES = (3, 4)  # at most, for the status line and for the unseen parts: the panels keep their height
+_TITLE_MARGIN = 0.96  # share of the figure's width the title may take
+_NUMBER_AND_UNIT = re.compile(r"(\d) (h|min|%)(?!\w)")
 
 
-def _wrapped(title: str) -> str:
-    """The headline on as many lines as it needs, the unseen parts starting their own."""
-    import textwrap
+def _wrapped(title: str, width: int) -> str:
+    r"""The headline made visible and wrapped to ``width`` characters, the unseen parts starting a line of their own.
 
-    lines = title.replace(" · not seen: ", "\nnot seen: ").split("\n")
-    return "\n".join(part for line in lines for part in textwrap.wrap(line, _TITLE_WIDTH) or [""])
+    Each part is escaped before it is wrapped: the newlines are the wrapping's, a newline in a label stays ``\n``.
+    """
+    # A number keeps its unit on its line ("24 h", "80 %"): a no-break space, which the wrapping never breaks at.
+    title = _NUMBER_AND_UNIT.sub("\\1\u00a0\\2", title)
+    head, separator, unseen = title.partition(" · not seen: ")
+    parts = [(head, _TITLE_LINES[0])] + ([(f"not seen: {unseen}", _TITLE_LINES[1])] if separator else [])
+    return "\n".join(for_matplotlib(part, width=width, max_lines=lines) for part, lines in parts)
+
+
+def _fit_title(figure: Figure, title: str) -> None:
+    """Set the figure's title, wrapped narrower until its drawn width lies within the figure."""
+    for width in range(_TITLE_WIDTH, _TITLE_MIN_WIDTH - 1, -4):
+        heading = figure.suptitle(
+            _wrapped(title, width), fontsize=_TITLE_PT, fontweight="bold", color=_TEXT_COLOUR, linespacing=1.25
+        )
+        if heading.get_window_extent().width <= figure.bbox.width * _TITLE_MARGIN:
+            return
 
 
 def _shade_unseen(ax: Axes, data: ChartData, unseen: Sequence[tuple[float, float]]) -> None:
@@ -784,8 +807,7 @@ def chart_figure(data: ChartData, title: str, unseen: Sequence[tuple[float, floa
     FigureCanvasAgg(figure)  # attaches the Agg canvas to the figure; no window, no pyplot
     try:
         axes = figure.subplots(3, 1, sharex=True, height_ratios=(1.15, 1.0, 1.0))
-        heading = for_matplotlib(_wrapped(visible(title)))
-        figure.suptitle(heading, fontsize=_TITLE_PT, fontweight="bold", color=_TEXT_COLOUR)
+        _fit_title(figure, title)
         for ax in axes:
             ax.tick_params(labelsize=_TICK_PT, colors=_TEXT_COLOUR)
             ax.tick_params(axis="x", which="major", length=6, width=1.2)

@@ -25,6 +25,7 @@ from digest.chart import (
     Counts,
     HourlyPanel,
     chart_caption,
+    chart_figure,
     collect_chart_data,
     render_chart,
     time_ticks,
@@ -352,3 +353,51 @@ async def test_unseen_spans_are_shaded_on_the_chart(corpus_backends: EmbeddedBac
         assert shaded(left, errors_panel) < shaded(right, errors_panel) / 20  # the legend swatch at most
         # Conntrack comes from node_exporter, which saw the whole day: nothing shaded there.
         assert shaded(right, conntrack_panel) == 0
+
+
+def test_a_long_not_seen_title_wraps_on_real_lines_inside_the_figure(tmp_path: Path) -> None:
+    """A long "not seen" headline and a wrapped panel message break on real lines, and no text leaves the figure."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    window = day_window(date(2026, 7, 25), UTC_ZONE)
+    data = ChartData(
+        window=window,
+        bucket_seconds=3600,
+        buckets=tuple(window.start.timestamp() + 3600 * hour for hour in range(24)),
+        errors=None,
+        errors_reason="no log line in the window",
+        flags=None,
+        flags_reason="envoy_flags is disabled in the policy",
+        conntrack=None,
+        conntrack_reason="no node_nf_conntrack_* series in the window",
+    )
+    title = (
+        "WARNING 7/10 · homelab-production-cluster · 2026-07-25 · not seen: cAdvisor (24 h); "
+        "kube-state-metrics (24 h); node_exporter on pi5-1, pi5-2, pi5-3 (02:00–09:30); 2 more"
+    )
+    figure = chart_figure(data, title)
+    try:
+        canvas = figure.canvas
+        assert isinstance(canvas, FigureCanvasAgg)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        texts = [
+            text
+            for text in figure.findobj(Text)
+            if isinstance(text, Text) and text.get_visible() and text.get_text().strip()
+        ]
+        heading = figure.get_suptitle()
+        assert heading.count("\n") >= 2, heading  # wrapped, the unseen parts on lines of their own
+        assert any("not seen: cAdvisor" in line for line in heading.split("\n"))
+        assert [text.get_text() for text in texts if "\\n" in text.get_text()] == []
+        outside = []
+        for text in texts:
+            box = text.get_window_extent(renderer)
+            if box.x0 < 0 or box.y0 < 0 or box.x1 > figure.bbox.width or box.y1 > figure.bbox.height:
+                outside.append((text.get_text(), box.bounds))
+        assert outside == []
+    finally:
+        figure.clear()
+    render_chart(data, tmp_path / "long-title.png", title)
+    assert _png_size(tmp_path / "long-title.png") == (1080, 1350)

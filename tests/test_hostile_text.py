@@ -41,7 +41,7 @@ from digest.embedded import EmbeddedBackends
 from digest.explain import Explanation
 from digest.policy import Policy
 from digest.render import Renderer, headline, unseen_spans
-from digest.safe_text import visible
+from digest.safe_text import escape_json, for_matplotlib, visible
 from digest.score import Digest, grade
 from digest.sources import Endpoint, PrometheusSource, VictoriaLogsSource
 from digest.telegram_text import MAX_TEXT, split_html, visible_length
@@ -52,10 +52,31 @@ END = START + timedelta(hours=1)
 WINDOW = Window(START, END, ZoneInfo("UTC"), "2026-03-01 10:00–11:00")
 NAMESPACE = 'pay "ns" \\ |) (x $a$ \u202eevil\u2066\x00\x85\x7f ünï 🚀\nforged'
 POD = "payments-api-" + "a" * 250 + '"|)\u202e\x00\n$x$-z' + "-7d9f8c6b4d-xk2lp"
-INSTANCE = 'node-"2" \\ |) \u202e\x00\u2069x\n$y$:9100'
+INSTANCE = 'node-"2" \\ |) \u202e\x00\u2069x\n$y$ sh\u200bop\ufeff\U000e0041:9100'
 ERROR_LINES = 2_500  # over the 1-hour error threshold (50,000 a day) and the 1,000 lines/min budget
-# Every character that must never reach a reader raw: C0 but tab and the template's newlines, DEL, C1, bidi, separators.
-FORBIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+# Every character that must never reach a reader raw: C0 but tab and the template's newlines, DEL, C1, bidi, separators,
+# invisible characters (zero width space/joiners, word joiner, invisible operators, BOM, U+180E, tags).
+FORBIDDEN = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029"
+    "\u200b-\u200d\u2060-\u2064\ufeff\u180e\U000e0000-\U000e007f]"
+)
+# The invisible characters, each with its visible escape: ``sh\u200bop`` must not pass for ``shop``.
+INVISIBLE = [
+    ("\u200b", "\\u200b"),
+    ("\u200c", "\\u200c"),
+    ("\u200d", "\\u200d"),
+    ("\u2060", "\\u2060"),
+    ("\u2061", "\\u2061"),
+    ("\u2062", "\\u2062"),
+    ("\u2063", "\\u2063"),
+    ("\u2064", "\\u2064"),
+    ("\ufeff", "\\ufeff"),
+    ("\u180e", "\\u180e"),
+    ("\U000e0000", "\\U000e0000"),
+    ("\U000e0001", "\\U000e0001"),
+    ("\U000e0041", "\\U000e0041"),
+    ("\U000e007f", "\\U000e007f"),
+]
 
 
 def _log_lines() -> Iterator[bytes]:
@@ -298,3 +319,30 @@ def test_caption_of_a_hostile_panel_is_visible_text() -> None:
     assert "\n" not in rest
     assert "\\u202e" in head
     assert "\\u202e" in rest
+
+
+@pytest.mark.parametrize(("char", "escape"), INVISIBLE)
+def test_an_invisible_character_is_shown_as_an_escape(char: str, escape: str) -> None:
+    """``visible`` writes each zero-width, BOM, U+180E and tag character as its escape, so "shop" has no twin."""
+    assert visible(f"sh{char}op") == f"sh{escape}op"
+    assert visible(f"sh{char}op") != visible("shop")
+    assert FORBIDDEN.search(for_matplotlib(f"sh{char}op $x$")) is None
+
+
+@pytest.mark.parametrize(("char", "escape"), INVISIBLE)
+def test_an_invisible_character_is_escaped_in_json_and_parses_back(char: str, escape: str) -> None:
+    r"""``escape_json`` writes each invisible character as ``\uXXXX`` (a surrogate pair beyond U+FFFF), value exact."""
+    document = escape_json(json.dumps({"pod": f"sh{char}op"}, ensure_ascii=False))
+    assert FORBIDDEN.search(document) is None
+    assert json.loads(document) == {"pod": f"sh{char}op"}
+    # Exactly what json.dumps writes with ensure_ascii: \\uXXXX, or the UTF-16 surrogate pair of a tag character.
+    assert document == json.dumps({"pod": f"sh{char}op"})
+
+
+def test_wrapped_chart_text_breaks_lines_only_where_it_wraps() -> None:
+    r"""``for_matplotlib`` wraps after escaping: a label's newline stays ``\n``, its ``$`` is escaped on every line."""
+    shown = for_matplotlib("pod\nforged $a$ " + "$" * 30 + " tail", width=12)
+    lines = shown.split("\n")
+    assert lines[0] == "pod\\nforged"
+    assert all(line.count("$") == line.count("\\$") for line in lines)
+    assert "tail" in lines[-1]
