@@ -41,6 +41,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
+import httpx
 from telegram import Bot, LinkPreviewOptions, Message
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
@@ -104,12 +105,74 @@ def _not_bot_api(status: int, payload: bytes) -> str | None:
     return None
 
 
+# The Bot API's largest answers (getUpdates with 100 updates) weigh a few hundred KiB; a proxy or a wrong root that
+# streams gigabytes must not take the pod's memory with it.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+
+
+class _CappedStream(httpx.AsyncByteStream):
+    """A response body that fails as a network error once it passes ``cap`` bytes, instead of being read whole."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, cap: int) -> None:
+        self._stream = stream
+        self._cap = cap
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._stream:
+            seen += len(chunk)
+            if seen > self._cap:
+                raise httpx.ReadError(f"answer larger than {self._cap // (1024 * 1024)} MiB")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class _CappedTransport(httpx.AsyncBaseTransport):
+    """httpx's transport with every answer's body capped, and no compressed answer (none is asked for)."""
+
+    def __init__(self, pool_size: int, cap: int) -> None:
+        self._inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=pool_size))
+        self._cap = cap
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        coding = response.headers.get("content-encoding", "identity").strip().lower()
+        if coding not in ("", "identity"):
+            # A compressed body would be inflated past any cap on the wire; "identity" was asked for.
+            await response.aclose()
+            raise httpx.ReadError(f"a compressed answer ({coding}) that was not asked for")
+        stream = response.stream
+        if not isinstance(stream, httpx.AsyncByteStream):
+            raise TypeError("an async transport answered with a sync stream")
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_CappedStream(stream, self._cap),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 class BotApiRequest(HTTPXRequest):
     """python-telegram-bot's HTTP client, refusing any answer that is not the Bot API's with `NotBotApiError`.
 
     Without it, JSON lacking ``result`` escapes as a bare ``KeyError``, a non-JSON body is logged with a traceback
-    before becoming "Invalid server response", and a redirect's empty body ends up quoted in the error.
+    before becoming "Invalid server response", and a redirect's empty body ends up quoted in the error. Answers are
+    read up to `MAX_ANSWER_BYTES` (a larger one is a network error, retried like a 5xx), uncompressed.
     """
+
+    def __init__(self, connection_pool_size: int = 1, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
+        super().__init__(
+            connection_pool_size=connection_pool_size,
+            httpx_kwargs={
+                "transport": _CappedTransport(connection_pool_size, max_answer_bytes),
+                "headers": {"Accept-Encoding": "identity"},
+            },
+        )
 
     async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         # The request goes out exactly as python-telegram-bot built it; only the answer is checked.

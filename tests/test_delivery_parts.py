@@ -415,3 +415,42 @@ async def test_a_move_that_loops_back_fails_the_part_instead_of_spinning(tg: Fak
     assert result.outcome is Outcome.FAILED
     assert "where it had already been" in (result.error or "")
     assert len(statuses(tg, "sendMessage")) == 1
+
+
+async def test_a_huge_answer_from_the_api_root_is_cut_off_at_the_cap() -> None:
+    """A 200 MB answer to getMe is a network error once past the cap (1 MiB here), never read into memory whole."""
+    from telegram.error import NetworkError
+
+    from digest.delivery import BotApiRequest
+
+    request = BotApiRequest(max_answer_bytes=1024 * 1024)
+    await request.initialize()
+    try:
+        with (
+            misbehaving_server(Behaviour(stream_bytes=200_000_000)) as url,
+            pytest.raises(NetworkError, match="answer larger than 1 MiB"),
+        ):
+            await request.do_request(f"{url}/bot{TOKEN}/getMe", "POST")
+    finally:
+        await request.shutdown()
+
+
+async def test_a_compressed_answer_nobody_asked_for_is_refused() -> None:
+    """An answer in gzip (a bomb fits in kilobytes) is refused, not inflated: identity was asked for."""
+    import gzip
+
+    from telegram.error import NetworkError
+
+    from digest.delivery import BotApiRequest
+
+    bomb = gzip.compress(b'{"ok": true, "result": ' + b" " * 50_000_000 + b"true}")
+    request = BotApiRequest()
+    await request.initialize()
+    try:
+        with (
+            misbehaving_server(Behaviour(body=bomb, content_encoding="gzip")) as url,
+            pytest.raises(NetworkError, match="compressed answer"),
+        ):
+            await request.do_request(f"{url}/bot{TOKEN}/getMe", "POST")
+    finally:
+        await request.shutdown()
