@@ -275,10 +275,8 @@ def test_cli_rerun_posts_only_the_chart_that_failed(
     first = run_digest(*command, env=env, timeout=300)
     second = run_digest(*command, env=env, timeout=300)
     assert first.returncode == 1, first.stderr
-    assert (
-        f"chat {ALLOWED}: failed (the chart: gave up after 1 attempt in 0 s: the next wait (100000 s) would pass"
-        in first.stderr
-    )
+    assert f"chat {ALLOWED}: failed (the chart: gave up after 1 attempt in " in first.stderr
+    assert "the next wait (100000 s) would pass the 300 s budget" in first.stderr
     assert second.returncode == 0, second.stderr
     assert f"chat {ALLOWED}: sent" in second.stderr
     assert [call.method for call in tg.sent_to(ALLOWED)] == ["sendMessage", "sendPhoto"]
