@@ -445,7 +445,8 @@ class Poster:
         ``message`` and ``photo`` are called only when no earlier attempt stored the delivery's parts.
         """
         chat_id = self.state.current_chat(chat_id)
-        for earlier in self.state.earlier_ids(chat_id):
+        earlier_ids = self.state.earlier_ids(chat_id)
+        for earlier in earlier_ids:
             # Delivered before the group became a supergroup: the record stays on the id it was claimed under.
             delivered = self.state.get(earlier, key)
             if delivered is not None and delivered.status == DeliveryStatus.SENT:
@@ -458,7 +459,7 @@ class Poster:
                 return PostResult(Outcome.FAILED_PERMANENT, chat_id, error=existing.error)
             return PostResult(Outcome.BUSY, chat_id)
         try:
-            parts = self.state.parts(chat_id, key) or self.state.adopt_parts(chat_id, key)
+            parts = self.state.parts(chat_id, key) or self.state.adopt_parts(chat_id, key, earlier_ids)
             if not parts:
                 parts = self.state.store_parts(chat_id, key, await self._compose(chat_id, key, message, photo))
         except StateError:

@@ -28,6 +28,11 @@ class ConfigError(Exception):
     """A configuration problem, described in one line that names the setting."""
 
 
+def _breaks_a_request(text: str) -> bool:
+    """Whether ``text`` holds a space or a control character, which no URL or header value can carry as is."""
+    return any(character.isspace() or not character.isprintable() for character in text)
+
+
 def _check_url(value: str) -> str:
     """``value`` without a trailing slash if httpx can send to it; the reasons never echo it (it may hold a secret)."""
     try:
@@ -37,7 +42,7 @@ def _check_url(value: str) -> str:
         usable = False
     if not usable:
         raise ValueError("must be an http:// or https:// URL")
-    if any(character.isspace() or not character.isprintable() for character in value):
+    if _breaks_a_request(value):
         raise ValueError("must not contain spaces or control characters")
     try:
         port = parts.port
@@ -227,7 +232,7 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"{variable}: not a bot token (BotFather's form is digits, a colon, then letters, digits, _ or -)"
                 )
-            if any(character.isspace() or not character.isprintable() for character in token):
+            if _breaks_a_request(token):
                 raise ValueError(f"{variable}: must be one line without spaces or control characters")
             if not token.isascii():
                 # A bearer token is a header value, which httpx encodes as ASCII: anything else fails per request.

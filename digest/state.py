@@ -145,10 +145,6 @@ class Part:
     filename: str | None = None
     message_id: int | None = None
 
-    @property
-    def accepted(self) -> bool:
-        return self.message_id is not None
-
 
 class StateError(RuntimeError):
     """The state file cannot be opened, read or written (locked, corrupt, read-only).
@@ -348,18 +344,14 @@ class DeliveryState:
                     pending.append(int(old))
         return earlier
 
-    def adopt_parts(self, chat_id: int, key: str) -> list[Part]:
-        """Parts of ``key`` stored under an id that became ``chat_id`` since, now stored under ``chat_id``.
+    def adopt_parts(self, chat_id: int, key: str, earlier_ids: list[int]) -> list[Part]:
+        """Parts of ``key`` stored under one of ``earlier_ids`` (see `earlier_ids`), now stored under ``chat_id``.
 
         A group that turned supergroup in the middle of a delivery: the rerun goes on where it stopped instead of
         sending the first parts again to the new id.
         """
         with self._write() as db:
-            earlier = [
-                int(row[0])
-                for row in db.execute("SELECT old_chat_id FROM chat_moves WHERE new_chat_id = ?", (chat_id,))
-            ]
-            for old in earlier:
+            for old in earlier_ids:
                 if self._parts(db, old, key):
                     db.execute(
                         "UPDATE delivery_parts SET chat_id = ? WHERE chat_id = ? AND key = ?", (chat_id, old, key)

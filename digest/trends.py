@@ -23,7 +23,6 @@ import logging
 import statistics
 from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta
-from zoneinfo import ZoneInfo
 
 from checks.contract import Finding, Sources, Status, Window, fmt_int
 from digest.collect import Collected, build_checks, collect
@@ -41,7 +40,7 @@ def shifted(window: Window, days_back: int) -> Window:
     A calendar day is rebuilt by `day_window`, so a past day that the zone skipped (Samoa's 30 December 2011) raises
     `WindowError` instead of becoming a window that ends before it starts.
     """
-    if len(window.label) == 10 and isinstance(window.zone, ZoneInfo):
+    if len(window.label) == 10:
         return day_window(date.fromisoformat(window.label) - timedelta(days=days_back), window.zone)
     start = (window.start.astimezone(window.zone).replace(tzinfo=None) - timedelta(days=days_back)).replace(
         tzinfo=window.zone

@@ -13,7 +13,7 @@ such instead of becoming an empty window.
 from __future__ import annotations
 
 import re
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 from checks.contract import Window
@@ -76,7 +76,7 @@ def _check_day(day: date) -> None:
         raise WindowError(f"{day} is out of range: a digest covers days from {FIRST_DAY} to {LAST_DAY}")
 
 
-def day_window(day: date, zone: ZoneInfo) -> Window:
+def day_window(day: date, zone: tzinfo) -> Window:
     """The calendar day in the reader's zone: [00:00, next 00:00) local, 23 or 25 h on DST days.
 
     A midnight that falls in a gap (clocks jumping forward at 00:00) is read with ``fold=0``, the offset before the

@@ -743,6 +743,16 @@ def _image_size(data: bytes) -> tuple[int, int]:
     return 320, 240
 
 
+class Sleeps:
+    """A `Sender`'s sleep that records the retry delays instead of waiting them out."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+
+
 class FakeTelegram:
     """A loopback Bot API server: start it with ``with``/``async with``, hand python-telegram-bot its URLs.
 

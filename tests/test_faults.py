@@ -21,7 +21,7 @@ from digest.render import Renderer
 from digest.state import DeliveryState, StateError
 from digest.telegram_text import utf16_length
 from tests.command import clean_env, run_digest
-from tests.fake_telegram import FakeTelegram, parse_html
+from tests.fake_telegram import FakeTelegram, Sleeps, parse_html
 from tests.test_bot import ALLOWED, QUIET, TOKEN, Clock, make_config, running, visible, wait_until
 from tests.test_incident_days import digest_of
 
@@ -32,16 +32,6 @@ def tg() -> FakeTelegram:
     with FakeTelegram(TOKEN, known_chats={ALLOWED}) as server:
         yield server
         assert server.internal_errors == []
-
-
-class Sleeps:
-    """Records the retry delays instead of waiting them out."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.delays.append(seconds)
 
 
 async def _message() -> str:
