@@ -53,6 +53,7 @@ from checks.contract import (
     local_time,
     unknown,
 )
+from checks.promql import open_range
 
 NAME = "alerts"
 _GROUP = ("alertname", "alertgroup", "namespace", "severity")
@@ -91,13 +92,15 @@ class AlertsCheck:
     def queries(self, window: Window) -> dict[str, str]:
         """The PromQL this check sends, by purpose."""
         rng = window.promql_range()
+        steps = open_range(window.seconds)
         firing = 'ALERTS{alertstate="firing"}'
         job = self.policy.alerting_job.replace('"', "")
         return {
             "fired": f"max by ({', '.join(_GROUP)}) (max_over_time({firing}[{rng}]))",
             "samples": f"{_BY} (count_over_time({firing}[{rng}]))",
-            "minutes": f"{_BY} (count_over_time(max_over_time({firing}[1m])[{rng}:1m]))",
-            "first": f"min by ({', '.join(_GROUP)}) (min_over_time(timestamp({firing})[{rng}:1m]))",
+            # Subquery ranges open on the left (`open_range`): Prometheus 2 would add the previous day's last minute.
+            "minutes": f"{_BY} (count_over_time(max_over_time({firing}[{open_range(60)}])[{steps}:1m]))",
+            "first": f"min by ({', '.join(_GROUP)}) (min_over_time(timestamp({firing})[{steps}:1m]))",
             "history": (
                 f'count(count_over_time({{__name__=~"ALERTS|ALERTS_FOR_STATE"}}[{self.policy.presence_days}d]))'
             ),

@@ -1,9 +1,10 @@
 """conntrack: how full each node's connection-tracking table got, and whether it dropped connections.
 
 Signal (node_exporter, queries.md §4): peak of ``node_nf_conntrack_entries / node_nf_conntrack_entries_limit`` per
-node over the window (1-minute subquery, portable PromQL), the increase of ``node_nf_conntrack_stat_drop`` and
-``node_nf_conntrack_stat_early_drop`` (kernel counters exported as gauges, hence ``increase()``), and the minute of
-the worst node's peak from a range query.
+node over the window (1-minute subquery, portable PromQL), the rise of ``node_nf_conntrack_stat_drop`` and
+``node_nf_conntrack_stat_early_drop`` (kernel counters exported as gauges, hence ``increase()``; one family at a
+time, told apart by a label until the sum: Prometheus drops the metric name in ``increase()`` and refuses two results
+of the same labels), and the minute of the worst node's peak from a range query.
 
 Thresholds: a peak of 80 % costs one point — the alert threshold the 07-20 post-mortem added (ConntrackNearFull),
 leaving head-room before the kernel starts refusing new flows; 95 % or any drop costs two, because at that point
@@ -38,7 +39,7 @@ from checks.contract import (
     node_name,
     unknown,
 )
-from checks.promql import quote
+from checks.promql import open_range, quote
 
 NAME = "conntrack"
 
@@ -72,11 +73,16 @@ class ConntrackCheck:
         return {
             "peak": (
                 "max by (instance) (max_over_time((node_nf_conntrack_entries / node_nf_conntrack_entries_limit)"
-                f"[{rng}:1m]))"
+                f"[{open_range(window.seconds)}:1m]))"
             ),
             "entries": f"max by (instance) (max_over_time(node_nf_conntrack_entries[{rng}]))",
             "limit": f"max by (instance) (max_over_time(node_nf_conntrack_entries_limit[{rng}]))",
-            "drops": (f'sum by (instance) (increase({{__name__=~"node_nf_conntrack_stat_(early_)?drop"}}[{rng}]))'),
+            # One family at a time: a function drops the metric name in Prometheus, and the two families' results
+            # would then be two series of the same labels (an error); the label keeps them apart until the sum.
+            "drops": (
+                f"sum by (instance) (increase(node_nf_conntrack_stat_drop[{rng}]) or "
+                f'label_replace(increase(node_nf_conntrack_stat_early_drop[{rng}]), "counter", "early_drop", "", ""))'
+            ),
             "blind": (
                 f'max by (instance) (max_over_time(node_scrape_collector_success{{collector="conntrack"}}[{rng}])) == 0'
             ),

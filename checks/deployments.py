@@ -8,9 +8,10 @@ to be only that, and when kube-state-metrics does not export the ReplicaSet fami
 could not be observed instead of guessing.
 
 Signal (kube-state-metrics, queries.md §5.4), read one scrape per step at the scrape interval measured in the data
-(`checks.resolution`). The replicas a Deployment lacks are desired minus available — not the controller's
-``unavailableReplicas``, which counts a surge pod not ready yet and so reads every healthy maxSurge step as a loss;
-that family stands in only where the other two are missing::
+(`checks.resolution`), every range open on the left (`checks.promql.open_range`, as VictoriaMetrics reads it;
+Prometheus 2 would read one more scrape per step). The replicas a Deployment lacks are desired minus available —
+not the controller's ``unavailableReplicas``, which counts a surge pod not ready yet and so reads every healthy
+maxSurge step as a loss; that family stands in only where the other two are missing::
 
     short = clamp_min(spec_replicas - status_replicas_available, 0) or status_replicas_unavailable   (per scrape)
     unavailable: count_over_time((short > 0)[<window>:<interval>])
@@ -64,7 +65,7 @@ from checks.contract import (
     unknown,
 )
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
-from checks.promql import any_of
+from checks.promql import any_of, open_range
 from checks.resolution import Resolution, resolve, runs, step_for
 
 NAME = "deployments"
@@ -144,8 +145,8 @@ class DeploymentsCheck:
         start, end = round(window.start.timestamp()), round(window.end.timestamp())
         return {
             "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
-            "unavailable": f"count_over_time(({shortfall(step)} > 0)[{rng}:{step}s])",
-            "maximum": f"max_over_time({shortfall(step)}[{rng}:{step}s]) > 0",
+            "unavailable": f"count_over_time(({shortfall(step)} > 0)[{open_range(window.seconds)}:{step}s])",
+            "maximum": f"max_over_time({shortfall(step)}[{open_range(window.seconds)}:{step}s]) > 0",
             "unavailable_spans": f"{shortfall(step)} > 0",
             "created": (
                 f"max by (namespace, replicaset) (last_over_time(kube_replicaset_created[{rng}])) >= {start} < {end}"
@@ -155,8 +156,9 @@ class DeploymentsCheck:
                 f'kube_replicaset_owner{{owner_kind="Deployment"}}[{rng}]))'
             ),
             "progress": (
-                f"max by (namespace, replicaset) (last_over_time(kube_replicaset_status_ready_replicas[{step}s])) - "
-                f"max by (namespace, replicaset) (last_over_time(kube_replicaset_spec_replicas[{step}s]))"
+                "max by (namespace, replicaset) (last_over_time(kube_replicaset_status_ready_replicas"
+                f"[{open_range(step)}])) - max by (namespace, replicaset) (last_over_time(kube_replicaset_spec_replicas"
+                f"[{open_range(step)}]))"
             ),
             "generation": f"{by} (changes(kube_deployment_metadata_generation[{rng}])) > 0",
             "families": " or ".join(
@@ -261,7 +263,7 @@ class DeploymentsCheck:
             names = any_of(sample.labels.get("deployment", "") for sample in changed)
             series = await sources.metrics.range(
                 "max by (namespace, deployment) (last_over_time("
-                f'kube_deployment_metadata_generation{{deployment=~"{names}"}}[{step}s]))',
+                f'kube_deployment_metadata_generation{{deployment=~"{names}"}}[{open_range(step)}]))',
                 window.start,
                 window.end,
                 step,
@@ -506,7 +508,7 @@ def shortfall(step: int, matchers: str = "") -> str:
     by = "max by (namespace, deployment)"
 
     def last(family: str) -> str:
-        return f"{by} (last_over_time({family}{inner}[{step}s]))"
+        return f"{by} (last_over_time({family}{inner}[{open_range(step)}]))"
 
     return (
         f"(clamp_min({last('kube_deployment_spec_replicas')} - {last('kube_deployment_status_replicas_available')}, 0)"

@@ -10,24 +10,25 @@ endpoints) is empty only when all of them are. Without any EndpointSlice series 
 (``kube_endpoint_info`` / ``kube_endpoint_address{ready="true"}``, not enabled by default since ksm 2.18) are used::
 
     service = max by (namespace, endpointslice, service) (
-        label_replace(last_over_time(kube_endpointslice_labels{label_kubernetes_io_service_name!=""}[30s]),
+        label_replace(last_over_time(kube_endpointslice_labels{label_kubernetes_io_service_name!=""}[29999ms]),
                       "service", "$1", "label_kubernetes_io_service_name", "(.+)")
       or on (namespace, endpointslice)
-        label_replace(last_over_time(kube_endpointslice_info[30s]),
+        label_replace(last_over_time(kube_endpointslice_info[29999ms]),
                       "service", "$1", "endpointslice", "(.+?)(-[a-z0-9]{5})?"))
-    empty = count by (namespace, service) (last_over_time(kube_endpointslice_info[30s])
+    empty = count by (namespace, service) (last_over_time(kube_endpointslice_info[29999ms])
                                             * on (namespace, endpointslice) group_left(service) service)
             unless on (namespace, service)
-            count by (namespace, service) (last_over_time(kube_endpointslice_endpoints{ready="true"}[30s])
+            count by (namespace, service) (last_over_time(kube_endpointslice_endpoints{ready="true"}[29999ms])
                                             * on (namespace, endpointslice) group_left(service) service)
 
-    seconds:  count_over_time(empty[<window>:30s]) × 30
+    seconds:  count_over_time(empty[<window, open on the left>:30s]) × 30
     episodes: a range query of ``empty`` over the window at the same step; consecutive steps are one episode.
 
 Resolution: the step is the scrape interval actually present in the data (`checks.resolution`: 15 s scrapes give
 15 s steps and 15 s precision; ``scrape_interval_seconds`` in the policy overrides it, 0 = measure), and every
 selector reads a range of one interval instead of the engine's look-back, so each step sees exactly one scrape and a
-scrape without a ready address is one empty step. With
+scrape without a ready address is one empty step. Ranges are open on the left (`checks.promql.open_range`, hence
+``29999ms``): Prometheus 2 closes them and would read the scrape exactly one step back too. With
 the default look-back (5 min in Prometheus, a few scrapes in VictoriaMetrics) a short gap would be papered over by the
 previous sample: seed 003's Recreate rollout emptied ``status-page`` for 15 s, 101 s and 58 s, which 30 s scrapes
 see as 1, 4 and 2 scrapes — and a 1-minute step would miss the first one. Durations are therefore bounded by
@@ -67,7 +68,7 @@ from checks.contract import (
     local_time,
     unknown,
 )
-from checks.promql import any_of
+from checks.promql import any_of, open_range
 from checks.resolution import Resolution, resolve, step_for
 
 NAME = "empty_endpoints"
@@ -113,7 +114,9 @@ class EmptyEndpointsCheck:
 
     def empty_expression(self, window: Window, legacy: bool, interval: int) -> str:
         """The PromQL that is non-empty, per (namespace, service), at each moment the Service has no ready address."""
-        look = f"[{self.step(window, interval)}s]"
+        # One scrape back and no further, on every backend (`open_range`: Prometheus 2 would also read the scrape
+        # exactly one step back, and see an endpoint one scrape after it left).
+        look = f"[{open_range(self.step(window, interval))}]"
         if legacy:
             # Endpoints objects are named like their Service.
             info = f'label_replace(last_over_time(kube_endpoint_info{look}), "service", "$1", "endpoint", "(.+)")'
@@ -146,7 +149,7 @@ class EmptyEndpointsCheck:
                 f'"", "") or label_replace(count(count_over_time(kube_endpoint_info[{rng}])), "family", "endpoint", '
                 '"", "")'
             ),
-            "empty_steps": f"count_over_time({empty}[{rng}:{self.step(window, interval)}s])",
+            "empty_steps": f"count_over_time({empty}[{open_range(window.seconds)}:{self.step(window, interval)}s])",
             "episodes": empty,
         }
 

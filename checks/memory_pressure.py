@@ -4,16 +4,22 @@ Signal (cAdvisor and kube-state-metrics, queries.md §2): the working set of eac
 limit, both aggregated ``by (namespace, pod, container)`` before dividing (cAdvisor and kube-state-metrics carry
 different ``job``/``instance`` labels, and a restarted container's new cAdvisor ``id`` merges into the same key)::
 
-    ratio = max by (namespace, pod, container) (container_memory_working_set_bytes{container!="", container!="POD",
-                                                                                  image!=""})
+    ratio = max by (namespace, pod, container) (last_over_time(container_memory_working_set_bytes{container!="",
+                                                                    container!="POD", image!=""}[59999ms]))
             / on (namespace, pod, container)
-            max by (namespace, pod, container) (kube_pod_container_resource_limits{resource="memory", unit="byte"} > 0)
+            max by (namespace, pod, container) (last_over_time(kube_pod_container_resource_limits{resource="memory",
+                                                                    unit="byte"}[59999ms]) > 0)
 
     sustained: max_over_time(min_over_time(ratio[15m:1m])[<window>:1m]) > 0.85
     minutes:   count_over_time((ratio > 0.85)[<window>:1m])
     since:     min_over_time(timestamp(ratio > 0.85)[<window>:1m])
     peak:      max by (namespace, pod, container) (max_over_time(container_memory_working_set_bytes{…}[<window>]))
                / on (namespace, pod, container) max by (namespace, pod, container) (max_over_time(limits[<window>]))
+
+Each minute reads the scrapes of that minute only (``[59999ms]``: `checks.promql.step_read`), and every subquery
+range is open on the left (`checks.promql.open_range`), so that VictoriaMetrics and Prometheus read the same samples:
+a bare selector reads back as far as the engine's look-back, five minutes in Prometheus (a container OOM-killed at
+06:15 would stay at 99 % of its limit until 06:20), and Prometheus 2 closes ranges on the left (one more minute).
 
 Thresholds: 85 % of the limit for 15 minutes in a row is the ``ContainerMemNearLimit`` rule added after 2026-07-20
 (seed 001): the feed aggregator's backend climbed from 4.8 GiB to 99.6 % of its 8 GiB limit before the 06:15 OOM
@@ -65,7 +71,7 @@ from checks.contract import (
     unknown,
 )
 from checks.presence import kube_state_metrics_up_query
-from checks.promql import CONTAINER_LABELS, ContainerKey, container_key, with_matchers
+from checks.promql import CONTAINER_LABELS, ContainerKey, container_key, open_range, step_read, with_matchers
 from checks.restarted import narrowing
 
 NAME = "memory_pressure"
@@ -107,10 +113,13 @@ class MemoryPressureCheck:
         limits = 'kube_pod_container_resource_limits{resource="memory", unit="byte"}'
         narrow_ws = with_matchers(working_set, matchers or "")
         narrow_limits = with_matchers(limits, matchers or "")
+        # Each minute reads the last scrape of that minute only: a bare selector would read back as far as the
+        # engine's look-back, and Prometheus' five minutes keep a killed container's working set after its death.
         ratio = (
-            f"(max by (namespace, pod, container) ({narrow_ws}) / on (namespace, pod, container) "
-            f"max by (namespace, pod, container) ({narrow_limits} > 0))"
+            f"(max by (namespace, pod, container) ({step_read(narrow_ws, 60)}) / on (namespace, pod, container) "
+            f"max by (namespace, pod, container) ({step_read(narrow_limits, 60)} > 0))"
         )
+        steps = open_range(window.seconds)  # (start, end]: not the previous day's last minute
         reach = f"{window.seconds + self.policy.sustain_minutes * 60 + _LOOK_BACK_SECONDS}s"
         return {
             # Asked only when `peak` is empty, to tell which of the things "no pressure" needs is missing (whether
@@ -132,11 +141,12 @@ class MemoryPressureCheck:
                 f"container) min by (namespace, pod, container) (min_over_time({limits}[{reach}]) > 0) >= {warn}"
             ),
             "sustained": (
-                f"max_over_time((min_over_time({ratio}[{self.policy.sustain_minutes}m:1m]))[{rng}:1m]) > {warn}"
+                f"max_over_time((min_over_time({ratio}[{open_range(self.policy.sustain_minutes * 60)}:1m]))"
+                f"[{steps}:1m]) > {warn}"
             ),
-            "minutes": f"count_over_time(({ratio} > {warn})[{rng}:1m])",
+            "minutes": f"count_over_time(({ratio} > {warn})[{steps}:1m])",
             # When it first crossed: the explanation must show that the pressure came before the kill.
-            "since": f"min_over_time(timestamp({ratio} > {warn})[{rng}:1m])",
+            "since": f"min_over_time(timestamp({ratio} > {warn})[{steps}:1m])",
         }
 
     async def __call__(self, sources: Sources, window: Window) -> Finding:

@@ -10,7 +10,7 @@ function), evaluated at the window end with the window's length as range::
         * on (namespace, pod, container) group_left()
         (timestamp(last_terminated_reason{reason="OOMKilled"})
            >= bool on (namespace, pod, container) timestamp(restarts_total))
-    )[<window>:1m]))
+    )[<window, open on the left>:1m]))
 
 The kill time comes from ``kube_pod_container_status_last_terminated_timestamp`` (kube-state-metrics ≥ 2.12) under
 the same freshness check. ``node_vmstat_oom_kill`` (node_exporter) is the cross-check: the kernel counts every OOM
@@ -46,7 +46,14 @@ from checks.contract import (
     unknown,
 )
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
-from checks.promql import CONTAINER_LABELS, ContainerKey, container_key, restart_steps, with_matchers
+from checks.promql import (
+    CONTAINER_LABELS,
+    ContainerKey,
+    container_key,
+    open_range,
+    restart_steps,
+    with_matchers,
+)
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
 NAME = "oom_kills"
@@ -76,7 +83,7 @@ class OomKillsCheck:
 
     def queries(self, window: Window, matchers: str | None = None) -> dict[str, str]:
         """The PromQL this check sends, by purpose; ``matchers`` narrow the per-minute subqueries (`restarted`)."""
-        rng = window.promql_range()
+        steps = open_range(window.seconds)  # (start, end]: not the previous day's last minute
         restarts = with_matchers(RESTARTS_TOTAL, matchers or "")
         oom_reason = with_matchers(
             'kube_pod_container_status_last_terminated_reason{reason="OOMKilled"}', matchers or ""
@@ -85,19 +92,20 @@ class OomKillsCheck:
         fresh_oom = f"timestamp({oom_reason}) >= bool on (namespace, pod, container) timestamp({restarts})"
         fresh_oom_filter = f"timestamp({oom_reason}) >= on (namespace, pod, container) timestamp({terminated_at})"
         node_job = self.policy.node_exporter_job.replace('"', "")
+        node_oom_kills = f'node_vmstat_oom_kill{{job=~"{node_job}"}}'
         return {
             "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
             "restarted": restarted_query(window),
             "kills": (
                 "sum by (namespace, pod, container) (sum_over_time(("
                 f"{restart_steps(restarts)} * on (namespace, pod, container) group_left() "
-                f"({fresh_oom}))[{rng}:1m]))"
+                f"({fresh_oom}))[{steps}:1m]))"
             ),
             "kill_times": (
                 "max by (namespace, pod, container) (max_over_time(("
-                f"{terminated_at} and on (namespace, pod, container) ({fresh_oom_filter}))[{rng}:1m]))"
+                f"{terminated_at} and on (namespace, pod, container) ({fresh_oom_filter}))[{steps}:1m]))"
             ),
-            "node_kills": f'sum by (instance) (increase(node_vmstat_oom_kill{{job=~"{node_job}"}}[{rng}]))',
+            "node_kills": f"sum by (instance) (increase({node_oom_kills}[{window.promql_range()}]))",
         }
 
     async def __call__(self, sources: Sources, window: Window) -> Finding:

@@ -74,3 +74,49 @@ def with_matchers(selector: str, matchers: str) -> str:
         inside = selector[selector.index("{") + 1 : -1].strip()
         return f"{selector[: selector.index('{')]}{{{inside + ', ' if inside else ''}{matchers}}}"
     return f"{selector}{{{matchers}}}"
+
+
+def open_range(seconds: int) -> str:
+    """A PromQL duration that reads the range ``(t - seconds, t]`` on every backend: ``86399999ms`` for a day.
+
+    VictoriaMetrics (and Prometheus ≥ 3) leave a range open on the left; Prometheus 2 closes it, so that a sample
+    (or a subquery step) stamped exactly ``seconds`` before the evaluation is read too: one more scrape in each
+    one-scrape look-back (an endpoint emptied a scrape later), one more step in each window (the previous day's last
+    minute). A millisecond less makes Prometheus 2 read exactly the left-open range; elsewhere it leaves out only a
+    sample stamped in the range's first millisecond. Subquery steps are multiples of their step, whole seconds, so
+    none falls there.
+    """
+    return f"{seconds * 1000 - 1}ms"
+
+
+def step_read(selector: str, seconds: int) -> str:
+    """PromQL: the last sample of ``selector`` in the ``seconds`` before each evaluation, nothing older.
+
+    A bare selector reads back as far as the engine's look-back, which differs: 5 minutes in Prometheus, about one
+    step inside a VictoriaMetrics subquery. A container that was OOM-killed would keep its last working set for five
+    more minutes in Prometheus only. An explicit range makes both read the same scrape.
+    """
+    return f"last_over_time({selector}[{open_range(seconds)}])"
+
+
+# How far back the previous value of a counter is looked for: beyond it, the counter counts as a new series.
+_COUNTER_LOOK_BACK = "1h"
+
+
+def counted_increase(selector: str, range_seconds: int) -> str:
+    """PromQL: how many events a counter of events counted in ``(t - range_seconds, t]``, an exact integer.
+
+    Prometheus' ``increase()`` extrapolates to the range's edges (4.0068 failed probes) and does not count the first
+    value of a series born in the range (a probe counter appears at its first failure, at 1); VictoriaMetrics'
+    counts it. This sums, minute by minute, the counter's rise since its previous value (looked for up to an hour
+    back), counting a value with no previous one (a new series) or below it (a reset) from zero — what
+    VictoriaMetrics' ``increase()`` answers, on both backends. (VictoriaMetrics alone ignores the first value of a
+    new series when it is ten times its next step or more; this counts it.) So only for counters that are born at
+    their first event, like the kubelet's failed probes — not for a kernel counter, whose first value is everything
+    since boot. One subquery step per minute: for counters with few series, not for per-container traffic.
+    """
+    now = step_read(selector, 60)
+    before = f"last_over_time({selector}[{_COUNTER_LOOK_BACK}] offset 1m)"
+    # `+ 0` drops the metric name, as the subtraction does: Prometheus keeps it on `last_over_time`, and a series
+    # read with its name at one step and without it at another would be two series of the same labels.
+    return f"sum_over_time(((({now} - {before}) >= 0) or {now} + 0)[{open_range(range_seconds)}:1m])"

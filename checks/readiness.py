@@ -13,6 +13,9 @@ design, a pending pod is not running yet)::
     steps not ready: count_over_time(((ready == 0) unless on (namespace, pod) (<phase Succeeded|Failed|Pending> == 1))
                                      [<window>:<interval>])
 
+Every range there is open on the left (`checks.promql.open_range`: ``[29999ms]`` for 30 s), as VictoriaMetrics reads
+it; Prometheus 2 closes ranges and would read one more scrape per step (and the previous day's last step).
+
 ``condition="true" == 0`` rather than ``condition="false" == 1``: a pod whose node stopped reporting has its Ready
 condition ``Unknown`` or ``False`` depending on the node controller's timing, and is out of its Service either way.
 For the pods that were not ready (the ``detail_pods`` worst), ``ready`` is read as a range at the same step to find
@@ -21,8 +24,9 @@ a pod created in the window, before it was ever ready, is start-up, shown only w
 A pod that never became ready at all (a crash-looping new ReplicaSet) is named as such. For the same pods: their
 restarts in the window, their node (``kube_pod_info``), their Service (EndpointSlice ``targetref_name``), and
 the nodes that were NotReady (``kube_node_status_condition{condition="Ready", status="true"} == 0``) with when.
-Failed readiness probes per pod come from ``prober_probe_total`` when it is scraped; the finding says which of these
-sources it read and which it did not find.
+Failed readiness probes per pod come from ``prober_probe_total`` when it is scraped, counted exactly
+(`checks.promql.counted_increase`; Prometheus' ``increase()`` extrapolates: 399.11 for 400); the finding says which
+of these sources it read and which it did not find.
 
 Thresholds: a pod not ready for 2 minutes in all (after it had been ready) is a WARN: beyond a probe's flap, its
 share of traffic went to the others or nowhere. 30 minutes is CRIT: a pod out of service for half an hour is an
@@ -62,12 +66,13 @@ from checks.contract import (
 )
 from checks.empty_endpoints import service_of_slice_expression
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
-from checks.promql import any_of
+from checks.promql import any_of, counted_increase, open_range
 from checks.resolution import Resolution, resolve, runs, step_for
 
 NAME = "readiness"
 READY = 'kube_pod_status_ready{condition="true"}'
 _NODE_READY = 'kube_node_status_condition{condition="Ready", status="true"}'
+READINESS_FAILED = 'prober_probe_total{probe_type="Readiness", result="failed"}'
 _OBSERVED = "__observed__"
 
 
@@ -132,7 +137,7 @@ class ReadinessCheck:
     def ready_expression(self, step: int, pods: str = "") -> str:
         """Per running pod, 1 when ready and 0 when not, read one scrape per step; ``pods`` narrows the selector."""
         narrowed = READY[:-1] + f", {pods}}}" if pods else READY
-        look = f"[{step}s]"
+        look = f"[{open_range(step)}]"  # one scrape back, on every backend (see `checks.promql.open_range`)
         return (
             f"(max by (namespace, pod) (last_over_time({narrowed}{look})) unless on (namespace, pod) "
             f"(max by (namespace, pod) (last_over_time(kube_pod_status_phase"
@@ -153,7 +158,9 @@ class ReadinessCheck:
         slices = service_of_slice_expression(f"[{rng}]")
         return {
             "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
-            "not_ready": f"count_over_time(({self.ready_expression(step)} == 0)[{rng}:{step}s]) > 0",
+            "not_ready": (
+                f"count_over_time(({self.ready_expression(step)} == 0)[{open_range(window.seconds)}:{step}s]) > 0"
+            ),
             "detail": self.ready_expression(step, matchers),
             "restarts": (
                 "sum by (namespace, pod) (max_over_time(kube_pod_container_status_restarts_total"
@@ -165,12 +172,12 @@ class ReadinessCheck:
                 f'{{targetref_kind="Pod"{targets}}}[{rng}]), "pod", "$1", "targetref_name", "(.+)") '
                 f"* on (namespace, endpointslice) group_left(service) {slices})"
             ),
-            "node_not_ready": f"(max by (node) (last_over_time({_NODE_READY}[{step}s])) == 0)",
+            "node_not_ready": f"(max by (node) (last_over_time({_NODE_READY}[{open_range(step)}])) == 0)",
             "node_condition_present": f"count(count_over_time({_NODE_READY}[{rng}]))",
             # The failed counts, plus one marker row saying whether the prober is scraped at all.
             "probes": (
-                'sum by (namespace, pod) (increase(prober_probe_total{probe_type="Readiness", result="failed"}'
-                f"[{rng}])) > 0 or label_replace(count(count_over_time("
+                f"sum by (namespace, pod) ({counted_increase(READINESS_FAILED, window.seconds)}) > 0 "
+                "or label_replace(count(count_over_time("
                 f'prober_probe_total{{probe_type="Readiness"}}[{rng}])), "pod", "{_OBSERVED}", "", "")'
             ),
         }

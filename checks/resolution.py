@@ -7,7 +7,7 @@ steps miss half the samples, and an empty endpoint seen at one scrape may fall b
 
 Query: the most samples any series of the family had in one hour, over the window's hours::
 
-    max(max_over_time(count_over_time(<selector>[1h])[<window>:1h]))
+    max(max_over_time(count_over_time(<selector>[1h])[<window>:1h]))      (both ranges open on the left)
 
 The interval is an hour divided by that count, rounded to the second (jitter makes 121 samples of a 30 s scrape
 read 29.75 s). The maximum, not the median: a pod that lived half an hour has half the samples, not a slower
@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from checks.contract import SourceError, Sources, Span, Window
+from checks.promql import open_range
 
 _HOUR = 3600
 # Prometheus refuses range queries of more than 11,000 points per series; longer windows get a coarser step.
@@ -49,7 +50,8 @@ class Resolution:
 def interval_query(selector: str, window: Window) -> str:
     """The PromQL whose answer is the most samples one series had in an hour of the window."""
     hours = max(1, window.seconds // _HOUR)
-    return f"max(max_over_time(count_over_time({selector}[1h])[{hours * _HOUR}s:1h]))"
+    # Ranges open on the left (`open_range`): Prometheus 2 would count 121 samples of a 30 s scrape in an hour.
+    return f"max(max_over_time(count_over_time({selector}[{open_range(_HOUR)}])[{open_range(hours * _HOUR)}:1h]))"
 
 
 def step_for(window: Window, interval: int) -> int:

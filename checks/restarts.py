@@ -21,10 +21,12 @@ Signal (kube-state-metrics and the kubelet's prober, queries.md §5.1, §5.2):
           max by (namespace, pod, container) (<the restart steps above>)
       )[<window>:1m]))
 
-* failed liveness probes, from the kubelet's ``/metrics/probes`` (when it is scraped; few clusters do)::
+* failed liveness probes, from the kubelet's ``/metrics/probes`` (when it is scraped; few clusters do), counted
+  exactly (`checks.promql.counted_increase`: the counter appears at its first failure, at 1, which Prometheus'
+  ``increase()`` would not count, and it would extrapolate the rest to 4.0068 — 07-20 had 5)::
 
-      sum by (namespace, pod, container)
-        (increase(prober_probe_total{probe_type="Liveness", result="failed"}[<window>])) > 0
+      sum by (namespace, pod, container) (<rise of prober_probe_total{probe_type="Liveness", result="failed"}
+                                           minute by minute over the window>) > 0
 
 Pods that were not ready without restarting are the ``readiness`` check's: a restart counter says nothing about
 them, so this check never speaks for them.
@@ -64,10 +66,11 @@ from checks.contract import (
     unknown,
 )
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
-from checks.promql import CONTAINER_LABELS, container_key, restart_steps, with_matchers
+from checks.promql import CONTAINER_LABELS, container_key, counted_increase, open_range, restart_steps, with_matchers
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
 NAME = "restarts"
+LIVENESS_FAILED = 'prober_probe_total{probe_type="Liveness", result="failed"}'
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ class RestartsCheck:
 
     def queries(self, window: Window, matchers: str | None = None) -> dict[str, str]:
         """The PromQL this check sends, by purpose; ``matchers`` narrow the per-minute subqueries (`restarted`)."""
-        rng = window.promql_range()
+        steps = open_range(window.seconds)  # (start, end]: not the previous day's last minute
         restarts = with_matchers(RESTARTS_TOTAL, matchers or "")
         reason_selector = with_matchers(
             'kube_pod_container_status_last_terminated_reason{reason=~".+"}', matchers or ""
@@ -118,16 +121,13 @@ class RestartsCheck:
         return {
             "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
             "restarted": restarted_query(window),
-            "restarts": f"sum by (namespace, pod, container) (sum_over_time({step}[{rng}:1m])) > 0",
+            "restarts": f"sum by (namespace, pod, container) (sum_over_time({step}[{steps}:1m])) > 0",
             "reasons": (
                 "sum by (namespace, pod, container, reason) (sum_over_time(("
                 f"({fresh_reason}) * on (namespace, pod, container) group_left() {step}"
-                f")[{rng}:1m])) > 0"
+                f")[{steps}:1m])) > 0"
             ),
-            "probes": (
-                "sum by (namespace, pod, container) (increase(prober_probe_total{"
-                f'probe_type="Liveness", result="failed"}}[{rng}])) > 0'
-            ),
+            "probes": f"sum by (namespace, pod, container) ({counted_increase(LIVENESS_FAILED, window.seconds)}) > 0",
         }
 
     async def __call__(self, sources: Sources, window: Window) -> Finding:
