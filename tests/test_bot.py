@@ -34,8 +34,9 @@ from digest.state import DeliveryState
 from digest.telegram_text import MAX_TEXT
 from digest.window import day_window
 from tests.command import DIGEST, backend_env, run_digest
-from tests.fake_telegram import FakeTelegram, parse_html
+from tests.fake_telegram import FakeTelegram
 from tests.misbehaving_server import Behaviour, misbehaving_server, recording_server
+from tests.telegram_html import parse_html
 from tests.test_render import _hostile_digest
 
 ALLOWED = -1001234567890

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from digest.corpus import DAYS, day
-from digest.corpus.cluster import HomelabDay
+from digest.corpus.homelab import HomelabDay
 from digest.corpus.model import CorpusDay, Expected, Series
 from digest.corpus.reconnect_storm import ReconnectStorm
 

@@ -14,8 +14,9 @@ from functools import cache
 import pytest
 
 from digest.corpus import DAYS
-from digest.corpus.cluster import Deployment, HomelabDay, scaled_value
+from digest.corpus.homelab import HomelabDay
 from digest.corpus.model import Series
+from digest.corpus.objects import Deployment, scaled_value
 
 SPIRAL = dt.date(2026, 10, 20)
 BESIDE = dt.date(2026, 10, 28)

@@ -16,7 +16,8 @@ from telegram import error as tg_error
 from telegram.ext import ApplicationBuilder, CommandHandler, ContextTypes
 from telegram.request import HTTPXRequest
 
-from tests.fake_telegram import FakeTelegram, HtmlParseError, bot_command_entities, parse_html
+from tests.fake_telegram import FakeTelegram
+from tests.telegram_html import HtmlParseError, bot_command_entities, parse_html
 
 CHAT = 4242
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dIHDR" + b"\x00\x00\x02\x00\x00\x00\x01\x00" + bytes(range(256)) * 4

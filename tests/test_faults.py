@@ -21,7 +21,8 @@ from digest.render import Renderer
 from digest.state import DeliveryState, StateError
 from digest.telegram_text import utf16_length
 from tests.command import clean_env, run_digest
-from tests.fake_telegram import FakeTelegram, Sleeps, parse_html
+from tests.fake_telegram import FakeTelegram, Sleeps
+from tests.telegram_html import parse_html
 from tests.test_bot import ALLOWED, QUIET, TOKEN, Clock, make_config, running, visible, wait_until
 from tests.test_incident_days import digest_of
 

@@ -22,7 +22,7 @@ from digest.render import Renderer, to_json
 from digest.score import Digest
 from digest.settings import load_settings
 from digest.window import day_window
-from tests.fake_telegram import parse_html
+from tests.telegram_html import parse_html
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("DIGEST_UPDATE_GOLDENS") == "1"

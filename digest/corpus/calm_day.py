@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from digest.corpus.cluster import HomelabDay
+from digest.corpus.homelab import HomelabDay
 
 
 class CalmDay(HomelabDay):

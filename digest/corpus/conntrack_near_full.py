@@ -19,18 +19,12 @@ import datetime as dt
 import itertools
 from collections.abc import Sequence
 
-from digest.corpus.cluster import (
-    CONNTRACK_LIMIT,
-    SCRAPE_S,
-    Homelab,
-    HomelabDay,
-    NodeModel,
-    alert_series,
-    allocate,
-    conntrack_baseline,
-    iso,
-)
+from digest.corpus.baselines import allocate, conntrack_baseline
+from digest.corpus.homelab import Homelab, HomelabDay
+from digest.corpus.identity import SCRAPE_S, iso
 from digest.corpus.model import Series
+from digest.corpus.objects import CONNTRACK_LIMIT, NodeModel
+from digest.corpus.series import alert_series
 
 NODE = "pi5-3"
 PEAK_ENTRIES = 126_484

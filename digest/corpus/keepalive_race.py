@@ -21,17 +21,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from digest.corpus.cluster import (
-    FORTIO,
-    MINUTES,
-    ROUTE_API,
-    Flow,
-    Homelab,
-    HomelabDay,
-    PathSpec,
-    RouteTraffic,
-    allocate,
-)
+from digest.corpus.baselines import allocate
+from digest.corpus.gateway_logs import FORTIO, Flow, PathSpec, RouteTraffic
+from digest.corpus.homelab import ROUTE_API, Homelab, HomelabDay
+from digest.corpus.identity import MINUTES
 
 ROUTE_REQUESTS = 200_580
 LOAD_REQUESTS = 180_000

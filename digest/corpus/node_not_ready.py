@@ -32,17 +32,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
-from digest.corpus.cluster import (
-    SCRAPE_S,
-    Homelab,
-    HomelabDay,
-    Pod,
-    day_start,
-    deployment_pod,
-    first_probe,
-    iso,
-    revision,
-)
+from digest.corpus.homelab import Homelab, HomelabDay
+from digest.corpus.identity import SCRAPE_S, day_start, iso
+from digest.corpus.objects import Pod, deployment_pod, revision
+from digest.corpus.series import first_probe
 
 NODE = "pi5-2"
 HANG = ("03:10:00", "03:52:00")

@@ -28,29 +28,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from digest.corpus.cluster import (
-    GIB,
-    MIB,
-    MINUTES,
-    Container,
-    Deployment,
-    Homelab,
-    HomelabDay,
-    LogSource,
-    Pod,
-    Service,
-    Template,
-    TemplateGroup,
-    Window,
-    allocate,
-    deployment_pod,
-    flat_profile,
-    revision_start,
-    salt_of,
-    spread_events,
-    user_profile,
-)
+from digest.corpus.baselines import allocate, flat_profile, user_profile
+from digest.corpus.homelab import Homelab, HomelabDay
+from digest.corpus.identity import GIB, MIB, MINUTES, Window, salt_of
 from digest.corpus.model import Series
+from digest.corpus.objects import Container, Deployment, Pod, Service, deployment_pod, revision_start
+from digest.corpus.pod_logs import LogSource, Template, TemplateGroup, spread_events
 
 UC_RATIO = 0.0005
 QUOTE_MIN, QUOTE_MAX = 2.0, 15.0

@@ -27,25 +27,13 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import replace
 
-from digest.corpus.cluster import (
-    FORTIO,
-    MINUTES,
-    SCRAPE_S,
-    CfsFn,
-    Flow,
-    Homelab,
-    HomelabDay,
-    LogEvent,
-    PathSpec,
-    Pod,
-    RouteTraffic,
-    allocate,
-    cfs_baseline,
-    probe_times,
-    readiness_intervals,
-    salt_of,
-    wobble,
-)
+from digest.corpus.baselines import allocate, cfs_baseline, wobble
+from digest.corpus.gateway_logs import FORTIO, Flow, PathSpec, RouteTraffic
+from digest.corpus.homelab import Homelab, HomelabDay
+from digest.corpus.identity import MINUTES, SCRAPE_S, salt_of
+from digest.corpus.objects import CfsFn, Pod
+from digest.corpus.pod_logs import LogEvent
+from digest.corpus.series import probe_times, readiness_intervals
 
 LOAD_REQUESTS = 130_000
 LOAD_START = "09:00"

@@ -33,34 +33,22 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from digest.corpus.cluster import (
-    DAY_S,
-    GIB,
-    MINUTES,
-    SCRAPE_S,
+from digest.corpus.baselines import allocate, conntrack_baseline, memory_baseline
+from digest.corpus.gateway_logs import RouteTraffic
+from digest.corpus.homelab import Homelab, HomelabDay
+from digest.corpus.identity import DAY_S, GIB, MINUTES, SCRAPE_S, salt_of
+from digest.corpus.objects import Container, MemoryFn, NodeModel, Pod, Termination, deployment_pod
+from digest.corpus.pod_logs import (
     TAIL,
-    Container,
-    Homelab,
-    HomelabDay,
     LogEvent,
     LogSource,
-    MemoryFn,
-    NodeModel,
-    Pod,
     RenderContext,
-    RouteTraffic,
-    Termination,
-    allocate,
-    conntrack_baseline,
-    deployment_pod,
     json_escape,
-    memory_baseline,
-    probe_times,
     record_head,
     record_mid,
-    salt_of,
     spread_events,
 )
+from digest.corpus.series import probe_times
 
 ERROR_LINES = 4_539_734
 TOTAL_LINES = 12_900_000

@@ -27,23 +27,12 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
-from digest.corpus.cluster import (
-    Deployment,
-    Flow,
-    Homelab,
-    HomelabDay,
-    LogEvent,
-    LogSource,
-    Pod,
-    RouteTraffic,
-    Service,
-    allocate,
-    api_container,
-    deployment_pod,
-    first_probe,
-    iso,
-    revision_start,
-)
+from digest.corpus.baselines import allocate
+from digest.corpus.gateway_logs import Flow, RouteTraffic
+from digest.corpus.homelab import Homelab, HomelabDay, api_container
+from digest.corpus.identity import iso
+from digest.corpus.objects import Deployment, Pod, Service, deployment_pod, revision_start
+from digest.corpus.pod_logs import LogEvent, LogSource
 from digest.corpus.recreate_rollout import (
     PROBE_PATHS,
     PROBER,
@@ -51,6 +40,7 @@ from digest.corpus.recreate_rollout import (
     status_page_container,
     status_page_logs,
 )
+from digest.corpus.series import first_probe
 
 API_ROLLOUT = "09:14:00"
 API_VERSION = "1.12.1"

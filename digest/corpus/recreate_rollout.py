@@ -21,28 +21,12 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
-from digest.corpus.cluster import (
-    MIB,
-    Client,
-    Container,
-    Deployment,
-    Flow,
-    Homelab,
-    HomelabDay,
-    LogEvent,
-    LogSource,
-    PathSpec,
-    Pod,
-    Route,
-    RouteTraffic,
-    Service,
-    Template,
-    TemplateGroup,
-    allocate,
-    deployment_pod,
-    flat_profile,
-    revision_start,
-)
+from digest.corpus.baselines import allocate, flat_profile
+from digest.corpus.gateway_logs import Client, Flow, PathSpec, Route, RouteTraffic
+from digest.corpus.homelab import Homelab, HomelabDay
+from digest.corpus.identity import MIB
+from digest.corpus.objects import Container, Deployment, Pod, Service, deployment_pod, revision_start
+from digest.corpus.pod_logs import LogEvent, LogSource, Template, TemplateGroup
 
 PROBER_REQUESTS = 2_595
 PROBER_UH = 840

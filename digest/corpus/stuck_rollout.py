@@ -32,17 +32,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
-from digest.corpus.cluster import (
-    Homelab,
-    HomelabDay,
-    LogEvent,
-    LogSource,
-    Pod,
-    Termination,
-    api_container,
-    deployment_pod,
-    iso,
-)
+from digest.corpus.homelab import Homelab, HomelabDay, api_container
+from digest.corpus.identity import iso
+from digest.corpus.objects import Pod, Termination, deployment_pod
+from digest.corpus.pod_logs import LogEvent, LogSource
 
 ROLLOUT = "14:02:00"
 VERSION = "1.13.0"
