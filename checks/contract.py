@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Protocol
 
+from checks.log_questions import Filter, LogsSource
+
 
 class Status(enum.StrEnum):
     """How a check judged its signal. UNKNOWN means it could not judge: never treat it as OK."""
@@ -78,14 +80,10 @@ class Window:
         """The window's length as a PromQL range literal, e.g. ``86400s`` (exact, whatever the DST)."""
         return f"{self.seconds}s"
 
-    def logsql_time_filter(self) -> str:
-        """The window as an absolute half-open LogsQL filter in UTC with ``Z``, never relative to now."""
-        return f"_time:[{_rfc3339_utc(self.start)}, {_rfc3339_utc(self.end)})"
 
-
-def _rfc3339_utc(moment: datetime) -> str:
-    text = moment.astimezone(UTC).isoformat(timespec="seconds")
-    return text.replace("+00:00", "Z")
+def rfc3339(moment: datetime) -> str:
+    """``moment`` in UTC as RFC 3339 with ``Z`` and whole seconds: how every query pins its time."""
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -113,18 +111,6 @@ class MetricsSource(Protocol):
 
     async def range(self, query: str, start: datetime, end: datetime, step_seconds: int) -> list[RangeSeries]:
         """Evaluate ``query`` over [start, end] every ``step_seconds``; raise `SourceError` on any failure."""
-        ...
-
-
-class LogsSource(Protocol):
-    """A LogsQL stats API (VictoriaLogs): counting happens in the backend, lines are never downloaded."""
-
-    async def stats(self, query: str, at: datetime) -> list[Sample]:
-        """Run a ``| stats`` query anchored at ``at``; raise `SourceError` on any failure."""
-        ...
-
-    async def stats_range(self, query: str, start: datetime, end: datetime, step_seconds: int) -> list[RangeSeries]:
-        """Run a ``| stats`` query bucketed by ``step_seconds``; raise `SourceError` on any failure."""
         ...
 
 
@@ -232,10 +218,11 @@ class Need:
 
     label: str
     backend: Backend
-    query: str
+    query: str = ""  # metrics: the key series
     per_node: bool = False
     up_target: bool = False
     optional: bool = False
+    lines: Filter | None = None  # logs: the lines that prove the source (None: every line)
 
 
 class GapKind(enum.StrEnum):

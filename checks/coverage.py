@@ -60,7 +60,7 @@ from checks.contract import (
     local_time,
     node_name,
 )
-from checks.logsql import field_name
+from checks.log_questions import EVERY_LINE, Filter, LineCount
 
 # At most this many buckets per window: a day is cut in 10-minute buckets (144).
 _MAX_BUCKETS = 160
@@ -81,7 +81,6 @@ class CoveragePolicy:
     # Nodes that may be silent without being a blind spot (a node powered off on purpose); named "expected absent".
     absent_nodes: tuple[str, ...] = ()
     history_days: int = 7
-    log_node_field: str = "kubernetes.pod_node_name"
     node_exporter_job: str = ".*node.*exporter.*"
     node_exporter_node_label: str = "instance"
     cadvisor_node_label: str = "instance"
@@ -124,14 +123,14 @@ def cadvisor() -> Need:
     return Need("cAdvisor", Backend.METRICS, 'container_memory_working_set_bytes{container!=""}', per_node=True)
 
 
-def pod_logs(scope_filter: str) -> Need:
+def pod_logs(scope: Filter) -> Need:
     """Pod logs from every node (the log shipper runs as a DaemonSet)."""
-    return Need("logs", Backend.LOGS, scope_filter, per_node=True)
+    return Need("logs", Backend.LOGS, per_node=True, lines=scope)
 
 
-def access_logs(scope_filter: str) -> Need:
+def access_logs(scope: Filter) -> Need:
     """The gateway's access log: optional, since a cluster may answer for its proxies through Istio's metrics."""
-    return Need("access logs", Backend.LOGS, scope_filter, optional=True)
+    return Need("access logs", Backend.LOGS, optional=True, lines=scope)
 
 
 def istio_requests() -> Need:
@@ -269,16 +268,19 @@ def queries(need: Need, grid: Grid, policy: CoveragePolicy) -> str:
     return f"count(count_over_time({need.query}{bucket}))"
 
 
-def logs_query(need: Need, grid: Grid, policy: CoveragePolicy) -> str:
-    """The stats query that measures a log ``need``: lines per bucket (and node, for a per-node source).
+def logs_question(need: Need, grid: Grid) -> LineCount:
+    """The question that measures a log ``need``: lines per bucket (and node, for a per-node source).
 
-    One query per source, not one scan with ``count() if (…)`` per source: a source's filter in front of the pipe
-    lets VictoriaLogs skip the blocks that cannot match, and a source that is not per node answers one row a bucket,
-    not one per node and bucket (both measured on the 200-node bench day: the single scan was slower and bigger).
+    One question per source, not one scan with a column per source: a source's filter in front lets VictoriaLogs
+    skip the blocks that cannot match, and a source that is not per node answers one row a bucket, not one per node
+    and bucket (both measured on the 200-node bench day: the single scan was slower and bigger).
     """
-    scope = f" {need.query}" if need.query else ""
-    by = f"_time:{grid.step}s" + (f", {field_name(policy.log_node_field)}" if need.per_node else "")
-    return f"{grid.window.logsql_time_filter()}{scope} | stats by ({by}) count() as lines"
+    return LineCount(
+        window=grid.window,
+        scope=need.lines or EVERY_LINE,
+        by=("node",) if need.per_node else (),
+        bucket_seconds=grid.step,
+    )
 
 
 def fleet_queries(grid: Grid, policy: CoveragePolicy) -> dict[str, str]:
@@ -373,26 +375,26 @@ async def _measure_metrics(sources: Sources, grid: Grid, need: Need, policy: Cov
 async def _measure_logs(sources: Sources, grid: Grid, need: Need, policy: CoveragePolicy) -> tuple[Seen, str | None]:
     seen = Seen()
     try:
-        rows = await sources.logs.stats(logs_query(need, grid, policy), grid.window.end)
+        rows = await sources.logs.count(logs_question(need, grid))
     except SourceError as exc:
         return seen, str(exc)
     cluster_lines: dict[int, float] = defaultdict(float)
     for row in rows:
-        index = grid.index_of_start(_parse_time(row.labels.get("_time", "")))
-        if index is None or row.value <= 0:
+        lines = row.counts.get("lines", 0.0)
+        index = grid.index_of_start(row.bucket) if row.bucket is not None else None
+        if index is None or lines <= 0:
             continue
         seen.buckets.add(index)
-        cluster_lines[index] += row.value
+        cluster_lines[index] += lines
         if need.per_node:
-            node = row.labels.get(policy.log_node_field, "")
+            node = row.group.get("node", "")
             seen.nodes[node].add(index)
-            seen.node_lines[node][index] = seen.node_lines[node].get(index, 0.0) + row.value
+            seen.node_lines[node][index] = seen.node_lines[node].get(index, 0.0) + lines
     seen.lines = dict(cluster_lines)
     if need.per_node and seen.buckets and not any(seen.nodes):
         # Lines that name no node cannot tell a quiet node from a stuck shipper: say so rather than blame every node.
         return seen, (
-            f"no log line carries {policy.log_node_field}: which nodes shipped logs cannot be told "
-            "(set coverage.log_node_field in the policy)"
+            "no log line names its node: which nodes shipped logs cannot be told (set logs.fields.node in the policy)"
         )
     return seen, None
 
@@ -402,19 +404,10 @@ async def _held_data_before(sources: Sources, grid: Grid, need: Need) -> bool:
     start = grid.window.start
     if need.backend is Backend.LOGS:
         day_before = Window(start - timedelta(days=1), start, grid.window.zone, "day before")
-        scope = f" {need.query}" if need.query else ""
-        rows = await sources.logs.stats(f"{day_before.logsql_time_filter()}{scope} | stats count() as lines", start)
-    else:
-        rows = await sources.metrics.instant(f"count(count_over_time({need.query}[1d]))", start)
-    return any(row.value > 0 for row in rows)
-
-
-def _parse_time(raw: str) -> float:
-    try:
-        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return math.nan
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+        rows = await sources.logs.count(LineCount(window=day_before, scope=need.lines or EVERY_LINE))
+        return any(row.counts.get("lines", 0.0) > 0 for row in rows)
+    samples = await sources.metrics.instant(f"count(count_over_time({need.query}[1d]))", start)
+    return any(sample.value > 0 for sample in samples)
 
 
 _RANGED = ("nodes",)

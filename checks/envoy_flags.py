@@ -1,23 +1,28 @@
 """envoy_flags: 5xx answers that Envoy itself flagged, by response flag and upstream.
 
-Signal: Envoy Gateway's default JSON access log in VictoriaLogs (queries.md §6.4) and, when present, Istio's
+Signal: Envoy Gateway's default JSON access log in the log backend (queries.md §6.4) and, when present, Istio's
 ``istio_requests_total{response_flags}`` (§6.1). A response flag says *why* the proxy answered badly — UH: no
 healthy upstream, UC: the upstream closed a kept-alive connection, UF: connect failure… — which is what a reader
 needs to know where to look (§6.3). The denominator is every request of that upstream.
 
-Queries::
+Questions: a `LineCount` of the access log by hour, upstream and flags, with two columns (every request, the 5xx
+answers); on VictoriaLogs::
 
     _time:[start, end) kubernetes.pod_namespace:="envoy-gateway-system" kubernetes.container_name:="envoy"
       | unpack_json from _msg fields (response_code, response_flags, upstream_cluster) keep_original_fields
-      | stats by (_time:1h, upstream_cluster, response_flags) count() as requests,
-                                                 count() if (response_code:~"^5[0-9][0-9]$") as errors
+      | stats by (_time:3600s, upstream_cluster, response_flags) count() as requests,
+                                                 count() if (response_code:~"^(?:5[0-9][0-9])$") as errors
+
+(on Loki: ``sum by (…) (count_over_time({namespace="envoy-gateway-system", container="envoy"} | json … [1h]))`` every
+hour, one range query per column), and Istio's counter::
 
     sum by (reporter, destination_service_namespace, destination_service_name, response_code, response_flags)
       (increase(istio_requests_total[<window>]))
 
 The hour buckets cost a few dozen rows and let UC be compared between quiet and busy hours (an idle-timeout race
 fails more when traffic is low) without a second scan. ``unpack_json … keep_original_fields`` reads the JSON
-message when the shipper kept it as text and leaves fields alone when the shipper already parsed them. For Istio
+message when the shipper kept it as text and leaves fields alone when the shipper already parsed them; Loki's
+``| json`` reads the message (a line that is not JSON still counts, with empty fields). For Istio
 both reporters are read and, per service, the larger count of each (flag, code) is kept so that a request seen by
 both sidecars is counted once.
 
@@ -35,8 +40,8 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import timedelta
 
 from checks import coverage
 from checks.contract import (
@@ -56,7 +61,7 @@ from checks.contract import (
     local_time,
     unknown,
 )
-from checks.logsql import field_name
+from checks.log_questions import EVERY_LINE, ROLES, CountRow, Filter, Is, Json, LineCount, Matches, Native, every
 from checks.promql import quote
 
 NAME = "envoy_flags"
@@ -116,7 +121,10 @@ class EnvoyFlagsPolicy:
     """Where the access log is, its field names, and what flagged 5xx cost."""
 
     enabled: bool = True
-    scope_filter: str = 'kubernetes.pod_namespace:="envoy-gateway-system" kubernetes.container_name:="envoy"'
+    # Where the access log is: role: value pairs that must all match, and/or a filter in the backend's language.
+    scope: dict[str, str] = field(default_factory=lambda: {"namespace": "envoy-gateway-system", "container": "envoy"})
+    scope_filter: str = ""
+    # Keys of the JSON access-log line (Envoy Gateway's default format).
     code_field: str = "response_code"
     flags_field: str = "response_flags"
     upstream_field: str = "upstream_cluster"
@@ -151,24 +159,27 @@ class EnvoyFlagsCheck:
     def needs(self) -> tuple[Need, ...]:
         """The sources whose coverage this check's verdict depends on."""
         istio = (coverage.istio_requests(),) if self.policy.use_istio_metrics else ()
-        return (coverage.access_logs(self.policy.scope_filter), *istio)
+        return (coverage.access_logs(self.scope()), *istio)
 
-    def log_query(self, window: Window) -> str:
-        """The LogsQL stats query over the gateway's access log."""
+    def scope(self) -> Filter:
+        """Where the gateway's access log is."""
         policy = self.policy
-        code, flags, upstream = (
-            field_name(policy.code_field),
-            field_name(policy.flags_field),
-            field_name(policy.upstream_field),
+        return every(
+            *(Is(role, value) for role, value in policy.scope.items() if role in ROLES),
+            Native(policy.scope_filter) if policy.scope_filter else None,
         )
-        scope = f" {policy.scope_filter}" if policy.scope_filter else ""
-        return (
-            f"{window.logsql_time_filter()}{scope}"
-            f" | unpack_json from _msg fields ({code}, {flags}, {upstream}) keep_original_fields"
-            # Hour buckets ride along (a few dozen rows more): the quiet-vs-busy comparison of UC needs them, and
-            # this way it costs no second scan of the access log.
-            f" | stats by (_time:1h, {upstream}, {flags}) count() as requests,"
-            f' count() if ({code}:~"^5[0-9][0-9]$") as errors'
+
+    def log_question(self, window: Window) -> LineCount:
+        """The access log's requests and 5xx answers per hour, upstream and flags."""
+        policy = self.policy
+        # Hour buckets ride along (a few dozen rows more): the quiet-vs-busy comparison of UC needs them, and this
+        # way it costs no second scan of the access log.
+        return LineCount(
+            window=window,
+            scope=self.scope(),
+            columns=(("requests", EVERY_LINE), ("errors", Matches(Json(policy.code_field), "5[0-9][0-9]"))),
+            by=(Json(policy.upstream_field), Json(policy.flags_field)),
+            bucket_seconds=3600,
         )
 
     def istio_query(self, window: Window) -> str:
@@ -195,8 +206,8 @@ class EnvoyFlagsCheck:
                 NAME,
                 "proxy answers not checked: no Envoy access log and no istio_requests_total in the window",
                 "no access-log lines or Istio series in the window",
-                hint="Is the gateway's access log shipped? Set envoy_flags.scope_filter in the policy to where it "
-                "is, or disable the check on a cluster without Envoy.",
+                hint="Is the gateway's access log shipped? Set envoy_flags.scope (or scope_filter) in the "
+                "policy to where it is, or disable the check on a cluster without Envoy.",
             )
         uc_upstreams = [
             name for name, upstream in upstreams.items() if any("UC" in _split(f) for f in upstream.flagged or {})
@@ -204,9 +215,9 @@ class EnvoyFlagsCheck:
         shapes = {name: await self._hourly_shape(sources, window, name, log_rows) for name in uc_upstreams[:2]}
         return self._finding(upstreams, total_requests, errors, shapes)
 
-    async def _log_rows(self, sources: Sources, window: Window, errors: list[str]) -> Sequence[Sample]:
+    async def _log_rows(self, sources: Sources, window: Window, errors: list[str]) -> Sequence[CountRow]:
         try:
-            return await sources.logs.stats(self.log_query(window), window.end)
+            return await sources.logs.count(self.log_question(window))
         except SourceError as exc:
             errors.append(str(exc))
             return ()
@@ -233,7 +244,7 @@ class EnvoyFlagsCheck:
         }
 
     async def _hourly_shape(
-        self, sources: Sources, window: Window, upstream: str, log_rows: Sequence[Sample]
+        self, sources: Sources, window: Window, upstream: str, log_rows: Sequence[CountRow]
     ) -> _HourlyShape | None:
         """Quiet-hours vs busy-hours UC ratio of ``upstream``.
 
@@ -244,14 +255,12 @@ class EnvoyFlagsCheck:
         if not upstream.startswith("istio:"):
             policy = self.policy
             for row in log_rows:
-                bucket = _bucket_start(row.labels.get("_time", ""))
-                if bucket is None or row.labels.get("__name__") != "requests":
+                count = row.counts.get("requests", 0.0)
+                if row.bucket is None or _clean(row.group.get(policy.upstream_field, "")) != upstream:
                     continue
-                if _clean(row.labels.get(policy.upstream_field, "")) != upstream:
-                    continue
-                requests[bucket] += row.value
-                if "UC" in _split(_clean(row.labels.get(policy.flags_field, ""))):
-                    resets[bucket] += row.value
+                requests[row.bucket] += count
+                if "UC" in _split(_clean(row.group.get(policy.flags_field, ""))):
+                    resets[row.bucket] += count
             return _quiet_vs_busy(requests, resets, window)
         queries = self.hourly_queries(upstream)
         first = window.start + timedelta(hours=1)
@@ -264,17 +273,17 @@ class EnvoyFlagsCheck:
             return None
         return _quiet_vs_busy(requests, resets, window)
 
-    def _add_log_rows(self, upstreams: dict[str, _Upstream], rows: Sequence[Sample]) -> None:
+    def _add_log_rows(self, upstreams: dict[str, _Upstream], rows: Sequence[CountRow]) -> None:
         policy = self.policy
         for row in rows:
-            upstream = upstreams[_clean(row.labels.get(policy.upstream_field, ""))]
-            flags = _clean(row.labels.get(policy.flags_field, ""))
-            if row.labels.get("__name__") == "requests":
-                upstream.requests += row.value
-            elif row.value > 0:
-                upstream.server_errors += row.value
+            upstream = upstreams[_clean(row.group.get(policy.upstream_field, ""))]
+            flags = _clean(row.group.get(policy.flags_field, ""))
+            upstream.requests += row.counts.get("requests", 0.0)
+            server_errors = row.counts.get("errors", 0.0)
+            if server_errors > 0:
+                upstream.server_errors += server_errors
                 if flags != "-":
-                    upstream.add_flagged(flags, row.value)
+                    upstream.add_flagged(flags, server_errors)
 
     def _add_istio_rows(self, upstreams: dict[str, _Upstream], rows: Sequence[Sample]) -> None:
         # Keep, per service and (code, flags), the larger of the two reporters' counts: counted once, seen by either.
@@ -404,14 +413,6 @@ def _quiet_vs_busy(requests: dict[float, float], resets: dict[float, float], win
         worst_hour_start=worst[1],
         worst_hour=local_time(worst[1], window),
     )
-
-
-def _bucket_start(text: str) -> float | None:
-    """A ``_time`` bucket label (RFC 3339) as unix seconds."""
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def _clean(value: str) -> str:

@@ -1,17 +1,19 @@
-"""error_lines: error lines per workload in the window, counted by VictoriaLogs.
+"""error_lines: error lines per workload in the window, counted by the log backend.
 
 Signal: log lines that are errors, grouped by namespace and workload (the pod name without its ReplicaSet hash and
 pod suffix, so a crash-looping Deployment's pods add up), next to the workload's total lines.
 
-Query (one LogsQL stats query, counting done in the backend — no line is downloaded)::
+Question (one `LineCount`, counted in the backend — no line is downloaded): lines of the window by namespace and
+pod, in two columns, ``total`` and ``errors``. On VictoriaLogs that is one LogsQL query::
 
-    _time:[start, end) <optional filter>
+    _time:[start, end) <optional scope>
       | stats by (kubernetes.pod_namespace, kubernetes.pod_name)
           count() as total,
-          count() if (level:~"(?i)^(error|err|fatal|critical|panic)$" or (level:"" i(error))) as errors
+          count() if ((level:~"(?i)^(error|err|fatal|critical|panic)$") or ((level:"") (i("error")))) as errors
 
-The default fields are those of Vector's ``kubernetes_logs`` source. An error line is one whose ``level`` is an
-error level (any case) or, for lines without a level field, whose message contains the word "error" (any case).
+on Loki two metric LogQL queries (``sum by (namespace, pod) (count_over_time(…[86400s]))``, one per column).
+An error line is one whose ``level`` is an error level (any case) or, for lines without a level, whose message
+contains the word "error" (any case). Which field is the level is the backend's (``logs.fields`` in the policy).
 
 Thresholds (the seed's rule, 2026-07-20 post-mortem): 50,000 error lines from one workload in 24 h cost one point,
 500,000 cost two. A normal workload writes a few thousand lines a day; 50,000 errors is already an order of magnitude
@@ -43,7 +45,18 @@ from checks.contract import (
     grade,
     unknown,
 )
-from checks.logsql import any_of_regex, exact, field_name
+from checks.log_questions import (
+    EVERY_LINE,
+    AnyOf,
+    Empty,
+    Filter,
+    HasWord,
+    Is,
+    LineCount,
+    Native,
+    OneOf,
+    every,
+)
 
 NAME = "error_lines"
 _DAY_SECONDS = 86_400
@@ -74,46 +87,45 @@ class ErrorLinesPolicy:
     crit_lines: int = 500_000
     warn_penalty: int = 1
     crit_penalty: int = 2
-    namespace_field: str = "kubernetes.pod_namespace"
-    pod_field: str = "kubernetes.pod_name"
-    level_field: str = "level"
     error_levels: tuple[str, ...] = ("error", "err", "fatal", "critical", "panic")
     message_word: str = "error"
-    # A complete LogsQL filter replacing the level/word rule above, for pipelines with their own convention.
+    # A complete filter in the log backend's language (LogsQL; a LogQL pipeline for Loki) replacing the level/word
+    # rule above, for pipelines with their own convention.
     error_filter: str = ""
-    # An extra LogsQL filter applied to every line (e.g. a stream selector); empty means all logs.
+    # An extra filter in the log backend's language applied to every line; empty means all logs.
     scope_filter: str = ""
     top: int = 5
 
 
 @dataclass(frozen=True)
 class ErrorLinesCheck:
-    """Counts error lines per workload in VictoriaLogs."""
+    """Counts error lines per workload in the log backend."""
 
     policy: ErrorLinesPolicy
     name: str = NAME
 
     def needs(self) -> tuple[Need, ...]:
         """The sources whose coverage this check's verdict depends on."""
-        return (coverage.pod_logs(self.policy.scope_filter),)
+        return (coverage.pod_logs(self.scope()),)
 
-    def error_predicate(self) -> str:
-        """The LogsQL filter that selects error lines."""
+    def error_rule(self) -> Filter:
+        """The filter that selects error lines."""
         policy = self.policy
         if policy.error_filter:
-            return policy.error_filter
-        level = field_name(policy.level_field)
-        word = policy.message_word.replace('"', "")
-        return f'{level}:~{any_of_regex(policy.error_levels)} or ({level}:"" i({word}))'
+            return Native(policy.error_filter)
+        return AnyOf((OneOf("level", policy.error_levels), every(Empty("level"), HasWord(policy.message_word))))
 
-    def query(self, window: Window) -> str:
-        """The one stats query this check sends."""
-        policy = self.policy
-        scope = f" {policy.scope_filter}" if policy.scope_filter else ""
-        by = f"{field_name(policy.namespace_field)}, {field_name(policy.pod_field)}"
-        return (
-            f"{window.logsql_time_filter()}{scope} | stats by ({by}) count() as total, "
-            f"count() if ({self.error_predicate()}) as errors"
+    def scope(self) -> Filter:
+        """The lines this check looks at."""
+        return Native(self.policy.scope_filter) if self.policy.scope_filter else EVERY_LINE
+
+    def question(self, window: Window) -> LineCount:
+        """The one question this check asks."""
+        return LineCount(
+            window=window,
+            scope=self.scope(),
+            columns=(("total", EVERY_LINE), ("errors", self.error_rule())),
+            by=("namespace", "pod"),
         )
 
     def thresholds(self, window: Window) -> tuple[float, float]:
@@ -123,7 +135,7 @@ class ErrorLinesCheck:
 
     async def __call__(self, sources: Sources, window: Window) -> Finding:
         try:
-            rows = await sources.logs.stats(self.query(window), window.end)
+            rows = await sources.logs.count(self.question(window))
         except SourceError as exc:
             return unknown(NAME, "error lines not counted: the log backend did not answer", str(exc))
 
@@ -131,9 +143,11 @@ class ErrorLinesCheck:
         totals: dict[tuple[str, str], float] = defaultdict(float)
         errors: dict[tuple[str, str], float] = defaultdict(float)
         for row in rows:
-            key = (row.labels.get(policy.namespace_field, ""), workload_of(row.labels.get(policy.pod_field, "")))
-            target = errors if row.labels.get("__name__") == "errors" else totals
-            target[key] += row.value
+            key = (row.group.get("namespace", ""), workload_of(row.group.get("pod", "")))
+            if "total" in row.counts:
+                totals[key] += row.counts["total"]
+            if "errors" in row.counts:
+                errors[key] += row.counts["errors"]
 
         all_lines = sum(totals.values())
         if all_lines == 0:
@@ -141,8 +155,8 @@ class ErrorLinesCheck:
                 NAME,
                 "no log line at all in the window: the log pipeline or its field names are not what the policy says",
                 "no log lines in the window",
-                hint=f"Check that the log shipper runs and that pods carry {policy.namespace_field} / "
-                f"{policy.pod_field}.",
+                hint="Check that the log shipper runs and that the policy's logs.fields name where it writes each "
+                "line's namespace and pod.",
             )
 
         ranked = sorted(((count, key) for key, count in errors.items() if count > 0), reverse=True)
@@ -179,9 +193,9 @@ class ErrorLinesCheck:
         hint = ""
         if status is not Status.OK:
             namespace, workload = ranked[0][1]
+            reading = sources.logs.reading_query(window, every(self.scope(), Is("namespace", namespace)))
             hint = (
-                f"Read the first errors of {namespace}/{workload} (LogsQL: {window.logsql_time_filter()} "
-                f"{exact(policy.namespace_field, namespace)} | sort by (_time) | limit 20) and look for a "
+                f"Read the first errors of {namespace}/{workload} ({sources.logs.language}: {reading}) and look for a "
                 "retry loop without backoff; cap per-pod log volume in the shipper."
             )
         return Finding(

@@ -1,17 +1,19 @@
 """log_storms: pods that wrote more log lines per minute than the pipeline's per-pod budget.
 
-Signal: every log line in VictoriaLogs, counted per pod and per minute by the backend (no line is downloaded), then
-the peak minute and the total per pod — one LogsQL query::
+Signal: every log line, counted per pod and per minute by the backend (no line is downloaded), then the peak minute
+and the total per pod — one `PeakCount` question. On VictoriaLogs it is one LogsQL query::
 
     _time:[start, end) <optional scope filter> -(<access log>)
-      | stats by (kubernetes.pod_namespace, kubernetes.pod_name, _time:1m) count() as per_minute
-      | stats by (kubernetes.pod_namespace, kubernetes.pod_name) max(per_minute) as peak_per_minute,
-                                                                 sum(per_minute) as lines
+      | stats by (_time:60s, kubernetes.pod_namespace, kubernetes.pod_name) count() as per_bucket
+      | stats by (kubernetes.pod_namespace, kubernetes.pod_name) max(per_bucket) as peak, sum(per_bucket) as lines
+
+on Loki one range query of ``sum by (namespace, pod) (count_over_time(…[60s]))`` every minute, whose per-minute
+numbers (never lines) are reduced to the peak and the sum by the client.
 
 Pods are grouped into workloads with ``checks.error_lines.workload_of`` (a Deployment's pods lose their ReplicaSet
 hash and suffix), so the explanation names what to fix, not a pod that no longer exists.
 
-Access logs are left out by default (``exclude_filter``: Envoy Gateway's proxy on stdout, where its access log goes;
+Access logs are left out by default (``exclude``: Envoy Gateway's proxy on stdout, where its access log goes;
 Envoy's own diagnostics on stderr still count). An access log writes one line per request: its volume is traffic,
 not a fault, and ``envoy_flags`` reads it. The calm 2026-08-17 replay sent 70,000 requests in 120 s, 35,000
 access-log lines a minute, and must not read as a storm.
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from checks import coverage
 from checks.contract import (
@@ -39,7 +41,6 @@ from checks.contract import (
     Need,
     Offender,
     Quantity,
-    Sample,
     SourceError,
     Sources,
     Unit,
@@ -49,7 +50,17 @@ from checks.contract import (
     unknown,
 )
 from checks.error_lines import workload_of
-from checks.logsql import exact, field_name
+from checks.log_questions import (
+    EVERY_LINE,
+    ROLES,
+    CountRow,
+    Filter,
+    Is,
+    Native,
+    Not,
+    PeakCount,
+    every,
+)
 
 NAME = "log_storms"
 
@@ -63,14 +74,14 @@ class LogStormsPolicy:
     crit_factor: float = 10.0
     warn_penalty: int = 0
     crit_penalty: int = 0
-    namespace_field: str = "kubernetes.pod_namespace"
-    pod_field: str = "kubernetes.pod_name"
-    # An extra LogsQL filter applied to every line (e.g. a stream selector); empty means all logs.
+    # An extra filter in the log backend's language applied to every line; empty means all logs.
     scope_filter: str = ""
-    # Lines that are traffic rather than chatter (access logs); empty counts everything.
-    exclude_filter: str = (
-        'kubernetes.pod_namespace:="envoy-gateway-system" kubernetes.container_name:="envoy" stream:="stdout"'
+    # Lines that are traffic rather than chatter (access logs), as role: value pairs that must all match; empty
+    # counts everything. ``exclude_filter`` (the backend's language) is for what pairs cannot say.
+    exclude: dict[str, str] = field(
+        default_factory=lambda: {"namespace": "envoy-gateway-system", "container": "envoy", "stream": "stdout"}
     )
+    exclude_filter: str = ""
     top: int = 5
 
 
@@ -95,22 +106,28 @@ class LogStormsCheck:
 
     def needs(self) -> tuple[Need, ...]:
         """The sources whose coverage this check's verdict depends on."""
-        return (coverage.pod_logs(self.policy.scope_filter),)
+        # The shipper's coverage is about every line in scope, access logs included (the same need as error_lines').
+        return (coverage.pod_logs(Native(self.policy.scope_filter) if self.policy.scope_filter else EVERY_LINE),)
 
-    def query(self, window: Window) -> str:
-        """The one stats query this check sends."""
+    def scope(self) -> Filter:
+        """The lines this check counts: the scope, without the access logs."""
         policy = self.policy
-        scope = f" {policy.scope_filter}" if policy.scope_filter else ""
-        exclude = f" -({policy.exclude_filter})" if policy.exclude_filter else ""
-        by = f"{field_name(policy.namespace_field)}, {field_name(policy.pod_field)}"
-        return (
-            f"{window.logsql_time_filter()}{scope}{exclude} | stats by ({by}, _time:1m) count() as per_minute"
-            f" | stats by ({by}) max(per_minute) as peak_per_minute, sum(per_minute) as lines"
+        excluded = every(
+            *(Is(role, value) for role, value in policy.exclude.items() if role in ROLES),
+            Native(policy.exclude_filter) if policy.exclude_filter else None,
         )
+        return every(
+            Native(policy.scope_filter) if policy.scope_filter else None,
+            Not(excluded) if excluded != EVERY_LINE else None,
+        )
+
+    def question(self, window: Window) -> PeakCount:
+        """The one question this check asks."""
+        return PeakCount(window=window, by=("namespace", "pod"), bucket_seconds=60, scope=self.scope())
 
     async def __call__(self, sources: Sources, window: Window) -> Finding:
         try:
-            rows = await sources.logs.stats(self.query(window), window.end)
+            rows = await sources.logs.peak(self.question(window))
         except SourceError as exc:
             return unknown(NAME, "log volume not checked: the log backend did not answer", str(exc))
         pods = self._pods(rows)
@@ -120,36 +137,32 @@ class LogStormsCheck:
                 NAME,
                 "no log line at all in the window: the log pipeline or its field names are not what the policy says",
                 "no log lines in the window",
-                hint=f"Check that the log shipper runs and that pods carry {self.policy.namespace_field} / "
-                f"{self.policy.pod_field}.",
+                hint="Check that the log shipper runs and that the policy's logs.fields name where it writes each "
+                "line's namespace and pod.",
             )
         if not any(pod.pod for pod in pods):
             # Lines are there but none names its pod: no pod can be found over budget, which is not "none is".
             return unknown(
                 NAME,
-                f"log volume not checked: no log line carries {self.policy.pod_field}",
-                f"{fmt_int(all_lines)} lines in the window, none with {self.policy.pod_field}",
-                hint=f"Set log_storms.pod_field (and namespace_field) in the policy to the fields your shipper "
-                f"writes; now {self.policy.pod_field} / {self.policy.namespace_field}.",
+                "log volume not checked: no log line names its pod",
+                f"{fmt_int(all_lines)} lines in the window, none with a pod",
+                hint="Set logs.fields.pod (and namespace) in the policy to the fields or labels your shipper writes.",
             )
-        return self._finding(window, pods, all_lines)
+        return self._finding(sources, window, pods, all_lines)
 
-    def _pods(self, rows: Sequence[Sample]) -> list[_Pod]:
-        policy = self.policy
+    def _pods(self, rows: Sequence[CountRow]) -> list[_Pod]:
         peaks: dict[tuple[str, str], float] = defaultdict(float)
         lines: dict[tuple[str, str], float] = defaultdict(float)
         for row in rows:
-            key = (row.labels.get(policy.namespace_field, ""), row.labels.get(policy.pod_field, ""))
-            if row.labels.get("__name__") == "peak_per_minute":
-                peaks[key] = max(peaks[key], row.value)
-            else:
-                lines[key] += row.value
+            key = (row.group.get("namespace", ""), row.group.get("pod", ""))
+            peaks[key] = max(peaks[key], row.counts.get("peak", 0.0))
+            lines[key] += row.counts.get("lines", 0.0)
         return [
             _Pod(namespace=namespace, pod=pod, peak_per_minute=peaks[(namespace, pod)], lines=count)
             for (namespace, pod), count in lines.items()
         ]
 
-    def _finding(self, window: Window, pods: list[_Pod], all_lines: float) -> Finding:
+    def _finding(self, sources: Sources, window: Window, pods: list[_Pod], all_lines: float) -> Finding:
         policy = self.policy
         budget = policy.budget_per_minute
         # Lines without pod fields (node or host logs) count as seen but cannot be blamed on a pod.
@@ -195,10 +208,10 @@ class LogStormsCheck:
             )
             if len(over) > 1:
                 summary += f"; {len(over)} pods over budget"
+            reading = sources.logs.reading_query(window, Is("pod", first.pod), most_repeated=True)
             hint = (
-                f"Look at what {first.namespace}/{first.workload} repeats (LogsQL: {window.logsql_time_filter()} "
-                f"{exact(policy.pod_field, first.pod)} | collapse_nums | top 5 by (_msg)) — usually a retry loop "
-                "without backoff — "
+                f"Look at what {first.namespace}/{first.workload} repeats ({sources.logs.language}: {reading}) — "
+                "usually a retry loop without backoff — "
                 "and cap per-pod volume in the shipper (Vector's throttle transform) so one pod cannot flood the rest."
             )
         else:

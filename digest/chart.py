@@ -12,24 +12,22 @@ to a deploy, a cron or a load test. One panel per incident shape of the post-mor
    crept up to 72 % with the reconnect storm; 10-05: pi5-3 touched 96.5 % at 19:40. The distance to the lines is
    the point, so the axis always runs from 0 to 100 %.
 
-Counting happens in the backends (LogsQL ``stats``, PromQL), never by downloading lines, with at most four queries
-sent concurrently, each pinned to the window (absolute ``_time:[start, end)``; PromQL at the window's end with the
-window's length, or a range inside it)::
+Counting happens in the backends, never by downloading lines, through the same seam as the checks: two log
+questions (`checks.log_questions.LineCount`, answered by VictoriaLogs or Loki) and two PromQL queries, at most four
+sent concurrently, each pinned to the window::
 
-    <time filter> <error_lines scope>
-      | stats by (_time:1h, kubernetes.pod_namespace, kubernetes.pod_name) count() if (<error predicate>) as errors
-    <time filter> <envoy_flags scope>
-      | unpack_json from _msg fields (response_code, response_flags) keep_original_fields
-      | stats by (_time:1h, response_flags) count() if (response_code:~"^5[0-9][0-9]$") as errors
+    lines and error lines (error_lines' rule) per hour, namespace and pod, in error_lines' scope
+    access-log lines and 5xx answers per hour and response flag, in envoy_flags' scope
     max by (instance) (max_over_time((node_nf_conntrack_entries / node_nf_conntrack_entries_limit)[<window>:1m]))
     max_over_time((node_nf_conntrack_entries{instance="<worst>"} / node_nf_conntrack_entries_limit{…})[300s:1m])
 
-The hourly buckets are a ``_time:1h`` group of ``/select/logsql/stats_query``, not ``/select/logsql/stats_query_range``:
-the VictoriaLogs that ``scripts/install-backends`` builds (Debian trixie's source) shares one ``timestamp`` variable
-between the concurrent workers of its range handler, so values land on the wrong hour from one run to the next
-(sums stay right, hours do not). With ``_time:1h`` in ``by (...)`` each row carries its own bucket; the buckets are
-shifted by ``offset`` so that they start on the reader's whole hours (India's :30 included). Windows longer than two
-days get buckets of several hours so a week stays readable on a phone.
+Every line is counted beside the errors so that an hour with lines and no error reads 0, and an hour without any
+line reads "not seen" — on either backend. The buckets are shifted so that they start on the reader's whole hours
+(India's :30 included). Windows longer than two days get buckets of several hours so a week stays readable on a
+phone. On VictoriaLogs the buckets are a ``_time:1h`` group of ``/select/logsql/stats_query``, not
+``stats_query_range``: the VictoriaLogs that ``scripts/install-backends`` builds (Debian trixie's source) shares
+one ``timestamp`` variable between the concurrent workers of its range handler, so values land on the wrong hour
+from one run to the next (sums stay right, hours do not).
 
 A panel whose query failed or found no data at all says "not available: <reason>"; it never draws a flat zero that
 would read as "all quiet". Within a panel, a bucket in which the backend holds no line at all of the panel's scope
@@ -56,8 +54,8 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from matplotlib.axes import Axes
@@ -68,7 +66,6 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, PercentF
 
 from checks.conntrack import ConntrackCheck
 from checks.contract import (
-    Sample,
     SourceError,
     Sources,
     Window,
@@ -77,8 +74,9 @@ from checks.contract import (
     local_time,
     node_name,
 )
+from checks.envoy_flags import EnvoyFlagsCheck
 from checks.error_lines import ErrorLinesCheck, workload_of
-from checks.logsql import field_name
+from checks.log_questions import EVERY_LINE, CountRow, Json, LineCount
 from checks.promql import quote
 from digest.policy import Policy
 from digest.safe_text import for_matplotlib, middle_ellipsis, visible
@@ -211,20 +209,6 @@ def bucket_starts(window: Window, step: int) -> tuple[float, ...]:
     return tuple(float(moment) for moment in range(first, math.ceil(end), step) if moment < end)
 
 
-def _duration(seconds: int) -> str:
-    if seconds % 3600 == 0:
-        return f"{seconds // 3600}h"
-    if seconds % 60 == 0:
-        return f"{seconds // 60}m"
-    return f"{seconds}s"
-
-
-def _time_bucket(window: Window, step: int) -> str:
-    """The LogsQL ``by (...)`` entry grouping rows into the chart's buckets."""
-    offset = bucket_offset(window, step)
-    return f"_time:{_duration(step)}" + (f" offset {_duration(offset)}" if offset else "")
-
-
 def conntrack_node_query(instance: str) -> str:
     """One node's conntrack fill, each point the peak of the 5 minutes ending there (1-minute subquery)."""
     selector = quote(instance)
@@ -234,26 +218,33 @@ def conntrack_node_query(instance: str) -> str:
     )
 
 
-def chart_queries(window: Window, policy: Policy, instance: str = "<worst node>") -> dict[str, str]:
-    """The queries behind the chart, by purpose (``conntrack_node`` for the worst node's ``instance``)."""
+def chart_questions(window: Window, policy: Policy) -> dict[str, LineCount]:
+    """The log questions behind the hourly panels, by purpose."""
     step = bucket_seconds(window)
-    bucket = _time_bucket(window, step)
-    errors = policy.error_lines
-    error_scope = f" {errors.scope_filter}" if errors.scope_filter else ""
-    flags = policy.envoy_flags
-    flags_scope = f" {flags.scope_filter}" if flags.scope_filter else ""
-    code, flag = field_name(flags.code_field), field_name(flags.flags_field)
+    offset = bucket_offset(window, step)
+    errors = ErrorLinesCheck(policy.error_lines)
+    flags = EnvoyFlagsCheck(policy.envoy_flags)
     return {
-        "errors": (
-            f"{window.logsql_time_filter()}{error_scope}"
-            f" | stats by ({bucket}, {field_name(errors.namespace_field)}, {field_name(errors.pod_field)})"
-            f" count() if ({ErrorLinesCheck(errors).error_predicate()}) as errors"
+        "errors": LineCount(
+            window=window,
+            scope=errors.scope(),
+            columns=(("lines", EVERY_LINE), ("errors", errors.error_rule())),
+            by=("namespace", "pod"),
+            bucket_seconds=step,
+            bucket_offset_seconds=offset,
         ),
-        "flags": (
-            f"{window.logsql_time_filter()}{flags_scope}"
-            f" | unpack_json from _msg fields ({code}, {flag}) keep_original_fields"
-            f' | stats by ({bucket}, {flag}) count() if ({code}:~"^5[0-9][0-9]$") as errors'
+        "flags": replace(
+            flags.log_question(window),
+            by=(Json(policy.envoy_flags.flags_field),),
+            bucket_seconds=step,
+            bucket_offset_seconds=offset,
         ),
+    }
+
+
+def chart_queries(window: Window, policy: Policy, instance: str = "<worst node>") -> dict[str, str]:
+    """The PromQL behind the conntrack panel, by purpose (``conntrack_node`` for the worst node's ``instance``)."""
+    return {
         # The conntrack check's own worst-node question: the chart shows the node the digest names.
         "conntrack_worst": ConntrackCheck(policy.conntrack).queries(window)["peak"],
         "conntrack_node": conntrack_node_query(instance),
@@ -265,9 +256,10 @@ async def collect_chart_data(sources: Sources, window: Window, policy: Policy, t
     step = bucket_seconds(window)
     buckets = bucket_starts(window, step)
     queries = chart_queries(window, policy)
+    questions = chart_questions(window, policy)
     (errors, errors_reason), (flags, flags_reason), (conntrack, conntrack_reason) = await asyncio.gather(
-        _error_panel(sources, window, policy, queries["errors"], buckets, step, top),
-        _flags_panel(sources, window, policy, queries["flags"], buckets, step),
+        _error_panel(sources, policy, questions["errors"], buckets, step, top),
+        _flags_panel(sources, policy, questions["flags"], buckets, step),
         _conntrack_panel(sources, window, policy, queries["conntrack_worst"]),
     )
     return ChartData(
@@ -283,18 +275,11 @@ async def collect_chart_data(sources: Sources, window: Window, policy: Policy, t
     )
 
 
-def _bucket_index(sample: Sample, buckets: Sequence[float], step: int) -> int | None:
-    """The bucket of a ``stats by (_time:…)`` row, from its ``_time`` label (RFC 3339)."""
-    raw = sample.labels.get("_time", "")
-    try:
-        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
+def _bucket_index(row: CountRow, buckets: Sequence[float], step: int) -> int | None:
+    """The chart bucket of a bucketed row."""
+    if row.bucket is None or not buckets:
         return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    if not buckets:
-        return None
-    index = round((moment.timestamp() - buckets[0]) / step)
+    index = round((row.bucket - buckets[0]) / step)
     return index if 0 <= index < len(buckets) else None
 
 
@@ -314,27 +299,26 @@ def _hourly_panel(
 
 
 async def _error_panel(
-    sources: Sources, window: Window, policy: Policy, query: str, buckets: Sequence[float], step: int, top: int
+    sources: Sources, policy: Policy, question: LineCount, buckets: Sequence[float], step: int, top: int
 ) -> tuple[HourlyPanel | None, str]:
     if not policy.error_lines.enabled:
         return None, "error_lines is disabled in the policy"
     try:
-        rows = await sources.logs.stats(query, window.end)
+        rows = await sources.logs.count(question)
     except SourceError as exc:
         return None, str(exc)
     if not rows:
         return None, "no log line in the window"
-    fields = policy.error_lines
     per_workload: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(buckets))
     seen: set[int] = set()  # buckets with at least one line: a pod has a row in a bucket only if it logged there
     for row in rows:
         index = _bucket_index(row, buckets, step)
-        if index is None:
+        if index is None or row.counts.get("lines", 0.0) <= 0:
             continue
         seen.add(index)
-        namespace = row.labels.get(fields.namespace_field, "")
-        workload = workload_of(row.labels.get(fields.pod_field, ""))
-        per_workload[f"{namespace}/{workload}"][index] += row.value
+        namespace = row.group.get("namespace", "")
+        workload = workload_of(row.group.get("pod", ""))
+        per_workload[f"{namespace}/{workload}"][index] += row.counts.get("errors", 0.0)
     if not seen:
         return None, "the log backend answered without time buckets"
     ranked, blind = _hourly_panel(per_workload, seen, len(buckets))
@@ -343,12 +327,12 @@ async def _error_panel(
 
 
 async def _flags_panel(
-    sources: Sources, window: Window, policy: Policy, query: str, buckets: Sequence[float], step: int
+    sources: Sources, policy: Policy, question: LineCount, buckets: Sequence[float], step: int
 ) -> tuple[HourlyPanel | None, str]:
     if not policy.envoy_flags.enabled:
         return None, "envoy_flags is disabled in the policy"
     try:
-        rows = await sources.logs.stats(query, window.end)
+        rows = await sources.logs.count(question)
     except SourceError as exc:
         return None, str(exc)
     if not rows:
@@ -357,11 +341,11 @@ async def _flags_panel(
     seen: set[int] = set()  # buckets with at least one access-log line: every line lands in some flag's row
     for row in rows:
         index = _bucket_index(row, buckets, step)
-        if index is None:
+        if index is None or row.counts.get("requests", 0.0) <= 0:
             continue
         seen.add(index)
-        flag = row.labels.get(policy.envoy_flags.flags_field, "")
-        per_flag[APP_5XX if flag in ("", "-", "null") else flag][index] += row.value
+        flag = row.group.get(policy.envoy_flags.flags_field, "")
+        per_flag[APP_5XX if flag in ("", "-", "null") else flag][index] += row.counts.get("errors", 0.0)
     if not seen:
         return None, "the log backend answered without time buckets"
     ranked, blind = _hourly_panel(per_flag, seen, len(buckets))

@@ -14,14 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from checks import coverage
-from checks.alerts import AlertsCheck
-from checks.conntrack import ConntrackCheck
+from checks import coverage, registry
 from checks.contract import (
     Check,
     Coverage,
     Finding,
-    LogsSource,
     MetricsSource,
     RangeSeries,
     Sample,
@@ -30,35 +27,13 @@ from checks.contract import (
     Window,
     unknown,
 )
-from checks.cpu_throttling import CpuThrottlingCheck
-from checks.deployments import DeploymentsCheck
-from checks.empty_endpoints import EmptyEndpointsCheck
-from checks.envoy_flags import EnvoyFlagsCheck
-from checks.error_lines import ErrorLinesCheck
-from checks.log_storms import LogStormsCheck
-from checks.memory_pressure import MemoryPressureCheck
-from checks.oom_kills import OomKillsCheck
-from checks.readiness import ReadinessCheck
-from checks.restarts import RestartsCheck
+from checks.log_questions import CountRow, Filter, LineCount, LogsSource, PeakCount
 from digest.policy import Policy
 
 log = logging.getLogger(__name__)
 
-# The order checks appear in the digest and its JSON.
-CHECK_ORDER = (
-    "oom_kills",
-    "error_lines",
-    "conntrack",
-    "envoy_flags",
-    "memory_pressure",
-    "cpu_throttling",
-    "restarts",
-    "readiness",
-    "empty_endpoints",
-    "deployments",
-    "log_storms",
-    "alerts",
-)
+# The order checks appear in the digest and its JSON: the registry's.
+CHECK_ORDER = registry.ORDER
 
 
 @dataclass(frozen=True)
@@ -108,38 +83,35 @@ class _WatchedLogs:
     inner: LogsSource
     failures: _Failures
 
-    async def stats(self, query: str, at: datetime) -> list[Sample]:
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def language(self) -> str:
+        return self.inner.language
+
+    async def count(self, question: LineCount) -> list[CountRow]:
         try:
-            return await self.inner.stats(query, at)
+            return await self.inner.count(question)
         except SourceError:
             self.failures.seen = True
             raise
 
-    async def stats_range(self, query: str, start: datetime, end: datetime, step_seconds: int) -> list[RangeSeries]:
+    async def peak(self, question: PeakCount) -> list[CountRow]:
         try:
-            return await self.inner.stats_range(query, start, end, step_seconds)
+            return await self.inner.peak(question)
         except SourceError:
             self.failures.seen = True
             raise
+
+    def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
+        return self.inner.reading_query(window, lines, most_repeated)
 
 
 def build_checks(policy: Policy) -> list[Check]:
-    """The enabled checks, configured by the policy."""
-    every: dict[str, Check] = {
-        "oom_kills": OomKillsCheck(policy.oom_kills),
-        "error_lines": ErrorLinesCheck(policy.error_lines),
-        "conntrack": ConntrackCheck(policy.conntrack),
-        "envoy_flags": EnvoyFlagsCheck(policy.envoy_flags),
-        "memory_pressure": MemoryPressureCheck(policy.memory_pressure),
-        "cpu_throttling": CpuThrottlingCheck(policy.cpu_throttling),
-        "restarts": RestartsCheck(policy.restarts),
-        "readiness": ReadinessCheck(policy.readiness),
-        "empty_endpoints": EmptyEndpointsCheck(policy.empty_endpoints),
-        "deployments": DeploymentsCheck(policy.deployments),
-        "log_storms": LogStormsCheck(policy.log_storms),
-        "alerts": AlertsCheck(policy.alerts),
-    }
-    return [every[name] for name in CHECK_ORDER if policy.enabled(name)]
+    """The enabled checks, configured by the policy, in the registry's order."""
+    return [entry.build(getattr(policy, entry.name)) for entry in registry.CHECKS if policy.enabled(entry.name)]
 
 
 async def _guarded(

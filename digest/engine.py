@@ -14,11 +14,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from checks.contract import Sources, Window
+from digest.backends.loki import LokiSource
+from digest.backends.victorialogs import VictoriaLogsSource
 from digest.collect import Collected, build_checks, collect
 from digest.policy import Policy, PolicyError, load_policy
 from digest.score import Digest, grade
-from digest.settings import ConfigError, Settings, load_settings
-from digest.sources import PrometheusSource, VictoriaLogsSource, tls_context
+from digest.settings import ConfigError, LogBackend, Settings, load_settings
+from digest.sources import PrometheusSource, tls_context
 from digest.state import HistoryStore, StateError
 from digest.trends import History, graded_only, previous_digests, trend_lines
 
@@ -58,12 +60,21 @@ def stored_history(config: Config, store: HistoryStore | None) -> History:
 
 
 @asynccontextmanager
-async def open_sources(settings: Settings) -> AsyncIterator[Sources]:
-    """HTTP clients of both backends, closed on exit. Share one pair to share the concurrency bound."""
-    vm, vl = settings.vm_endpoint(), settings.vl_endpoint()
-    tls = tls_context([vm.url, vl.url])
+async def open_sources(settings: Settings, policy: Policy | None = None) -> AsyncIterator[Sources]:
+    """HTTP clients of both backends, closed on exit. Share one pair to share the concurrency bound.
+
+    The log backend is the one the settings select (Loki when DIGEST_LOKI_URL is set), reading the fields the
+    policy's ``logs.fields`` names over its defaults.
+    """
+    vm, log_endpoint = settings.vm_endpoint(), settings.logs_endpoint()
+    tls = tls_context([vm.url, log_endpoint.url])
+    fields = (policy or Policy()).logs.role_fields()
     metrics = PrometheusSource(vm, tls=tls)
-    logs = VictoriaLogsSource(vl, tls=tls)
+    logs: VictoriaLogsSource | LokiSource
+    if settings.log_backend is LogBackend.LOKI:
+        logs = LokiSource(log_endpoint, tls=tls, fields=fields)
+    else:
+        logs = VictoriaLogsSource(log_endpoint, tls=tls, fields=fields)
     try:
         yield Sources(metrics=metrics, logs=logs)
     finally:
@@ -88,7 +99,7 @@ async def make_digest(
     settings = config.settings
     deadline = deadline_seconds if deadline_seconds is not None else settings.query_timeout * 4
     if sources is None:
-        async with open_sources(settings) as own:
+        async with open_sources(settings, config.policy) as own:
             return await _digest(config, window, deadline, own, history)
     return await _digest(config, window, deadline, sources, history)
 
@@ -126,7 +137,7 @@ async def make_chart(
     from digest.chart import chart_caption, collect_chart_data, render_chart
 
     if sources is None:
-        async with open_sources(config.settings) as own:
+        async with open_sources(config.settings, config.policy) as own:
             data = await collect_chart_data(own, window, config.policy)
     else:
         data = await collect_chart_data(sources, window, config.policy)

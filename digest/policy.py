@@ -8,7 +8,7 @@ WARNING, 8 and below CRITICAL.
 ``DIGEST_POLICY_FILE`` (YAML or TOML) overrides any of it::
 
     checks:
-      error_lines: {warn_lines: 20000, level_field: severity}
+      error_lines: {warn_lines: 20000}
       envoy_flags: {enabled: false}        # a cluster without Envoy: listed as disabled, never as OK
     caps:
       - {checks: [oom_kills, error_lines], max_penalty: 2}
@@ -19,6 +19,8 @@ WARNING, 8 and below CRITICAL.
       node_gap_minutes: 30               # a node's exporter silent this long is a blind spot
       shipper_silence_minutes: 30        # a node's logs silent this long is a stuck shipper
       absent_nodes: [pi5-4]              # nodes expected to be silent (named "expected absent", not blind)
+    logs:
+      fields: {level: severity}          # where the log backend keeps a role (defaults per backend: LogsPolicy)
 
 Every value is checked when the file is loaded, not when a check happens to use it: a number must be finite (a
 ``.nan`` threshold compares false with everything and silently turns its check off), a ratio lies in [0, 1], a
@@ -38,6 +40,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from checks import registry
 from checks.alerts import AlertsPolicy
 from checks.conntrack import ConntrackPolicy
 from checks.coverage import CoveragePolicy
@@ -46,26 +49,15 @@ from checks.deployments import DeploymentsPolicy
 from checks.empty_endpoints import EmptyEndpointsPolicy
 from checks.envoy_flags import EnvoyFlagsPolicy
 from checks.error_lines import ErrorLinesPolicy
+from checks.log_questions import ROLES, Role
 from checks.log_storms import LogStormsPolicy
 from checks.memory_pressure import MemoryPressurePolicy
 from checks.oom_kills import OomKillsPolicy
 from checks.readiness import ReadinessPolicy
 from checks.restarts import RestartsPolicy
 
-CHECK_POLICIES: dict[str, type[Any]] = {
-    "oom_kills": OomKillsPolicy,
-    "error_lines": ErrorLinesPolicy,
-    "conntrack": ConntrackPolicy,
-    "envoy_flags": EnvoyFlagsPolicy,
-    "memory_pressure": MemoryPressurePolicy,
-    "cpu_throttling": CpuThrottlingPolicy,
-    "restarts": RestartsPolicy,
-    "readiness": ReadinessPolicy,
-    "empty_endpoints": EmptyEndpointsPolicy,
-    "deployments": DeploymentsPolicy,
-    "log_storms": LogStormsPolicy,
-    "alerts": AlertsPolicy,
-}
+# Each check's policy section, from the registry (the typed fields of `Policy` below are kept in step by a test).
+CHECK_POLICIES: dict[str, type[Any]] = {entry.name: entry.policy_type for entry in registry.CHECKS}
 
 
 class PolicyError(ValueError):
@@ -99,6 +91,23 @@ class TrendsPolicy:
 
 
 @dataclass(frozen=True)
+class LogsPolicy:
+    """Where the log backend keeps each role (namespace, pod, container, node, level, stream) of a line.
+
+    Empty: the backend's defaults — Vector's ``kubernetes_logs`` fields on VictoriaLogs (``kubernetes.pod_namespace``,
+    ``kubernetes.pod_name``, ``kubernetes.container_name``, ``kubernetes.pod_node_name``, ``level``, ``stream``),
+    Promtail/Alloy's labels on Loki (``namespace``, ``pod``, ``container``, ``node_name``, ``stream``, and ``level``
+    as a label or structured metadata).
+    """
+
+    fields: dict[str, str] = field(default_factory=dict)
+
+    def role_fields(self) -> dict[Role, str]:
+        """The overrides, keyed by role (the loader refused any other key)."""
+        return {role: self.fields[role] for role in ROLES if role in self.fields}
+
+
+@dataclass(frozen=True)
 class Policy:
     """Every knob of the digest's judgement."""
 
@@ -119,6 +128,7 @@ class Policy:
     grade: Grade = field(default_factory=Grade)
     trends: TrendsPolicy = field(default_factory=TrendsPolicy)
     coverage: CoveragePolicy = field(default_factory=CoveragePolicy)
+    logs: LogsPolicy = field(default_factory=LogsPolicy)
 
     def enabled(self, name: str) -> bool:
         """Whether the check called ``name`` runs."""
@@ -182,6 +192,7 @@ def policy_from_mapping(raw: object) -> Policy:
     for old, new in _RENAMED.items():
         if old in checks_raw:
             raise PolicyError(f"checks.{old}: renamed to checks.{new} ({_RENAMED_WHY[old]})")
+    _refuse_moved(raw, checks_raw)
     _reject_unknown(checks_raw, set(CHECK_POLICIES), "checks.")
     values: dict[str, Any] = {}
     for name, policy_type in CHECK_POLICIES.items():
@@ -212,10 +223,28 @@ def policy_from_mapping(raw: object) -> Policy:
         if problem:
             raise PolicyError(f"coverage.{problem}")
         values["coverage"] = coverage
+    if "logs" in raw:
+        logs = _dataclass_from(LogsPolicy, raw["logs"] or {}, "logs")
+        for role, name in logs.fields.items():
+            if role not in ROLES:
+                raise PolicyError(f"logs.fields.{role}: unknown role (known: {', '.join(ROLES)})")
+            if not name.strip():
+                raise PolicyError(f"logs.fields.{role}: must name a field or label")
+        values["logs"] = logs
     return Policy(**values)
 
 
-_TOP_LEVEL = {"checks", "caps", "grade", "trends", "coverage"}
+_TOP_LEVEL = {"checks", "caps", "grade", "trends", "coverage", "logs"}
+
+# Keys that moved: a policy file written before still names them, and must be told where they went.
+_MOVED = {
+    "error_lines.namespace_field": "logs.fields.namespace",
+    "error_lines.pod_field": "logs.fields.pod",
+    "error_lines.level_field": "logs.fields.level",
+    "log_storms.namespace_field": "logs.fields.namespace",
+    "log_storms.pod_field": "logs.fields.pod",
+    "coverage.log_node_field": "logs.fields.node",
+}
 
 # Checks renamed since a policy file may have been written, so that an old file gets told what to write instead.
 _RENAMED = {"rollouts": "deployments"}
@@ -223,6 +252,15 @@ _RENAMED_WHY = {
     "rollouts": "it reports unavailable replicas and, apart, the rollouts proven by a new ReplicaSet; readiness is "
     "the readiness check's",
 }
+
+
+def _refuse_moved(raw: Mapping[str, Any], checks_raw: Mapping[str, Any]) -> None:
+    for old, new in _MOVED.items():
+        section, key = old.split(".")
+        holder = raw.get(section) if section == "coverage" else checks_raw.get(section)
+        if isinstance(holder, Mapping) and key in holder:
+            where = old if section == "coverage" else f"checks.{old}"
+            raise PolicyError(f"{where}: moved to {new} (one place for every log check and each log backend)")
 
 
 def _reject_unknown(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -246,7 +284,16 @@ def _dataclass_from(kind: type[Any], raw: object, where: str) -> Any:
     problem = _senseless(value)
     if problem:
         raise PolicyError(f"{where}.{problem}")
+    for item in dataclasses.fields(kind):
+        if item.name in _ROLE_MAPS:
+            for role in getattr(value, item.name):
+                if role not in ROLES:
+                    raise PolicyError(f"{where}.{item.name}.{role}: unknown role (known: {', '.join(ROLES)})")
     return value
+
+
+# Sections' keys that map log roles to values (envoy_flags.scope, log_storms.exclude).
+_ROLE_MAPS = frozenset({"scope", "exclude"})
 
 
 def _refuse_coerced_numbers(kind: type[Any], raw: Mapping[str, Any], where: str) -> None:

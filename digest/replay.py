@@ -92,7 +92,7 @@ async def replay(
     delivered: dict[date, str] = {}
 
     history = History()
-    async with open_sources(config.settings) as sources:
+    async with open_sources(config.settings, config.policy) as sources:
 
         async def one(day: date) -> Digest:
             async with gate:

@@ -7,6 +7,7 @@ A bad value fails at start with `ConfigError`, whose message is one line naming 
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 from datetime import time
@@ -111,6 +112,16 @@ class Settings(BaseSettings):
     vl_account_id: Annotated[int, Field(ge=0)] | None = None
     vl_project_id: Annotated[int, Field(ge=0)] | None = None
 
+    # Loki instead of VictoriaLogs: setting DIGEST_LOKI_URL selects it (DIGEST_VL_URL must then be left unset).
+    loki_url: str | None = None
+    loki_bearer_token: SecretStr | None = None
+    loki_bearer_token_file: Path | None = None
+    loki_username: str | None = None
+    loki_password: SecretStr | None = None
+    loki_password_file: Path | None = None
+    loki_headers: dict[str, str] = Field(default_factory=dict)
+    loki_tenant: str | None = None  # sent as X-Scope-OrgID (multi-tenant Loki)
+
     query_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
     max_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
     # The most one backend answer may weigh (decompressed); past it the query fails instead of the pod's memory.
@@ -167,7 +178,7 @@ class Settings(BaseSettings):
     def _webhook_url(cls, value: str | None) -> str | None:
         return None if value is None else _check_url(value)
 
-    @field_validator("vm_headers", "vl_headers")
+    @field_validator("vm_headers", "vl_headers", "loki_headers")
     @classmethod
     def _headers(cls, value: dict[str, str]) -> dict[str, str]:
         return _check_headers(value)
@@ -188,6 +199,18 @@ class Settings(BaseSettings):
     def _url(cls, value: str) -> str:
         return _check_url(value)
 
+    @field_validator("loki_url")
+    @classmethod
+    def _loki_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_url(value)
+
+    @field_validator("loki_tenant")
+    @classmethod
+    def _tenant(cls, value: str | None) -> str | None:
+        if value is not None and (not value or _breaks_a_request(value) or not value.isascii()):
+            raise ValueError("must be one line of printable ASCII without spaces (Loki's X-Scope-OrgID)")
+        return value
+
     @field_validator("timezone")
     @classmethod
     def _zone(cls, value: str) -> str:
@@ -206,7 +229,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _secret_files(self) -> Settings:
-        for name in ("vm_bearer_token", "vm_password", "vl_bearer_token", "vl_password", "telegram_token"):
+        if self.loki_url is not None and "vl_url" in self.model_fields_set:
+            raise ValueError(
+                f"{ENV_PREFIX}LOKI_URL and {ENV_PREFIX}VL_URL are both set: set the one log backend the digest reads"
+            )
+        for name in _SECRET_FILES:
             path: Path | None = getattr(self, f"{name}_file")
             if path is None:
                 continue
@@ -224,7 +251,7 @@ class Settings(BaseSettings):
             object.__setattr__(self, name, SecretStr(secret))
         # Tokens travel in a URL path or a header, where a newline or a space breaks the request deep inside the
         # HTTP stack; the reason never shows the token, nor where it differs.
-        for name in ("vm_bearer_token", "vl_bearer_token", "telegram_token"):
+        for name in ("vm_bearer_token", "vl_bearer_token", "loki_bearer_token", "telegram_token"):
             held: SecretStr | None = getattr(self, name)
             token = held.get_secret_value() if held is not None else ""
             variable = f"{ENV_PREFIX}{name.upper()}{'_FILE' if getattr(self, f'{name}_file') is not None else ''}"
@@ -237,7 +264,7 @@ class Settings(BaseSettings):
             if not token.isascii():
                 # A bearer token is a header value, which httpx encodes as ASCII: anything else fails per request.
                 raise ValueError(f"{variable}: must be ASCII (a header value cannot carry other characters)")
-        for prefix in ("vm", "vl"):
+        for prefix in ("vm", "vl", "loki"):
             if getattr(self, f"{prefix}_password") is not None and not getattr(self, f"{prefix}_username"):
                 raise ValueError(
                     f"{ENV_PREFIX}{prefix.upper()}_PASSWORD is set without {ENV_PREFIX}{prefix.upper()}_USERNAME"
@@ -265,12 +292,14 @@ class Settings(BaseSettings):
             self.vm_password,
             self.vl_bearer_token,
             self.vl_password,
+            self.loki_bearer_token,
+            self.loki_password,
             self.telegram_token,
             self.telegram_webhook_secret,
             self.heartbeat_url,
         ]
         secrets = [value.get_secret_value() for value in values if value is not None]
-        for url in (self.vm_url, self.vl_url, self.telegram_api_url, self.telegram_webhook_url):
+        for url in (self.vm_url, self.vl_url, self.loki_url, self.telegram_api_url, self.telegram_webhook_url):
             if url:
                 secrets.extend(url_secrets(url))
         if self.heartbeat_url is not None:
@@ -280,7 +309,8 @@ class Settings(BaseSettings):
             if len(path) > 1:
                 secrets.append(path)
             secrets.extend(_printed_forms(heartbeat))
-        secrets.extend(value for value in {**self.vm_headers, **self.vl_headers}.values() if value)
+        headers = {**self.vm_headers, **self.vl_headers, **self.loki_headers}
+        secrets.extend(value for value in headers.values() if value)
         return secrets
 
     def require_telegram(self) -> str:
@@ -295,12 +325,33 @@ class Settings(BaseSettings):
         """How to reach VictoriaMetrics (or vmselect / Prometheus)."""
         return self._endpoint(
             "VictoriaMetrics",
+            "vm_url",
             self.vm_url,
             self.vm_bearer_token,
             self.vm_username,
             self.vm_password,
             self.vm_headers,
             {},
+        )
+
+    @property
+    def log_backend(self) -> LogBackend:
+        """Which log backend the digest reads: Loki when DIGEST_LOKI_URL is set, else VictoriaLogs."""
+        return LogBackend.LOKI if self.loki_url is not None else LogBackend.VICTORIALOGS
+
+    def logs_endpoint(self) -> Endpoint:
+        """How to reach the log backend the settings select."""
+        if self.loki_url is None:
+            return self.vl_endpoint()
+        return self._endpoint(
+            "Loki",
+            "loki_url",
+            self.loki_url,
+            self.loki_bearer_token,
+            self.loki_username,
+            self.loki_password,
+            self.loki_headers,
+            {"X-Scope-OrgID": self.loki_tenant} if self.loki_tenant else {},
         )
 
     def vl_endpoint(self) -> Endpoint:
@@ -312,6 +363,7 @@ class Settings(BaseSettings):
             tenant["ProjectID"] = str(self.vl_project_id)
         return self._endpoint(
             "VictoriaLogs",
+            "vl_url",
             self.vl_url,
             self.vl_bearer_token,
             self.vl_username,
@@ -323,6 +375,7 @@ class Settings(BaseSettings):
     def _endpoint(
         self,
         name: str,
+        setting: str,
         url: str,
         token: SecretStr | None,
         username: str | None,
@@ -342,8 +395,27 @@ class Settings(BaseSettings):
             timeout_seconds=self.query_timeout,
             max_concurrency=self.max_concurrency,
             max_response_bytes=self.max_response_mib * MIB,
+            setting=f"{ENV_PREFIX}{setting.upper()}",
         )
 
+
+class LogBackend(enum.StrEnum):
+    """The log backends the digest can read."""
+
+    VICTORIALOGS = "victorialogs"
+    LOKI = "loki"
+
+
+# The secrets that may be given in a file instead (DIGEST_X_FILE), read once at start.
+_SECRET_FILES = (
+    "vm_bearer_token",
+    "vm_password",
+    "vl_bearer_token",
+    "vl_password",
+    "loki_bearer_token",
+    "loki_password",
+    "telegram_token",
+)
 
 # Settings that were replaced by others. Unknown variables are ignored (extra="ignore"), so an old one left in a
 # ConfigMap would silently stop meaning anything; start-up refuses it instead, naming what to set.

@@ -57,6 +57,7 @@ class Endpoint:
     timeout_seconds: float = 30.0
     max_concurrency: int = 4
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_MIB * MIB
+    setting: str = ""  # the variable that names this URL ("DIGEST_VL_URL"), for messages that say what to change
 
     @property
     def display_url(self) -> str:
@@ -126,6 +127,7 @@ class _HttpSource:
         # Never the URL as written: httpx would log its user info with every request.
         self._base = without_userinfo(endpoint.url).rstrip("/")
         self._in_flight: dict[tuple[str, tuple[tuple[str, str], ...]], asyncio.Task[Any]] = {}
+        self._identified: asyncio.Task[str] | None = None
         self.queries_sent = 0
 
     @property
@@ -167,9 +169,52 @@ class _HttpSource:
     async def _exchange(self, path: str, form: Mapping[str, str]) -> Any:
         try:
             return await self._exchange_once(path, form)
+        except _WrongPathError:
+            # Asked once per source, however many queries hit the same wall at the same time.
+            if self._identified is None:
+                self._identified = asyncio.ensure_future(self._identify())
+            raise self._error(SourceErrorKind.HTTP, await asyncio.shield(self._identified)) from None
         except SourceError as exc:
             _release_frames(exc)
             raise
+
+    async def _identify(self) -> str:
+        """What answers at this URL, when it does not know the API asked: named, so the reader fixes the right URL.
+
+        Three cheap probes, each a known endpoint of one kind of backend: VictoriaLogs' stats query, Loki's build
+        info, the Prometheus API's build info (VictoriaMetrics answers it with no version, Prometheus with one).
+        """
+        probes: tuple[tuple[str, str, dict[str, str] | None, str], ...] = (
+            ("POST", "/select/logsql/stats_query", {"query": "_time:1m | stats count()"}, "VictoriaLogs"),
+            ("GET", "/loki/api/v1/status/buildinfo", None, "Loki"),
+            ("GET", "/api/v1/status/buildinfo", None, "Prometheus"),
+        )
+        found = ""
+        for method, path, form, name in probes:
+            if name == self._endpoint.name:
+                continue
+            try:
+                async with asyncio.timeout(min(5.0, self._endpoint.timeout_seconds)):
+                    response = await self._client.request(method, self._base + path, data=form)
+                payload = response.json() if response.status_code == 200 else None
+            except (httpx.HTTPError, TimeoutError, ValueError):
+                continue
+            if not isinstance(payload, dict):
+                continue
+            if name == "Prometheus" and payload.get("status") == "success":
+                data = payload.get("data")
+                found = "a Prometheus" if isinstance(data, dict) and data.get("version") else "a VictoriaMetrics"
+            elif name == "Loki" and "version" in payload:
+                found = "a Loki"
+            elif name == "VictoriaLogs" and payload.get("status") == "success":
+                found = "a VictoriaLogs"
+            if found:
+                break
+        setting = f" (check {self._endpoint.setting})" if self._endpoint.setting else ""
+        url = self._endpoint.display_url
+        if found:
+            return f"{url} is {found}, not the {self._endpoint.name} API{setting}"
+        return f"{url} does not serve the {self._endpoint.name} API (HTTP 404 or unsupported path){setting}"
 
     async def _exchange_once(self, path: str, form: Mapping[str, str]) -> Any:
         async with self._semaphore:
@@ -251,6 +296,10 @@ class _HttpSource:
 
     def _decode(self, response: httpx.Response, text: str) -> Any:
         content_type = response.headers.get("content-type", "")
+        if response.status_code == 404 or (response.status_code == 400 and "unsupported path" in text):
+            # Another kind of backend (VictoriaMetrics and VictoriaLogs answer 400 "unsupported path", Loki and
+            # Prometheus 404): not a failed query, a wrong URL — `_exchange` names what answered.
+            raise _WrongPathError(self._endpoint.name, SourceErrorKind.HTTP, "wrong API")
         if response.status_code in (400, 422):
             raise self._error(SourceErrorKind.QUERY, f"query rejected: {_short_error(text)}")
         if response.status_code >= 300:
@@ -309,6 +358,10 @@ class _HttpSource:
             points = [(_parse_timestamp(pair, self), _parse_value(pair, self)) for pair in raw_values]
             result.append(RangeSeries(labels=_labels(item, self), points=points))
         return result
+
+
+class _WrongPathError(SourceError):
+    """The backend does not know the path asked: it is not the API this source speaks."""
 
 
 # The codings httpx asks for (its default Accept-Encoding) and zlib inflates; "x-gzip" is gzip's old name.
@@ -428,16 +481,3 @@ class PrometheusSource(_HttpSource):
     async def range(self, query: str, start: datetime, end: datetime, step_seconds: int) -> list[RangeSeries]:
         form = {"query": query, "start": _rfc3339(start), "end": _rfc3339(end), "step": f"{step_seconds}s"}
         return self._matrix(await self._post_json("/api/v1/query_range", form))
-
-
-class VictoriaLogsSource(_HttpSource):
-    """VictoriaLogs through its LogsQL stats endpoints (server-side aggregation only)."""
-
-    async def stats(self, query: str, at: datetime) -> list[Sample]:
-        # `time` only anchors relative _time filters; every query carries an absolute _time filter as well.
-        data = await self._post_json("/select/logsql/stats_query", {"query": query, "time": _rfc3339(at)})
-        return self._vector(data)
-
-    async def stats_range(self, query: str, start: datetime, end: datetime, step_seconds: int) -> list[RangeSeries]:
-        form = {"query": query, "start": _rfc3339(start), "end": _rfc3339(end), "step": f"{step_seconds}s"}
-        return self._matrix(await self._post_json("/select/logsql/stats_query_range", form))

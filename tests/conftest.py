@@ -14,6 +14,8 @@ import pytest
 
 from digest.corpus import DAYS
 from digest.embedded import EmbeddedBackends, load_corpus_day
+from testbed.loki_server import LokiServer, loki_binary_or_skip
+from testbed.prometheus_server import PrometheusServer, missing_binaries
 
 # The storm's non-error lines are scaled for the test suite (the error count stays exact at any scale); the demo
 # loads the full volume. DIGEST_TEST_VOLUME_SCALE=1 runs the suite at full scale.
@@ -34,6 +36,25 @@ def corpus_backends() -> Iterator[EmbeddedBackends]:
         for day in DAYS.values():
             load_corpus_day(backends, _scaled(day))
         yield backends
+
+
+@pytest.fixture(scope="session")
+def prometheus_corpus() -> Iterator[PrometheusServer]:
+    """A Prometheus 2.42 holding every corpus day's metrics (backfilled with promtool)."""
+    missing = missing_binaries()
+    if missing:
+        pytest.fail(f"{', '.join(missing)} not on PATH: run scripts/install-backends")
+    with PrometheusServer(DAYS.values()) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def loki_corpus() -> Iterator[LokiServer]:
+    """A Loki 3.5.12 holding every corpus day's logs at the suite's volume scale, pushed as Promtail ships them."""
+    binary = loki_binary_or_skip()
+    with LokiServer(binary=binary) as server:
+        server.push_days(_scaled(day) for day in DAYS.values())  # type: ignore[misc]  # scaled days are days
+        yield server
 
 
 @pytest.fixture

@@ -10,7 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.floor import LOGS, METRICS, Dependencies, checks_queries, window_of
 from bench.generate import DAY, Shape, Volume, build_cluster, day_facts, load, log_chunks
+from bench.pairs import ALL_PAIRS, LOKI, parse_pairs
 from digest.embedded import EmbeddedBackends
 from digest.engine import Config, make_digest
 from digest.policy import Policy
@@ -80,3 +82,39 @@ def test_quick_benchmark_programme_measures_and_checks_every_figure() -> None:
     assert "digest counts every error line ✅ met" in out
     assert "peak RSS ≤ 150 MB and flat ✅ met" in out
     assert result.stderr.count("backends stopped") == 3  # small day, big day, replay: each pair stopped
+
+
+def test_backends_option_rejects_an_unknown_pair_with_a_usage_line() -> None:
+    """`bench/run --backends` names the unknown pair under a usage line and exits 2 before starting anything."""
+    result = subprocess.run(  # our own module, fixed arguments
+        [sys.executable, "-m", "bench.runner", "--quick", "--backends", "victoriametrics+elasticsearch"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: bench/run")
+    assert "unknown backend pair 'victoriametrics+elasticsearch'" in result.stderr
+    assert "backends up" not in result.stderr
+    assert parse_pairs("all") == list(ALL_PAIRS)
+    assert parse_pairs("prometheus+loki,victoriametrics+victorialogs") == [ALL_PAIRS[0], ALL_PAIRS[3]]
+
+
+def test_floor_of_a_loki_pair_sends_loki_requests_for_its_logs() -> None:
+    """The checks floor written for a Loki pair asks Loki's query API for every log question, and no LogsQL."""
+    window = window_of(DAY)
+    for pair in ALL_PAIRS:
+        queries = checks_queries(window, Dependencies(), writer=pair.writer())
+        logs = [query for query in queries if query.backend == LOGS]
+        metrics = [query for query in queries if query.backend == METRICS]
+        assert logs
+        assert metrics
+        assert all(query.path.startswith("/api/v1/query") for query in metrics)
+        if pair.logs == LOKI:
+            assert all(query.path in ("/loki/api/v1/query", "/loki/api/v1/query_range") for query in logs)
+            assert not any("_time:" in query.form["query"] for query in logs)
+            assert all("count_over_time(" in query.form["query"] for query in logs)
+        else:
+            assert all(query.path.startswith("/select/logsql/") for query in logs)

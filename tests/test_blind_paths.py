@@ -14,6 +14,7 @@ from checks.alerts import AlertsCheck, AlertsPolicy
 from checks.conntrack import ConntrackCheck, ConntrackPolicy
 from checks.contract import RangeSeries, Sample, Sources, Status, Window
 from checks.deployments import DeploymentsCheck, DeploymentsPolicy
+from checks.log_questions import CountRow, Filter, LineCount, PeakCount
 from checks.log_storms import LogStormsCheck, LogStormsPolicy
 from checks.oom_kills import OomKillsCheck, OomKillsPolicy
 from checks.readiness import ReadinessCheck, ReadinessPolicy
@@ -31,8 +32,9 @@ KSM_UP = ('up{job=~".*kube-state-metrics.*"}', [Sample(labels={"job": "kube-stat
 class _Answers:
     """Answers the first rule whose text is in the query; anything else has no series."""
 
-    def __init__(self, *rules: tuple[str, Sequence[Sample]]) -> None:
+    def __init__(self, *rules: tuple[str, Sequence[Sample]], peaks: Sequence[CountRow] = ()) -> None:
         self.rules = rules
+        self.peaks = peaks
         self.asked: list[str] = []
 
     def _answer(self, query: str) -> list[Sample]:
@@ -46,12 +48,19 @@ class _Answers:
         self.asked.append(query)
         return []
 
-    async def stats(self, query: str, at: datetime) -> list[Sample]:
-        return self._answer(query)
+    name = "VictoriaLogs"
+    language = "LogsQL"
 
-    async def stats_range(self, query: str, start: datetime, end: datetime, step_seconds: int) -> list[RangeSeries]:
-        self.asked.append(query)
+    async def count(self, question: LineCount) -> list[CountRow]:
+        self.asked.append(repr(question))
         return []
+
+    async def peak(self, question: PeakCount) -> list[CountRow]:
+        self.asked.append(repr(question))
+        return list(self.peaks)
+
+    def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
+        return ""
 
 
 def _sources(metrics: _Answers, logs: _Answers | None = None) -> Sources:
@@ -59,15 +68,12 @@ def _sources(metrics: _Answers, logs: _Answers | None = None) -> Sources:
 
 
 async def test_log_lines_without_a_pod_field_are_not_a_quiet_cluster() -> None:
-    """50,000 lines a minute that name no pod (a wrong pod_field) are UNKNOWN, not "no pod above budget"."""
-    rows = [
-        Sample(labels={"__name__": "peak_per_minute"}, value=50_000.0),
-        Sample(labels={"__name__": "lines"}, value=3_000_000.0),
-    ]
-    finding = await LogStormsCheck(LogStormsPolicy())(_sources(_Answers(), _Answers(("stats by", rows))), WINDOW)
+    """50,000 lines a minute that name no pod (a wrong logs.fields.pod) are UNKNOWN, not "no pod above budget"."""
+    rows = [CountRow(group={"namespace": "", "pod": ""}, counts={"peak": 50_000.0, "lines": 3_000_000.0})]
+    finding = await LogStormsCheck(LogStormsPolicy())(_sources(_Answers(), _Answers(peaks=rows)), WINDOW)
     assert finding.status is Status.UNKNOWN
-    assert finding.summary == "log volume not checked: no log line carries kubernetes.pod_name"
-    assert finding.error == "3,000,000 lines in the window, none with kubernetes.pod_name"
+    assert finding.summary == "log volume not checked: no log line names its pod"
+    assert finding.error == "3,000,000 lines in the window, none with a pod"
 
 
 async def test_one_evaluator_down_is_not_alerting_works() -> None:

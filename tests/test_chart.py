@@ -18,6 +18,8 @@ import pytest
 
 from checks.contract import RangeSeries, Sample, Sources, Window
 from checks.envoy_flags import EnvoyFlagsPolicy
+from checks.log_questions import CountRow, Filter, LineCount, PeakCount
+from digest.backends.victorialogs import LogsqlWriter, time_filter
 from digest.chart import (
     CAPTION_LIMIT,
     ChartData,
@@ -157,8 +159,12 @@ async def test_refused_backends_leave_every_panel_unavailable_and_a_png(tmp_path
 class _RecordingSources:
     """Metrics and logs sources answering from canned rows and recording every query with its time arguments."""
 
-    def __init__(self, log_rows: Mapping[str, list[Sample]], peaks: list[Sample], fill: list[RangeSeries]) -> None:
+    name = "VictoriaLogs"
+    language = "LogsQL"
+
+    def __init__(self, log_rows: Mapping[str, list[CountRow]], peaks: list[Sample], fill: list[RangeSeries]) -> None:
         self.log_rows = log_rows
+        self.writer = LogsqlWriter()
         self.peaks = peaks
         self.fill = fill
         self.calls: list[tuple[str, str, tuple[object, ...]]] = []
@@ -171,17 +177,23 @@ class _RecordingSources:
         self.calls.append(("range", query, (start, end, step_seconds)))
         return self.fill
 
-    async def stats(self, query: str, at: datetime) -> list[Sample]:
-        self.calls.append(("stats", query, (at,)))
+    async def count(self, question: LineCount) -> list[CountRow]:
+        # The question as VictoriaLogs would be asked it, so that the test reads the query that would be sent.
+        query = self.writer.count_query(question)
+        self.calls.append(("stats", query, (question.window.end,)))
         return self.log_rows["flags" if "unpack_json" in query else "errors"]
 
-    async def stats_range(self, query: str, start: datetime, end: datetime, step_seconds: int) -> list[RangeSeries]:
-        raise AssertionError("the chart must not use stats_query_range (its hours are unreliable, see digest.chart)")
+    async def peak(self, question: PeakCount) -> list[CountRow]:
+        raise AssertionError("the chart asks no peak question")
+
+    def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
+        return self.writer.reading_query(window, lines, most_repeated)
 
 
-def _row(moment: datetime, value: float, **labels: str) -> Sample:
-    stamp = moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    return Sample(labels={"__name__": "errors", "_time": stamp, **labels}, value=value)
+def _row(moment: datetime, value: float, **group: str) -> CountRow:
+    """A bucket of one group with ``value`` errors (or 5xx) among its lines."""
+    total = "requests" if "response_flags" in group else "lines"
+    return CountRow(group=group, counts={total: value + 1, "errors": value}, bucket=moment.timestamp())
 
 
 async def test_queries_are_few_concurrent_safe_and_pinned_to_the_window() -> None:
@@ -189,8 +201,8 @@ async def test_queries_are_few_concurrent_safe_and_pinned_to_the_window() -> Non
     zone = ZoneInfo("Asia/Kolkata")
     window = day_window(STORM, zone)  # 2026-07-19T18:30Z .. 2026-07-20T18:30Z
     start = window.start
-    pod = {"kubernetes.pod_namespace": "feeds", "kubernetes.pod_name": "feed-aggregator-npps2xwfrl-zwkbv"}
-    other = {"kubernetes.pod_namespace": "feeds", "kubernetes.pod_name": "feed-aggregator-pdpwg4q8qw-dl78n"}
+    pod = {"namespace": "feeds", "pod": "feed-aggregator-npps2xwfrl-zwkbv"}
+    other = {"namespace": "feeds", "pod": "feed-aggregator-pdpwg4q8qw-dl78n"}
     fake = _RecordingSources(
         log_rows={
             # Lines only from 03:00 local on: the first three hours are blind, hour 4 had lines and no error.
@@ -212,8 +224,8 @@ async def test_queries_are_few_concurrent_safe_and_pinned_to_the_window() -> Non
     assert len(fake.calls) <= 4
     for kind, query, times in fake.calls:
         if kind == "stats":
-            assert query.startswith(window.logsql_time_filter()), query
-            assert "_time:1h offset 30m" in query
+            assert query.startswith(time_filter(window)), query
+            assert "_time:3600s offset 1800s" in query
             assert times == (window.end,)
         elif kind == "instant":
             assert f"[{window.promql_range()}:1m]" in query

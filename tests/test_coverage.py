@@ -16,11 +16,11 @@ import pytest
 
 from checks.contract import Window
 from checks.coverage import CoveragePolicy, Grid
-from digest.corpus.cluster import NODE_IPS
+from digest.corpus.identity import NODE_IPS
 from digest.corpus.model import Series
 from digest.embedded import EmbeddedBackends
 from digest.engine import Config, make_digest
-from digest.policy import Policy, PolicyError, TrendsPolicy, load_policy
+from digest.policy import LogsPolicy, Policy, PolicyError, TrendsPolicy, load_policy
 from digest.render import Renderer, to_json
 from digest.settings import load_settings
 from digest.window import day_window
@@ -212,11 +212,11 @@ def test_coverage_policy_defaults_are_the_documented_ones() -> None:
 
 async def test_logs_without_a_node_field_say_so_rather_than_blame_every_node(variants: EmbeddedBackends) -> None:
     """A log node field the lines do not carry: per-node log coverage is unmeasurable, said once, no node blamed."""
-    policy = Policy(trends=TrendsPolicy(enabled=False), coverage=CoveragePolicy(log_node_field="kubernetes.host"))
+    policy = Policy(trends=TrendsPolicy(enabled=False), logs=LogsPolicy(fields={"node": "kubernetes.host"}))
     payload = await _digest(variants, VARIANTS["full"].at, policy)
     errors = _check(payload, "error_lines")
     assert errors["status"] == "UNKNOWN"
-    assert "no log line carries kubernetes.host" in str(errors["error"])
+    assert "no log line names its node" in str(errors["error"])
     assert payload["coverage"]["not_seen"] == []
     assert "logs from" not in str(payload["headline"])
 

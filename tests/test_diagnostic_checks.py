@@ -22,10 +22,11 @@ from checks.log_storms import LogStormsCheck, LogStormsPolicy
 from checks.memory_pressure import MemoryPressureCheck, MemoryPressurePolicy
 from checks.readiness import ReadinessCheck, ReadinessPolicy
 from checks.restarts import RestartsCheck, RestartsPolicy
+from digest.backends.victorialogs import VictoriaLogsSource
 from digest.corpus import DAYS
 from digest.corpus.model import Series
 from digest.embedded import EmbeddedBackends, free_port
-from digest.sources import Endpoint, PrometheusSource, VictoriaLogsSource
+from digest.sources import Endpoint, PrometheusSource
 from digest.window import day_window
 
 UTC_ZONE = ZoneInfo("UTC")

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from checks.error_lines import ErrorLinesPolicy
+from digest.backends.victorialogs import VictoriaLogsSource
 from digest.embedded import EmbeddedBackends, free_port
 from digest.engine import Config, make_digest, open_history_store, open_sources, stored_history
 from digest.policy import Policy
 from digest.render import to_json
 from digest.settings import load_settings
-from digest.sources import PrometheusSource, VictoriaLogsSource
+from digest.sources import PrometheusSource
 from digest.state import HistoryStore
 from digest.trends import policy_fingerprint
 from digest.window import day_window

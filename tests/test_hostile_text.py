@@ -26,6 +26,7 @@ from checks.contract import Finding, Sources, Status, Window
 from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
 from checks.log_storms import LogStormsCheck, LogStormsPolicy
 from checks.logsql import quoted
+from digest.backends.victorialogs import VictoriaLogsSource
 from digest.chart import (
     LEGEND_LABEL_LIMIT,
     ChartData,
@@ -43,9 +44,9 @@ from digest.policy import Policy
 from digest.render import Renderer, headline, unseen_spans
 from digest.safe_text import escape_json, for_matplotlib, visible
 from digest.score import Digest, grade
-from digest.sources import Endpoint, PrometheusSource, VictoriaLogsSource
+from digest.sources import Endpoint, PrometheusSource
 from digest.telegram_text import MAX_TEXT, split_html, visible_length
-from tests.fake_telegram import parse_html
+from tests.telegram_html import parse_html
 
 START = datetime(2026, 3, 1, 10, tzinfo=UTC)
 END = START + timedelta(hours=1)

@@ -23,9 +23,10 @@ from checks.oom_kills import OomKillsCheck, OomKillsPolicy
 from checks.promql import MAX_NARROWED, any_of, container_matchers, quote, regex_literal, with_matchers
 from checks.restarted import restarted_query
 from checks.restarts import RestartsCheck, RestartsPolicy
+from digest.backends.victorialogs import VictoriaLogsSource
 from digest.corpus.model import Series
 from digest.embedded import EmbeddedBackends
-from digest.sources import Endpoint, PrometheusSource, VictoriaLogsSource, tls_context
+from digest.sources import Endpoint, PrometheusSource, tls_context
 from tests.misbehaving_server import Behaviour, recording_server
 
 SCRAPE_S = 30

@@ -99,11 +99,12 @@ def test_yaml_policy_overrides_thresholds(tmp_path: Path) -> None:
     """A YAML file overrides a threshold, a field name and disables a check."""
     path = tmp_path / "policy.yaml"
     path.write_text(
-        "checks:\n  error_lines: {warn_lines: 100, level_field: severity}\n  envoy_flags: {enabled: false}\n"
+        "checks:\n  error_lines: {warn_lines: 100}\n  envoy_flags: {enabled: false}\n"
+        "logs:\n  fields: {level: severity}\n"
     )
     policy = load_policy(path)
     assert policy.error_lines.warn_lines == 100
-    assert policy.error_lines.level_field == "severity"
+    assert policy.logs.role_fields() == {"level": "severity"}
     assert policy.error_lines.crit_lines == 500_000
     assert not policy.enabled("envoy_flags")
 

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from checks.contract import Sources
+from checks.contract import Sources, Window
 from checks.envoy_flags import EnvoyFlagsCheck, EnvoyFlagsPolicy
 from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from checks.log_questions import EVERY_LINE, LineCount
+from digest.backends.victorialogs import VictoriaLogsSource
 from digest.embedded import EmbeddedBackends
-from digest.sources import Endpoint, PrometheusSource, VictoriaLogsSource
+from digest.sources import Endpoint, PrometheusSource
 from digest.window import day_window
 from tests.misbehaving_server import Behaviour, misbehaving_server
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AT = datetime(2024, 1, 2, tzinfo=UTC)
+DAY = Window(AT - timedelta(days=1), AT, UTC, "2024-01-01")
 
 
 def _fixture(name: str) -> bytes:
@@ -27,26 +30,14 @@ async def test_victorialogs_stats_response_parses() -> None:
     """The VictoriaLogs docs' stats_query answer parses into one sample per level with its count."""
     with misbehaving_server(Behaviour(body=_fixture("victorialogs_stats_query_response_example.fixed.json"))) as url:
         source = VictoriaLogsSource(Endpoint(name="VictoriaLogs", url=url))
-        samples = await source.stats("_time:1d | stats by (level) count(*)", AT)
+        question = LineCount(window=DAY, columns=(("count(*)", EVERY_LINE),), by=("level",))
+        rows = await source.count(question)
         await source.aclose()
-    assert {sample.labels["level"]: sample.value for sample in samples} == {
+    assert {row.group["level"]: row.counts["count(*)"] for row in rows} == {
         "info": 20395342,
         "warn": 1239222,
         "error": 832,
     }
-    assert {sample.labels["__name__"] for sample in samples} == {"count(*)"}
-
-
-async def test_victorialogs_stats_range_response_parses() -> None:
-    """The VictoriaLogs docs' stats_query_range answer parses into series of (time, value) points."""
-    body = _fixture("victorialogs_stats_query_range_response_example.json")
-    with misbehaving_server(Behaviour(body=body)) as url:
-        source = VictoriaLogsSource(Endpoint(name="VictoriaLogs", url=url))
-        series = await source.stats_range("_time:1d | stats by (level) count(*)", AT, AT, 21600)
-        await source.aclose()
-    errors = next(item for item in series if item.labels["level"] == "error")
-    assert [value for _, value in errors.points] == [31, 25, 31, 125]
-    assert errors.points[0][0] == 1704067200
 
 
 def _ingest(backends: EmbeddedBackends, records: list[dict[str, object]]) -> None:

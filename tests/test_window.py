@@ -7,6 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from digest.backends.victorialogs import time_filter
 from digest.trends import earlier_windows
 from digest.window import WindowError, day_window, last_window, parse_date, parse_duration, parse_moment
 
@@ -16,7 +17,7 @@ def test_utc_day_is_exactly_one_day() -> None:
     window = day_window(date(2026, 7, 20), ZoneInfo("UTC"))
     assert window.start == datetime(2026, 7, 20, tzinfo=UTC)
     assert window.end == datetime(2026, 7, 21, tzinfo=UTC)
-    assert window.logsql_time_filter() == "_time:[2026-07-20T00:00:00Z, 2026-07-21T00:00:00Z)"
+    assert time_filter(window) == "_time:[2026-07-20T00:00:00Z, 2026-07-21T00:00:00Z)"
     assert window.promql_range() == "86400s"
 
 

@@ -1,0 +1,195 @@
+"""The questions the log checks ask, in no backend's language: a check says *what* to count, a backend says *how*.
+
+A log check never writes LogsQL or LogQL. It asks a `LineCount` ("how many lines of the window match this, grouped
+by these fields, per bucket") or a `PeakCount` ("per group, the busiest bucket and the total"), with filters built
+from a tiny algebra (`Is`, `OneOf`, `Matches`, `Empty`, `HasWord`, `AllOf`, `AnyOf`, `Not`) over *logical* fields:
+
+* roles — ``namespace``, ``pod``, ``container``, ``node``, ``level``, ``stream`` — that each backend maps to its
+  shipper's field or label names (Vector's ``kubernetes.pod_namespace`` for VictoriaLogs, Promtail/Alloy's
+  ``namespace`` label for Loki; the policy's ``logs.fields`` overrides them);
+* `Json` keys of a JSON message (Envoy's access log), parsed by the backend (``unpack_json``, ``| json``).
+
+Counting always happens in the backend (LogsQL ``stats``, metric LogQL ``count_over_time``); the answer is a list of
+`CountRow`, keyed by the same logical names, so a check reads ``row.group["namespace"]`` on every backend.
+
+`Native` carries a filter the policy wrote in the backend's own language (``scope_filter``, ``error_filter``): it is
+passed through untouched, and a backend refuses a `Native` it cannot place rather than guess.
+
+Every question is pinned to its `Window` ([start, end), absolute). A backend that can only answer part of a question
+(a series limit, a point limit) raises `SourceError`: a truncated count is never passed off as the whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:  # the contract imports this module: its types are only annotations here
+    from checks.contract import Window
+
+Role = Literal["namespace", "pod", "container", "node", "level", "stream"]
+ROLES: tuple[Role, ...] = ("namespace", "pod", "container", "node", "level", "stream")
+
+
+@dataclass(frozen=True)
+class Json:
+    """A top-level key of a JSON log message (``response_code`` of an Envoy access-log line)."""
+
+    key: str
+
+
+LogField = Role | Json
+
+
+def field_label(one: LogField) -> str:
+    """The name a field's value has in a `CountRow`: the role, or the JSON key."""
+    return one.key if isinstance(one, Json) else one
+
+
+@dataclass(frozen=True)
+class Is:
+    """Lines whose ``field`` is exactly ``value``."""
+
+    field: LogField
+    value: str
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """Lines whose ``field`` is exactly one of ``values`` (any case unless ``ignore_case`` is False)."""
+
+    field: LogField
+    values: tuple[str, ...]
+    ignore_case: bool = True
+
+
+@dataclass(frozen=True)
+class Matches:
+    """Lines whose whole ``field`` matches the RE2 ``regex`` (anchored at both ends, as Prometheus matchers are)."""
+
+    field: LogField
+    regex: str
+
+
+@dataclass(frozen=True)
+class Empty:
+    """Lines without ``field``, or with it empty."""
+
+    field: LogField
+
+
+@dataclass(frozen=True)
+class HasWord:
+    """Lines whose message contains ``word`` as a whole word, in any case."""
+
+    word: str
+
+
+@dataclass(frozen=True)
+class AllOf:
+    """Lines matching every part; no part at all matches every line."""
+
+    parts: tuple[Filter, ...] = ()
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """Lines matching at least one part."""
+
+    parts: tuple[Filter, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    """Lines not matching ``part``."""
+
+    part: Filter
+
+
+@dataclass(frozen=True)
+class Native:
+    """A filter written by the policy in the backend's own language, passed through as is."""
+
+    text: str
+
+
+Filter = Is | OneOf | Matches | Empty | HasWord | AllOf | AnyOf | Not | Native
+EVERY_LINE: Filter = AllOf()
+
+
+def every(*parts: Filter | None) -> Filter:
+    """The conjunction of the given filters, leaving out None and empty conjunctions."""
+    kept = tuple(part for part in parts if part is not None and part != EVERY_LINE)
+    if not kept:
+        return EVERY_LINE
+    return kept[0] if len(kept) == 1 else AllOf(kept)
+
+
+@dataclass(frozen=True)
+class LineCount:
+    """How many lines of ``window`` match ``scope`` and each column's filter, per group and bucket.
+
+    ``columns`` name the counts: ``("lines", EVERY_LINE)`` counts every line in scope, ``("errors", error_rule)`` the
+    error lines among them. ``by`` groups rows (empty: one row per bucket). ``bucket_seconds`` cuts the window into
+    buckets that start at multiples of that many seconds since the epoch plus ``bucket_offset_seconds`` (a reader's
+    whole hours in a zone at UTC+05:30); None: the whole window is one bucket. A group appears in a bucket only if
+    it has a line there (in any column); a column may be missing from a row where its count is 0.
+    """
+
+    window: Window
+    scope: Filter = EVERY_LINE
+    columns: tuple[tuple[str, Filter], ...] = (("lines", EVERY_LINE),)
+    by: tuple[LogField, ...] = ()
+    bucket_seconds: int | None = None
+    bucket_offset_seconds: int = 0
+
+
+@dataclass(frozen=True)
+class PeakCount:
+    """Per group, the most lines in any one bucket of ``bucket_seconds`` (column ``peak``) and the total (``lines``)."""
+
+    window: Window
+    by: tuple[LogField, ...]
+    bucket_seconds: int
+    scope: Filter = EVERY_LINE
+
+
+@dataclass(frozen=True)
+class CountRow:
+    """One group's counts: ``group`` maps each `by` field's label to its value; ``bucket`` is the bucket's start."""
+
+    group: Mapping[str, str]
+    counts: Mapping[str, float]
+    bucket: float | None = None  # unix seconds; None when the question had no buckets
+    notes: tuple[str, ...] = field(default=())
+
+
+class LogsSource(Protocol):
+    """A log backend that counts lines server-side (VictoriaLogs, Loki); it never hands lines to the digest."""
+
+    @property
+    def name(self) -> str:
+        """The backend's name for messages ("VictoriaLogs", "Loki")."""
+        ...
+
+    @property
+    def language(self) -> str:
+        """The backend's query language, as hints name it ("LogsQL", "LogQL")."""
+        ...
+
+    async def count(self, question: LineCount) -> list[CountRow]:
+        """Answer ``question``; raise `SourceError` on any failure, including an answer the backend cut short."""
+        ...
+
+    async def peak(self, question: PeakCount) -> list[CountRow]:
+        """Answer ``question``; raise `SourceError` on any failure, including an answer the backend cut short."""
+        ...
+
+    def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
+        """The query a reader pastes into the backend's UI to read these lines (never sent).
+
+        The first lines of the window, or with ``most_repeated`` the messages repeated most (numbers folded where the
+        language can), which is what a storm of lines usually is.
+        """
+        ...

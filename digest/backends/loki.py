@@ -1,0 +1,733 @@
+r"""Loki: the log questions of `checks.log_questions` as metric LogQL, counted server-side.
+
+A `LineCount` column becomes one metric query (columns are sent concurrently, numbers per group cross the network,
+never lines)::
+
+    sum by (namespace, pod) (count_over_time({namespace=~".+"} <pipeline> [86400s]))
+
+**Exact windows.** Loki's range ``[r]`` evaluated at ``t`` holds the lines of ``(t - r, t]``, in nanoseconds (measured
+on Loki 3.5.12: a line exactly at ``t`` counts, one at ``t - r`` does not). The digest's windows are ``[start, end)``,
+so an unbucketed count is an instant query at ``time = end − 1 ns`` over ``[end − start]``: a line exactly at
+``start`` counts, one exactly at ``end`` does not.
+
+**Exact buckets.** Bucketed counts (`LineCount.bucket_seconds`, `PeakCount`) are cut like VictoriaLogs'
+``_time:<bucket>``: on multiples of the bucket since the epoch, each bucket ``[b, b + bucket)`` reported at its start,
+the first and last clipped to the window. The whole buckets inside the window come from one ``query_range``
+(``step = bucket``); the clipped ones at either end from one instant query each. Two Loki behaviours shape the
+range query (both read in Loki's source and measured on 3.5.12):
+
+* the query frontend moves ``start`` down and ``end`` up to multiples of ``step`` (``alignStartEnd``), so the
+  evaluation points are always the bucket boundaries ``t = k·step``, and a plain ``[step]`` at ``t`` counts
+  ``(t − step, t]`` — a line exactly on a boundary lands in the bucket before, unlike VictoriaLogs;
+* an ``offset o`` moves the range to ``(t − o − step, t − o]``, and each point is reported at
+  ``(t − o)/1e6 + o/1e6`` milliseconds, both divisions truncated toward zero (``range_vector.go``). A small positive
+  offset (``1ns``) therefore reports ``t − 1 ms``, off the step grid, and the frontend drops every point: an empty
+  answer. The negative offset ``−(step − 1 ns)`` is reported exactly at ``t`` and counts ``(t − 1 ns, t + step − 1 ns]``
+  = ``[t, t + step)``: the bucket starting at ``t``, which is what is written here. A point off the grid is refused
+  (`SourceError`) rather than placed in a guessed bucket. Loki refuses more than 11,000 points per series, so a long
+  range is asked in pieces of at most `MAX_POINTS`.
+
+**Filters.** Roles map to labels as Promtail and Alloy ship Kubernetes logs (`DEFAULT_LABELS`; the policy's
+``logs.fields`` overrides them). The namespace label is the one assumed to be a stream label: the selector is
+``{namespace=~".+"}`` (Loki needs a non-empty matcher), or ``{namespace="x"}`` when the filter requires one namespace.
+Every other condition is a label filter stage (``| level=~"(?i)(error|err)"``), which reads stream labels, structured
+metadata and parsed labels alike, so ``level`` may be either. Loki's regex matchers are anchored, as `Matches` and
+`OneOf` mean. `Empty` is ``label=""`` (Loki reads a missing label as empty). `Not` and `AnyOf` are pushed down to
+negated operators, ``and``, ``or`` and parentheses.
+
+`HasWord` counts what VictoriaLogs' ``i(word)`` counts: the word in any case, not inside a longer word, where a word
+character is a Unicode letter, a decimal digit or ``_`` (VictoriaLogs' ``isTokenRune``); ``error:`` and ``ERROR`` match,
+``errors`` does not. As a top-level condition it is a line filter (``|~``/``!~``). A top-level `AnyOf` of up to three
+parts that reads the line is counted by inclusion–exclusion (`counted_terms`: count(A ∨ B) = count(A) + count(B) −
+count(A ∧ B), each term a plain pipeline), because the alternative is slow on a flood; elsewhere inside `AnyOf` or
+`Not`, where a line filter cannot go, the line is copied into a label (``| label_format digest_line="{{ __line__
+}}"``), tested by the label filter and dropped again before counting.
+
+`Json` keys are read with ``| json digest_json_0="[\"key\"]"`` (an alias: a key need not be a valid label name; it is
+mapped back to the key in `CountRow.group`). Loki's keyed JSON extraction reads a truncated line's leading keys,
+where VictoriaLogs' ``unpack_json`` reads nothing from a line that is not valid JSON; a full ``| json`` marks such a
+line with ``__error__``, a ``label_format`` then empties the aliases of marked lines, and ``__error__`` is dropped so
+the line still counts (a metric query holding ``__error__`` fails as a whole).
+
+`Native` is a LogQL pipeline fragment written by the policy (``|= "panic"``, ``| logfmt | level="error"``), appended
+as is after the digest's own stages. It can only be a conjunct: under `AnyOf` or `Not` it cannot be placed, and the
+question is refused with a `SourceError`.
+
+Multi-tenant Loki: the tenant goes in the ``X-Scope-OrgID`` header, which ``DIGEST_LOKI_TENANT`` puts into the
+endpoint's headers.
+
+Loki's failures are named, never passed off as a count: ``max_query_series`` (a ``by`` with too many groups), the
+points and query-length limits, ``too many outstanding requests`` (HTTP 429), Loki's query timeout and the digest's
+own, Loki not ready yet (HTTP 503), and an address that is not a Loki API at all (HTTP 404 at ``/loki/api/v1/query``).
+
+Groups with no line in any column are absent from the answer (Loki has no series for them), where VictoriaLogs can
+answer a row of zeros when no column counts every line; a row's missing column is a zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+
+from checks.contract import SourceError, SourceErrorKind, Window
+from checks.log_questions import (
+    AllOf,
+    AnyOf,
+    CountRow,
+    Empty,
+    Filter,
+    HasWord,
+    Is,
+    Json,
+    LineCount,
+    LogField,
+    Matches,
+    Native,
+    Not,
+    OneOf,
+    PeakCount,
+    Role,
+    every,
+    field_label,
+)
+from checks.logsql import quoted
+from digest.sources import _HttpSource, _WrongPathError
+
+# Promtail's and Alloy's Kubernetes labels; level is structured metadata or a label (a label filter reads both).
+DEFAULT_LABELS: Mapping[Role, str] = {
+    "namespace": "namespace",
+    "pod": "pod",
+    "container": "container",
+    "node": "node_name",
+    "level": "level",
+    "stream": "stream",
+}
+
+# Loki refuses a range query of more than 11,000 points per series; pieces stay well under it.
+MAX_POINTS = 10_000
+LINE_LABEL = "digest_line"
+JSON_LABEL_PREFIX = "digest_json_"
+_NANOS = 1_000_000_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# VictoriaLogs' token characters (isTokenRune): Unicode letters, decimal digits and the underscore.
+_NOT_WORD = r"[^\p{L}\p{Nd}_]"
+
+
+class UnplaceableFilterError(ValueError):
+    """A filter LogQL cannot express where it stands (a `Native` fragment under `AnyOf` or `Not`)."""
+
+
+def word_regex(word: str) -> str:
+    """An RE2 regex finding ``word`` in any case, not inside a longer word (VictoriaLogs' ``i(word)``)."""
+    if not word:
+        raise UnplaceableFilterError("an empty word cannot be searched for")
+    body = "".join(_escaped_regex_char(char) for char in word)
+    before = f"(?:^|{_NOT_WORD})" if _is_word_char(word[0]) else ""
+    after = f"(?:{_NOT_WORD}|$)" if _is_word_char(word[-1]) else ""
+    return f"(?i){before}{body}{after}"
+
+
+def _is_word_char(char: str) -> bool:
+    # Python's \w also takes other digits (Nl, No) and marks; VictoriaLogs takes letters, decimal digits and "_".
+    return char == "_" or char.isalpha() or (char.isdigit() and char.isdecimal())
+
+
+def _escaped_regex_char(char: str) -> str:
+    if char.isalnum() or char == "_" or ord(char) > 0x7F:
+        return char
+    # RE2 reads a backslash before any ASCII character that is not a letter or digit as that character.
+    return "\\" + char
+
+
+def regex_literal(values: Sequence[str], ignore_case: bool) -> str:
+    """A regex matching exactly one of ``values`` once anchored (Loki anchors label matchers)."""
+    body = "|".join("".join(_escaped_regex_char(char) for char in value) for value in values)
+    return f"{'(?i)' if ignore_case else ''}({body})"
+
+
+def duration(span: timedelta) -> str:
+    """``span`` as a LogQL range: whole seconds, else milliseconds (LogQL ranges have no finer unit)."""
+    micros = span // timedelta(microseconds=1)
+    if micros <= 0:
+        raise UnplaceableFilterError("an empty range cannot be counted")
+    if micros % 1_000_000 == 0:
+        return f"{micros // 1_000_000}s"
+    if micros % 1_000 == 0:
+        return f"{micros // 1_000}ms"
+    raise UnplaceableFilterError("Loki ranges are whole milliseconds; the window's bounds are finer")
+
+
+def unix_nanos(moment: datetime) -> int:
+    """``moment`` in nanoseconds since the epoch (exact: a datetime holds microseconds)."""
+    return (moment - _EPOCH) // timedelta(microseconds=1) * 1_000
+
+
+def rfc3339_nanos(nanos: int) -> str:
+    """Nanoseconds since the epoch as RFC 3339 with nine decimals and ``Z`` (what Loki's ``time`` reads exactly)."""
+    seconds, fraction = divmod(nanos, _NANOS)
+    moment = _EPOCH + timedelta(seconds=seconds)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{fraction:09d}Z"
+
+
+@dataclass(frozen=True)
+class _Stages:
+    """A filter split into the parts of a LogQL log query."""
+
+    matchers: tuple[str, ...]  # extra stream-selector matchers
+    early: tuple[str, ...]  # label filter expressions on stream labels and metadata: before the line filters
+    line_filters: tuple[str, ...]  # |~ / !~ stages
+    expressions: tuple[str, ...]  # label filter expressions on parsed JSON keys or the line, one stage each
+    natives: tuple[str, ...]  # the policy's own fragments, appended as is
+    needs_line: bool  # an expression reads the line through LINE_LABEL
+
+
+class LogqlWriter:
+    """Writes the questions in LogQL for a given mapping of roles to label names (pure: no I/O)."""
+
+    def __init__(self, fields: Mapping[Role, str] | None = None) -> None:
+        labels = {**DEFAULT_LABELS, **(fields or {})}
+        for role, label in labels.items():
+            if not _LABEL_NAME.match(label):
+                raise ValueError(f"logs.fields.{role}: {label!r} is not a Loki label name ([A-Za-z_][A-Za-z0-9_]*)")
+        self._labels = labels
+
+    @property
+    def stream_label(self) -> str:
+        """The label every Kubernetes line carries as a stream label: the selector's non-empty matcher."""
+        return self._labels["namespace"]
+
+    def label_of(self, one: LogField, aliases: Mapping[str, str]) -> str:
+        """The label holding ``one``: the role's label, or the alias a JSON key was extracted into."""
+        return aliases[one.key] if isinstance(one, Json) else self._labels[one]
+
+    def aliases(self, one: Filter, by: Sequence[LogField] = ()) -> dict[str, str]:
+        """JSON key → alias label, for every key ``one`` and ``by`` read, in order of first use."""
+        keys: dict[str, None] = {}
+        for field in by:
+            if isinstance(field, Json):
+                keys[field.key] = None
+        for key in _json_keys_of(one):
+            keys[key] = None
+        return {key: f"{JSON_LABEL_PREFIX}{index}" for index, key in enumerate(keys)}
+
+    # Filters ----------------------------------------------------------------------------------------------------
+
+    def expression(self, one: Filter, aliases: Mapping[str, str], negate: bool = False) -> str:
+        """``one`` (or its negation) as a label filter expression; raises `UnplaceableFilterError` for `Native`."""
+        match one:
+            case Is(field=target, value=value):
+                return f"{self.label_of(target, aliases)}{'!=' if negate else '='}{quoted(value)}"
+            case OneOf(field=target, values=values, ignore_case=ignore_case):
+                if not values:
+                    return self._constant(negate)
+                regex = regex_literal(values, ignore_case)
+                return f"{self.label_of(target, aliases)}{'!~' if negate else '=~'}{quoted(regex)}"
+            case Matches(field=target, regex=regex):
+                return f"{self.label_of(target, aliases)}{'!~' if negate else '=~'}{quoted(regex)}"
+            case Empty(field=target):
+                return f'{self.label_of(target, aliases)}{"!=" if negate else "="}""'
+            case HasWord(word=word):
+                # The label filter is anchored: the word may stand anywhere in a line of several lines.
+                regex = f"(?s).*{word_regex(word)}.*"
+                return f"{LINE_LABEL}{'!~' if negate else '=~'}{quoted(regex)}"
+            case AllOf(parts=parts):
+                return self._joined(parts, aliases, negate, "or" if negate else "and", empty_is=True)
+            case AnyOf(parts=parts):
+                return self._joined(parts, aliases, negate, "and" if negate else "or", empty_is=False)
+            case Not(part=part):
+                return self.expression(part, aliases, not negate)
+            case Native():
+                raise UnplaceableFilterError("a native LogQL filter (logs policy) can only be a condition of its own")
+        raise AssertionError(f"unknown filter {one!r}")  # pragma: no cover  # the union is closed
+
+    def _joined(
+        self, parts: tuple[Filter, ...], aliases: Mapping[str, str], negate: bool, operator: str, empty_is: bool
+    ) -> str:
+        if not parts:
+            return self._constant(empty_is != negate)
+        written = [self.expression(part, aliases, negate) for part in parts]
+        return written[0] if len(written) == 1 else "(" + f" {operator} ".join(written) + ")"
+
+    def _constant(self, value: bool) -> str:
+        # Every counted line has the selector's label, so these are true and false for every line.
+        return f'{self.stream_label}{"=~" if value else "!~"}"(?s).*"'
+
+    def stages(self, one: Filter, aliases: Mapping[str, str]) -> _Stages:
+        """``one`` split into selector matchers, line filters, label filter expressions and native fragments."""
+        matchers: list[str] = []
+        early: list[str] = []
+        line_filters: list[str] = []
+        expressions: list[str] = []
+        natives: list[str] = []
+        for part in _conjuncts(one):
+            match part:
+                case Is(field=target, value=value) if target == "namespace" and value:
+                    matchers.append(f"{self.stream_label}={quoted(value)}")
+                case HasWord(word=word):
+                    # A plain case-insensitive substring first: Loki runs it as a fast "contains", and the word's
+                    # Unicode-class regex then only reads the lines that hold the letters at all.
+                    line_filters.extend((f"|~ {quoted('(?i)' + re.escape(word))}", f"|~ {quoted(word_regex(word))}"))
+                case Not(part=HasWord(word=word)):
+                    line_filters.append(f"!~ {quoted(word_regex(word))}")
+                case Native(text=text):
+                    if text.strip():
+                        natives.append(text.strip())
+                case _ if not _reads_line(part) and not _json_keys_of(part):
+                    # Stream labels and structured metadata are read without the line: filtering on them before the
+                    # line filters spares the regexes every line they drop.
+                    early.append(self.expression(part, aliases))
+                case _:
+                    expressions.append(self.expression(part, aliases))
+        needs_line = any(_reads_line(part) for part in _conjuncts(one) if not _is_line_filter(part))
+        return _Stages(
+            tuple(matchers), tuple(early), tuple(line_filters), tuple(expressions), tuple(natives), needs_line
+        )
+
+    # Queries ----------------------------------------------------------------------------------------------------
+
+    def log_query(self, one: Filter, by: Sequence[LogField] = ()) -> str:
+        """The log query (selector and pipeline) of the lines ``one`` selects."""
+        aliases = self.aliases(one, by)
+        stages = self.stages(one, aliases)
+        matchers = stages.matchers or (f'{self.stream_label}=~".+"',)
+        parts = [f"{{{', '.join(matchers)}}}", *(f"| {text}" for text in stages.early), *stages.line_filters]
+        if aliases:
+            extracted = ", ".join(f"{alias}={quoted(_json_path(key))}" for key, alias in aliases.items())
+            parts.append(f"| json {extracted}")
+            # A full parse marks a line that is not valid JSON; its keys are then emptied, as VictoriaLogs does.
+            emptied = ", ".join(
+                f'{alias}="{{{{ if .__error__ }}}}{{{{ else }}}}{{{{ .{alias} }}}}{{{{ end }}}}"'
+                for alias in aliases.values()
+            )
+            parts.extend(("| json", f"| label_format {emptied}", "| drop __error__, __error_details__"))
+        if stages.needs_line:
+            parts.append(f'| label_format {LINE_LABEL}="{{{{ __line__ }}}}"')
+        parts.extend(f"| {text}" for text in stages.expressions)
+        if stages.needs_line:
+            parts.append(f"| drop {LINE_LABEL}")
+        parts.extend(stages.natives)
+        return " ".join(parts)
+
+    def count_query(self, one: Filter, by: Sequence[LogField], span: timedelta, offset: str = "") -> str:
+        """``sum by (<by>) (count_over_time(<log query> [span] [offset]))``."""
+        aliases = self.aliases(one, by)
+        labels = ", ".join(self.label_of(field, aliases) for field in by)
+        moved = f" offset {offset}" if offset else ""
+        inner = f"count_over_time({self.log_query(one, by)} [{duration(span)}]{moved})"
+        return f"sum by ({labels}) ({inner})" if labels else f"sum({inner})"
+
+    def bucket_query(self, one: Filter, by: Sequence[LogField], bucket_seconds: int, shift_seconds: int = 0) -> str:
+        """The range query whose point at ``t`` (a multiple of the bucket) counts ``[t + shift, t + bucket + shift)``.
+
+        ``shift`` is less than the bucket: buckets that start on a reader's half hour, say.
+        """
+        # See the module docstring: Loki reports this offset's points exactly on the grid.
+        offset = f"-{bucket_seconds + shift_seconds - 1}.999999999s"
+        return self.count_query(one, by, timedelta(seconds=bucket_seconds), offset)
+
+    def column_requests(
+        self,
+        window: Window,
+        lines: Filter,
+        by: Sequence[LogField],
+        bucket_seconds: int | None,
+        offset_seconds: int = 0,
+    ) -> list[LokiRequest]:
+        """The requests that count one column: an instant query per clipped bucket, range queries for the rest."""
+        if bucket_seconds is None:
+            return [self._instant_request(lines, by, window.start, window.end, None)]
+        plan = bucket_plan(window, bucket_seconds, offset_seconds)
+        shift = offset_seconds % bucket_seconds
+        asked = [self._instant_request(lines, by, *clipped) for clipped in plan.instants]
+        if plan.first_whole is not None and plan.last_whole is not None:
+            query = self.bucket_query(lines, by, bucket_seconds, shift)
+            per_piece = MAX_POINTS * bucket_seconds
+            for first in range(plan.first_whole, plan.last_whole + 1, per_piece):
+                last = min(first + per_piece - bucket_seconds, plan.last_whole)
+                form = {
+                    "query": query,
+                    "start": rfc3339_nanos(first * _NANOS),
+                    "end": rfc3339_nanos(last * _NANOS),
+                    "step": str(bucket_seconds),
+                }
+                asked.append(LokiRequest(RANGE_PATH, form, None, first, last, shift))
+        return asked
+
+    def _instant_request(
+        self, lines: Filter, by: Sequence[LogField], start: datetime, end: datetime, bucket: float | None
+    ) -> LokiRequest:
+        # [end − start] at end − 1 ns holds (start − 1 ns, end − 1 ns]: exactly [start, end) in Loki's nanoseconds.
+        form = {"query": self.count_query(lines, by, end - start), "time": rfc3339_nanos(unix_nanos(end) - 1)}
+        return LokiRequest(INSTANT_PATH, form, bucket)
+
+    def requests(self, question: LineCount | PeakCount) -> list[tuple[str, dict[str, str]]]:
+        """Every HTTP request (path, form) that answers ``question``, for the benchmark's floor."""
+        if isinstance(question, PeakCount):
+            columns: list[Filter] = [question.scope]
+        else:
+            columns = [every(question.scope, column) for _, column in question.columns]
+        bucket = question.bucket_seconds
+        offset = question.bucket_offset_seconds if isinstance(question, LineCount) else 0
+        return [
+            (request.path, dict(request.form))
+            for column in columns
+            for _, term in counted_terms(column)
+            for request in self.column_requests(question.window, term, question.by, bucket, offset)
+        ]
+
+    def group_of(self, labels: Mapping[str, str], by: Sequence[LogField], aliases: Mapping[str, str]) -> dict[str, str]:
+        """A series' labels as a `CountRow` group keyed by the logical names."""
+        return {field_label(field): labels.get(self.label_of(field, aliases), "") for field in by}
+
+    def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
+        """The LogQL a reader pastes into Grafana Explore to read these lines, or to see the most repeated ones.
+
+        The first: a log query (Explore's time picker sets the window). The most repeated: an instant metric query at
+        the window's end, counting the lines with their numbers folded (``regexReplaceAll``) and keeping the top 5.
+        """
+        if not most_repeated:
+            return self.log_query(lines)
+        folded = '| label_format digest_message=`{{ regexReplaceAll "[0-9]+" __line__ "N" }}`'
+        counted = f"count_over_time({self.log_query(lines)} {folded} [{duration(window.duration)}])"
+        return f"topk(5, sum by (digest_message) ({counted}))"
+
+
+# An `AnyOf` of this many parts at most is counted by inclusion–exclusion (2^n − 1 queries) rather than by copying
+# every line into a label.
+_MAX_EXPANDED_PARTS = 3
+
+
+def counted_terms(one: Filter) -> list[tuple[int, Filter]]:
+    """``one`` as signed conjunctions whose counts add up to its count (inclusion–exclusion over `AnyOf`).
+
+    A disjunction that reads the line (``level is an error level, or no level and the word "error"``) cannot be a
+    line filter, and copying four million lines into a label to test it made Loki close the connection after its
+    30 s write timeout on the 07-20 day. count(A ∨ B) = count(A) + count(B) − count(A ∧ B) is exact per group and
+    bucket, and each term is a plain pipeline of line and label filters.
+    """
+    conjuncts = _conjuncts(one)
+    for index, part in enumerate(conjuncts):
+        if isinstance(part, AnyOf) and 2 <= len(part.parts) <= _MAX_EXPANDED_PARTS and _reads_line(part):
+            rest = conjuncts[:index] + conjuncts[index + 1 :]
+            terms: list[tuple[int, Filter]] = []
+            for size in range(1, len(part.parts) + 1):
+                sign = 1 if size % 2 else -1
+                for chosen in itertools.combinations(part.parts, size):
+                    conjunction = every(*rest, *chosen)
+                    if not _contradictory(conjunction):
+                        terms.extend((sign * inner, term) for inner, term in counted_terms(conjunction))
+            return terms
+    return [(1, one)]
+
+
+def _contradictory(one: Filter) -> bool:
+    """Whether the conjunction plainly matches no line: a field both required empty and required to hold a value.
+
+    The error rule's overlap term (an error level *and* no level) is such a conjunction; not asking it saves a
+    scan of the day.
+    """
+    parts = _conjuncts(one)
+    empty = {part.field for part in parts if isinstance(part, Empty)}
+    for part in parts:
+        if isinstance(part, Is) and part.value and part.field in empty:
+            return True
+        if isinstance(part, OneOf) and part.values and all(part.values) and part.field in empty:
+            return True
+    return False
+
+
+def _conjuncts(one: Filter) -> list[Filter]:
+    if isinstance(one, AllOf):
+        return [part for inner in one.parts for part in _conjuncts(inner)]
+    return [one]
+
+
+def _is_line_filter(one: Filter) -> bool:
+    return isinstance(one, HasWord) or (isinstance(one, Not) and isinstance(one.part, HasWord))
+
+
+def _reads_line(one: Filter) -> bool:
+    match one:
+        case HasWord():
+            return True
+        case AllOf(parts=parts) | AnyOf(parts=parts):
+            return any(_reads_line(part) for part in parts)
+        case Not(part=part):
+            return _reads_line(part)
+    return False
+
+
+def _json_keys_of(one: Filter) -> list[str]:
+    match one:
+        case Is(field=Json(key=key)) | OneOf(field=Json(key=key)) | Matches(field=Json(key=key)):
+            return [key]
+        case Empty(field=Json(key=key)):
+            return [key]
+        case AllOf(parts=parts) | AnyOf(parts=parts):
+            return [key for part in parts for key in _json_keys_of(part)]
+        case Not(part=part):
+            return _json_keys_of(part)
+    return []
+
+
+def _json_path(key: str) -> str:
+    # Loki's JSON expressions read a bracketed, double-quoted key: any key, dots and spaces included.
+    return "[" + quoted(key) + "]"
+
+
+# The source -------------------------------------------------------------------------------------------------------
+
+
+INSTANT_PATH = "/loki/api/v1/query"
+RANGE_PATH = "/loki/api/v1/query_range"
+
+
+@dataclass(frozen=True)
+class LokiRequest:
+    """One request of a column: its path and form; an instant one's bucket, a range one's first and last points."""
+
+    path: str
+    form: Mapping[str, str]
+    bucket: float | None = None
+    first: int = 0
+    last: int = 0
+    shift: int = 0  # a range point t stands for the bucket starting at t + shift
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How a window is cut into buckets: clipped ends by instant queries, whole buckets by one range query."""
+
+    instants: tuple[tuple[datetime, datetime, float], ...]  # (start, end, bucket start) clipped to the window
+    first_whole: int | None  # unix seconds of the first whole bucket, None when there is none
+    last_whole: int | None
+
+
+def bucket_plan(window: Window, bucket_seconds: int, offset_seconds: int = 0) -> _Plan:
+    """The window cut on multiples of ``bucket_seconds`` since the epoch, plus ``offset_seconds``.
+
+    As VictoriaLogs' ``_time:<bucket> offset <offset>`` cuts it. The whole buckets are named by their range query's
+    evaluation points ``t`` (multiples of the bucket, where Loki's frontend puts them), each standing for the
+    bucket ``[t + offset, t + offset + bucket)``.
+    """
+    if bucket_seconds <= 0:
+        raise UnplaceableFilterError("a bucket is at least one second")
+    shift_ns = offset_seconds % bucket_seconds * _NANOS
+    start_ns, end_ns = unix_nanos(window.start) - shift_ns, unix_nanos(window.end) - shift_ns
+    step_ns = bucket_seconds * _NANOS
+    shift = shift_ns // _NANOS
+    first_boundary = -(-start_ns // step_ns) * step_ns  # the first boundary at or after the start
+    last_boundary = end_ns // step_ns * step_ns  # the last boundary at or before the end
+    instants: list[tuple[datetime, datetime, float]] = []
+    if first_boundary > last_boundary:  # the window lies inside one bucket
+        bucket = start_ns // step_ns * bucket_seconds + shift
+        return _Plan(((window.start, window.end, float(bucket)),), None, None)
+    if start_ns < first_boundary:
+        bucket = first_boundary // _NANOS - bucket_seconds + shift
+        instants.append((window.start, _from_nanos(first_boundary + shift_ns), float(bucket)))
+    if last_boundary < end_ns:
+        instants.append((_from_nanos(last_boundary + shift_ns), window.end, float(last_boundary // _NANOS + shift)))
+    if first_boundary < last_boundary:
+        return _Plan(tuple(instants), first_boundary // _NANOS, last_boundary // _NANOS - bucket_seconds)
+    return _Plan(tuple(instants), None, None)
+
+
+def _from_nanos(nanos: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=nanos // 1_000)
+
+
+_Counted = list[tuple[dict[str, str], float | None, float]]  # (group, bucket start, count)
+
+
+class LokiSource(_HttpSource):
+    """Loki through its metric-query API (``/loki/api/v1/query`` and ``query_range``); lines are never read."""
+
+    def __init__(self, *args: object, fields: Mapping[Role, str] | None = None, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]  # the transport's own arguments, passed through
+        self.writer = LogqlWriter(fields)
+        self._ready = False
+        self._ready_lock = asyncio.Lock()
+
+    async def count(self, question: LineCount) -> list[CountRow]:
+        names = [name for name, _ in question.columns]
+        answers = await asyncio.gather(
+            *(
+                self._column(
+                    question.window,
+                    every(question.scope, column),
+                    question.by,
+                    question.bucket_seconds,
+                    question.bucket_offset_seconds,
+                )
+                for _, column in question.columns
+            )
+        )
+        folded: dict[tuple[tuple[str, ...], float | None], tuple[dict[str, str], dict[str, float]]] = {}
+        for name, counted in zip(names, answers, strict=True):
+            for group, bucket, value in counted:
+                key = (tuple(group.values()), bucket)
+                _, counts = folded.setdefault(key, (group, dict.fromkeys(names, 0.0)))
+                counts[name] += value
+        return [CountRow(group=group, counts=counts, bucket=bucket) for (_, bucket), (group, counts) in folded.items()]
+
+    async def peak(self, question: PeakCount) -> list[CountRow]:
+        counted = await self._column(question.window, question.scope, question.by, question.bucket_seconds)
+        per_group: dict[tuple[str, ...], tuple[dict[str, str], list[float]]] = {}
+        for group, _, value in counted:
+            per_group.setdefault(tuple(group.values()), (group, []))[1].append(value)
+        return [
+            CountRow(group=group, counts={"peak": max(values), "lines": sum(values)})
+            for group, values in per_group.values()
+        ]
+
+    @property
+    def language(self) -> str:
+        return "LogQL"
+
+    def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
+        return self.writer.reading_query(window, lines, most_repeated)
+
+    async def _column(
+        self,
+        window: Window,
+        lines: Filter,
+        by: Sequence[LogField],
+        bucket_seconds: int | None,
+        offset_seconds: int = 0,
+    ) -> _Counted:
+        """One column's counts per group and bucket: the sum of its inclusion–exclusion terms (`counted_terms`)."""
+        # Every query is written before any is sent: a question Loki cannot be asked is refused whole.
+        try:
+            terms = [
+                (
+                    sign,
+                    self.writer.aliases(term, by),
+                    self.writer.column_requests(window, term, by, bucket_seconds, offset_seconds),
+                )
+                for sign, term in counted_terms(lines)
+            ]
+        except UnplaceableFilterError as problem:
+            raise self._error(SourceErrorKind.QUERY, f"cannot ask Loki this question: {problem}") from None
+        await self._ensure_ready()
+        signs = [sign for sign, _, asked in terms for _ in asked]
+        answers = await asyncio.gather(
+            *(
+                self._instant(request.form, by, aliases, request.bucket)
+                if request.path == INSTANT_PATH
+                else self._range(request, by, aliases, bucket_seconds or 1)
+                for _, aliases, asked in terms
+                for request in asked
+            )
+        )
+        if len(terms) == 1:
+            return [row for answer in answers for row in answer]
+        summed: dict[tuple[tuple[str, ...], float | None], tuple[dict[str, str], float]] = {}
+        for sign, answer in zip(signs, answers, strict=True):
+            for group, bucket, value in answer:
+                key = (tuple(group.values()), bucket)
+                held = summed.get(key, (group, 0.0))[1]
+                summed[key] = (group, held + sign * value)
+        return [(group, bucket, value) for (_, bucket), (group, value) in summed.items() if value > 0]
+
+    async def _instant(
+        self, form: Mapping[str, str], by: Sequence[LogField], aliases: Mapping[str, str], bucket: float | None
+    ) -> _Counted:
+        samples = self._vector(await self._post_json(INSTANT_PATH, form))
+        counted: _Counted = []
+        for sample in samples:
+            self._check_count(sample.value)
+            counted.append((self.writer.group_of(sample.labels, by, aliases), bucket, sample.value))
+        return counted
+
+    async def _range(
+        self, request: LokiRequest, by: Sequence[LogField], aliases: Mapping[str, str], step: int
+    ) -> _Counted:
+        first, last = request.first, request.last
+        series = self._matrix(await self._post_json(RANGE_PATH, request.form))
+        counted: _Counted = []
+        for one in series:
+            group = self.writer.group_of(one.labels, by, aliases)
+            for moment, value in one.points:
+                bucket = round(moment)
+                if abs(moment - bucket) > 1e-6 or bucket % step or not first <= bucket <= last:
+                    raise self._error(
+                        SourceErrorKind.BAD_RESPONSE,
+                        f"a bucket count at {moment:.3f}, off the {step} s grid asked for (not placed in a guessed"
+                        " bucket)",
+                    )
+                self._check_count(value)
+                counted.append((group, float(bucket + request.shift), value))
+        return counted
+
+    async def _ensure_ready(self) -> None:
+        """Refuse to count while Loki says it is not ready (once per source; a ready Loki is not asked again).
+
+        Measured on Loki 3.5.12: a query sent while it starts is held until the querier is up and then answered
+        200 with whatever the ingesters hold so far — an empty or short count that looks like a quiet day.
+        ``/ready`` says 503 meanwhile. A gateway that does not expose ``/ready`` (404, 401…) cannot tell, and the
+        queries go ahead: only an explicit 503 stops them.
+        """
+        if self._ready:
+            return
+        async with self._ready_lock:
+            if self._ready:
+                return
+            try:
+                async with asyncio.timeout(self._endpoint.timeout_seconds):
+                    response = await self._client.get(self._base + "/ready")
+            except (TimeoutError, httpx.HTTPError):
+                return  # the queries themselves will say what is wrong with the connection
+            if response.status_code == 503:
+                reason = " ".join(response.text.split())[:200] or "no reason given"
+                raise self._error(SourceErrorKind.HTTP, f"Loki is not ready (HTTP 503 at /ready: {reason})")
+            self._ready = True
+
+    def _check_count(self, value: float) -> None:
+        if not math.isfinite(value) or value < 0:
+            raise self._error(SourceErrorKind.BAD_RESPONSE, "a count that is not a finite number")
+
+    def _decode(self, response: httpx.Response, text: str) -> Any:
+        problem = self._loki_problem(response, text)
+        if problem is not None:
+            raise problem
+        return super()._decode(response, text)
+
+    def _loki_problem(self, response: httpx.Response, text: str) -> SourceError | None:
+        """Loki's own failures, named; None for an answer the shared decoding reads."""
+        status = response.status_code
+        if status < 300:
+            return None
+        reason = " ".join(text.split())[:300]
+        lowered = reason.lower()
+        path = response.request.url.path if response.request is not None else ""
+        if "maximum of series" in lowered or "max_query_series" in lowered:
+            limit = re.search(r"\((\d+)\)", reason)
+            named = f" ({limit.group(1)})" if limit else ""
+            return self._error(
+                SourceErrorKind.QUERY,
+                f"Loki's max_query_series{named} cut the answer: too many groups for one query ({reason})",
+            )
+        if "maximum resolution" in lowered or "max_query_length" in lowered or "time range exceeds" in lowered:
+            return self._error(SourceErrorKind.QUERY, f"the question exceeds a Loki query limit: {reason}")
+        if status == 429 or "too many outstanding requests" in lowered:
+            return self._error(
+                SourceErrorKind.HTTP,
+                f"Loki is overloaded (HTTP {status}: {reason or 'too many requests'}); its query queue is full",
+            )
+        if status in (408, 504) or "timed out" in lowered or "deadline exceeded" in lowered:
+            return self._error(SourceErrorKind.TIMEOUT, f"Loki's query timed out (HTTP {status}): {reason}")
+        if status == 503:
+            return self._error(SourceErrorKind.HTTP, f"Loki is not ready (HTTP 503): {reason or 'no reason given'}")
+        if status == 404 or "unsupported path" in lowered:
+            # Not a Loki API at all: the shared transport names what answers there instead (`_identify`).
+            return _WrongPathError(self._endpoint.name, SourceErrorKind.HTTP, f"no {path or 'query path'}")
+        return None

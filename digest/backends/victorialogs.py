@@ -1,0 +1,226 @@
+"""VictoriaLogs: the log questions of `checks.log_questions` as LogsQL ``stats`` queries, counted server-side.
+
+A `LineCount` becomes one query::
+
+    _time:[start, end) <scope> [| unpack_json from _msg fields (k, …) keep_original_fields]
+      | stats by (_time:<bucket>s, <fields>) count() as lines, count() if (<filter>) as errors
+
+sent to ``/select/logsql/stats_query`` at the window's end; a `PeakCount` nests two ``stats`` pipes (per bucket,
+then max and sum per group), so per-minute rows never leave the server. The answer is a Prometheus-shaped vector
+whose ``__name__`` is the column; rows are folded back into one `CountRow` per group and bucket, keyed by the
+logical field names.
+
+Logical roles map to the shipper's fields: Vector's ``kubernetes_logs`` names by default (`DEFAULT_FIELDS`), the
+policy's ``logs.fields`` overrides them. JSON keys are read with ``unpack_json … keep_original_fields``, so a
+pipeline that already parsed the access log into fields is read the same way as one that shipped the JSON text.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from checks.contract import Sample, SourceErrorKind, Window, rfc3339
+from checks.log_questions import (
+    EVERY_LINE,
+    AllOf,
+    AnyOf,
+    CountRow,
+    Empty,
+    Filter,
+    HasWord,
+    Is,
+    Json,
+    LineCount,
+    LogField,
+    Matches,
+    Native,
+    Not,
+    OneOf,
+    PeakCount,
+    Role,
+    field_label,
+)
+from checks.logsql import any_of_regex, field_name, quoted
+from digest.sources import _HttpSource
+
+# Vector's kubernetes_logs source (the fields it writes for every container line).
+DEFAULT_FIELDS: Mapping[Role, str] = {
+    "namespace": "kubernetes.pod_namespace",
+    "pod": "kubernetes.pod_name",
+    "container": "kubernetes.container_name",
+    "node": "kubernetes.pod_node_name",
+    "level": "level",
+    "stream": "stream",
+}
+
+
+def time_filter(window: Window) -> str:
+    """The window as an absolute half-open LogsQL filter in UTC with ``Z``, never relative to now."""
+    return f"_time:[{rfc3339(window.start)}, {rfc3339(window.end)})"
+
+
+class LogsqlWriter:
+    """Writes the questions in LogsQL for a given mapping of roles to field names."""
+
+    def __init__(self, fields: Mapping[Role, str] | None = None) -> None:
+        self._fields = {**DEFAULT_FIELDS, **(fields or {})}
+
+    def name_of(self, one: LogField) -> str:
+        """The field's name in VictoriaLogs."""
+        return one.key if isinstance(one, Json) else self._fields[one]
+
+    def filter(self, one: Filter) -> str:
+        """``one`` as a LogsQL filter; an empty string for every line."""
+        match one:
+            case Is(field=target, value=value):
+                return f"{field_name(self.name_of(target))}:={quoted(value)}"
+            case OneOf(field=target, values=values, ignore_case=ignore_case):
+                return f"{field_name(self.name_of(target))}:~{any_of_regex(values, ignore_case)}"
+            case Matches(field=target, regex=regex):
+                return f"{field_name(self.name_of(target))}:~{quoted(f'^(?:{regex})$')}"
+            case Empty(field=target):
+                return f'{field_name(self.name_of(target))}:""'
+            case HasWord(word=word):
+                return f"i({quoted(word)})"
+            case AllOf(parts=parts):
+                # Every other filter delimits itself (atoms, "(… or …)", "-(…)", "(native)"): juxtaposition is AND.
+                return " ".join(text for text in (self.filter(part) for part in parts) if text)
+            case AnyOf(parts=parts):
+                return "(" + " or ".join(f"({self.filter(part) or '*'})" for part in parts) + ")"
+            case Not(part=part):
+                return f"-({self.filter(part) or '*'})"
+            case Native(text=text):
+                return f"({text})" if text.strip() else ""
+        raise AssertionError(f"unknown filter {one!r}")  # pragma: no cover  # the union is closed
+
+    def _json_keys(self, *filters: Filter, by: tuple[LogField, ...] = ()) -> list[str]:
+        keys: dict[str, None] = {}
+        for grouped in by:
+            if isinstance(grouped, Json):
+                keys[grouped.key] = None
+        for one in filters:
+            for key in _json_keys_of(one):
+                keys[key] = None
+        return list(keys)
+
+    def _head(self, window: Window, scope: Filter, more: tuple[Filter, ...], by: tuple[LogField, ...]) -> str:
+        keys = self._json_keys(scope, *more, by=by)
+        head = time_filter(window)
+        if not keys:
+            scoped = self.filter(scope)
+            return f"{head} {scoped}" if scoped else head
+        fields = ", ".join(field_name(key) for key in keys)
+        # JSON keys exist only after unpacking, so a scope on them is a `filter` pipe; keep_original_fields reads a
+        # pipeline that parsed the message already the same way as one that shipped the JSON text.
+        head += f" | unpack_json from _msg fields ({fields}) keep_original_fields"
+        scoped = self.filter(scope)
+        return f"{head} | filter {scoped}" if scoped else head
+
+    def _by(self, by: tuple[LogField, ...], bucket_seconds: int | None, offset_seconds: int = 0) -> str:
+        names = [field_name(self.name_of(one)) for one in by]
+        if bucket_seconds is not None:
+            names.insert(0, f"_time:{bucket_seconds}s" + (f" offset {offset_seconds}s" if offset_seconds else ""))
+        return f"by ({', '.join(names)}) " if names else ""
+
+    def count_query(self, question: LineCount) -> str:
+        """One stats query answering ``question``."""
+        filters = tuple(column for _, column in question.columns)
+        head = self._head(question.window, question.scope, filters, question.by)
+        columns = ", ".join(
+            f"count() as {field_name(name)}"
+            if column == EVERY_LINE
+            else f"count() if ({self.filter(column)}) as {field_name(name)}"
+            for name, column in question.columns
+        )
+        by = self._by(question.by, question.bucket_seconds, question.bucket_offset_seconds)
+        return f"{head} | stats {by}{columns}"
+
+    def peak_query(self, question: PeakCount) -> str:
+        """Two nested stats pipes: lines per group and bucket, then the busiest bucket and the sum per group."""
+        head = self._head(question.window, question.scope, (), question.by)
+        outer = self._by(question.by, None)
+        return (
+            f"{head} | stats {self._by(question.by, question.bucket_seconds)}count() as per_bucket"
+            f" | stats {outer}max(per_bucket) as peak, sum(per_bucket) as lines"
+        )
+
+    def requests(self, question: LineCount | PeakCount) -> list[tuple[str, dict[str, str]]]:
+        """The HTTP requests (path, form) that answer ``question``: what the source sends, for the benchmark floor."""
+        query = self.count_query(question) if isinstance(question, LineCount) else self.peak_query(question)
+        return [("/select/logsql/stats_query", {"query": query, "time": rfc3339(question.window.end)})]
+
+    def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
+        """The LogsQL a reader pastes into VictoriaLogs' UI: the first of these lines, or the most repeated."""
+        tail = "collapse_nums | top 5 by (_msg)" if most_repeated else "sort by (_time) | limit 20"
+        return f"{self._head(window, lines, (), ())} | {tail}"
+
+    def rows(self, samples: list[Sample], by: tuple[LogField, ...], bucketed: bool) -> list[CountRow]:
+        """Fold the vector's rows (one per column) into one `CountRow` per group and bucket."""
+        names = [(field_label(one), self.name_of(one)) for one in by]
+        folded: dict[tuple[tuple[str, ...], float | None], dict[str, float]] = {}
+        for sample in samples:
+            group = tuple(sample.labels.get(name, "") for _, name in names)
+            bucket = _bucket_start(sample.labels.get("_time", "")) if bucketed else None
+            counts = folded.setdefault((group, bucket), {})
+            column = sample.labels.get("__name__", "")
+            counts[column] = counts.get(column, 0.0) + sample.value
+        return [
+            CountRow(group=dict(zip((label for label, _ in names), group, strict=True)), counts=counts, bucket=bucket)
+            for (group, bucket), counts in folded.items()
+        ]
+
+
+def _json_keys_of(one: Filter) -> list[str]:
+    match one:
+        case Is(field=Json(key=key)) | OneOf(field=Json(key=key)) | Matches(field=Json(key=key)):
+            return [key]
+        case Empty(field=Json(key=key)):
+            return [key]
+        case AllOf(parts=parts) | AnyOf(parts=parts):
+            return [key for part in parts for key in _json_keys_of(part)]
+        case Not(part=part):
+            return _json_keys_of(part)
+    return []
+
+
+def _bucket_start(raw: str) -> float | None:
+    try:
+        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+class VictoriaLogsSource(_HttpSource):
+    """VictoriaLogs through its LogsQL stats endpoint (server-side aggregation only)."""
+
+    def __init__(self, *args: object, fields: Mapping[Role, str] | None = None, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]  # the transport's own arguments, passed through
+        self.writer = LogsqlWriter(fields)
+
+    async def count(self, question: LineCount) -> list[CountRow]:
+        samples = await self._stats(self.writer.requests(question))
+        return self.writer.rows(samples, question.by, question.bucket_seconds is not None)
+
+    async def peak(self, question: PeakCount) -> list[CountRow]:
+        samples = await self._stats(self.writer.requests(question))
+        return self.writer.rows(samples, question.by, False)
+
+    @property
+    def language(self) -> str:
+        return "LogsQL"
+
+    def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
+        return self.writer.reading_query(window, lines, most_repeated)
+
+    async def _stats(self, requests: list[tuple[str, dict[str, str]]]) -> list[Sample]:
+        # One request per question; `time` only anchors relative _time filters, and every query carries an absolute
+        # _time filter as well.
+        [(path, form)] = requests
+        samples = self._vector(await self._post_json(path, form))
+        for sample in samples:
+            if not math.isfinite(sample.value):
+                raise self._error(SourceErrorKind.BAD_RESPONSE, "a count that is not a finite number")
+        return samples

@@ -1,0 +1,75 @@
+"""Parity: every corpus day graded the same on the four backend pairs the digest supports.
+
+The reference is VictoriaMetrics + VictoriaLogs (the pair the goldens are reviewed on). The same days are loaded into
+a real Prometheus 2.42 (backfilled with promtool) and a real Loki 3.5.12 (pushed as Promtail would ship them), and the
+graded digest — status, score, every check's status, penalty, value, summary, offenders, evidence, coverage, the
+explanations and trends — must be identical on Prometheus + VictoriaLogs, VictoriaMetrics + Loki and
+Prometheus + Loki. Only what names the backend itself may differ: the "Where to look" hints quote the backend's own
+query language. Nothing else is normalised, and never a number.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from typing import Any
+
+import pytest
+
+from digest.corpus import DAYS
+from digest.embedded import EmbeddedBackends
+from digest.engine import Config, make_digest
+from digest.policy import Policy
+from digest.render import to_json
+from digest.settings import load_settings
+from digest.window import day_window
+from testbed.loki_server import LokiServer
+from testbed.prometheus_server import PrometheusServer
+
+PAIRS = ("prometheus+victorialogs", "victoriametrics+loki", "prometheus+loki")
+_REFERENCE: dict[date, dict[str, Any]] = {}
+
+
+def _config(metrics_url: str, logs: dict[str, str]) -> Config:
+    settings = load_settings(
+        vm_url=metrics_url, cluster="homelab", timezone="UTC", policy_file=None, query_timeout=120.0, **logs
+    )
+    return Config(settings=settings, policy=Policy())
+
+
+async def _graded(config: Config, day: date) -> dict[str, Any]:
+    digest = await make_digest(config, day_window(day, config.settings.zone))
+    return _backend_neutral(to_json(digest))
+
+
+def _backend_neutral(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload without the hints, which quote the backend's own query language (LogsQL, LogQL)."""
+    copied = json.loads(json.dumps(payload))
+    for check in copied["checks"]:
+        check.pop("hint", None)
+    return dict(copied)
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+@pytest.mark.parametrize("day", sorted(DAYS), ids=str)
+async def test_every_pair_grades_the_day_like_the_reference(
+    day: date,
+    pair: str,
+    corpus_backends: EmbeddedBackends,
+    prometheus_corpus: PrometheusServer,
+    loki_corpus: LokiServer,
+) -> None:
+    """The day's graded digest on this backend pair equals VictoriaMetrics + VictoriaLogs', field for field."""
+    if day not in _REFERENCE:
+        reference = _config(corpus_backends.metrics.url, {"vl_url": corpus_backends.logs.url})
+        _REFERENCE[day] = await _graded(reference, day)
+    metrics_name, logs_name = pair.split("+")
+    metrics_url = prometheus_corpus.url if metrics_name == "prometheus" else corpus_backends.metrics.url
+    logs = {"loki_url": loki_corpus.url} if logs_name == "loki" else {"vl_url": corpus_backends.logs.url}
+    graded = await _graded(_config(metrics_url, logs), day)
+    expected = _REFERENCE[day]
+    # Field by field first, so that a difference names the check it is in.
+    assert [check["name"] for check in graded["checks"]] == [check["name"] for check in expected["checks"]]
+    for mine, theirs in zip(graded["checks"], expected["checks"], strict=True):
+        assert mine == theirs, mine["name"]
+    assert graded == expected
