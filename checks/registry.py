@@ -1,9 +1,9 @@
 """The one list of checks: each one's name, policy type, place in the digest, default grading, and questions.
 
-Adding a check is one module in `checks/` plus one `Entry` here (and its typed section in `digest.policy.Policy`,
-which a test keeps in step with this list). The engine builds the enabled checks from it, the policy loader reads
-each check's section with its policy type, and the benchmark's floor asks each check's questions from ``asks``
-instead of guessing them from method names.
+Adding a check is one module in `checks/` plus one `Entry` here (and its typed section in
+`digest.pipeline.policy.Policy`, which a test keeps in step with this list). The engine builds the enabled checks from
+it, the policy loader reads each check's section with its policy type, and the benchmark's floor asks each check's
+questions from ``asks`` instead of guessing them from method names.
 
 ``asks`` gives a check's fixed questions for a window by purpose: PromQL text for the metrics backend, or a
 `LineCount` / `PeakCount` for the log backend. Questions a check derives from an earlier answer (the narrowed

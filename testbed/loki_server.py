@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import httpx
 import yaml
 
-from digest.embedded import free_port
+from testbed.embedded import free_port
 
 if TYPE_CHECKING:
-    from digest.corpus.model import CorpusDay
+    from testbed.corpus.model import CorpusDay
 
 BINARY_VARIABLE = "DIGEST_LOKI_BINARY"
 REQUIRE_VARIABLE = "DIGEST_REQUIRE_LOKI"
@@ -700,7 +700,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m testbed.loki_server``: start Loki, load the corpus days, print the URL, stop on Ctrl-C."""
     import argparse  # only the command line needs it
 
-    from digest.corpus import DAYS
+    from testbed.corpus import DAYS
 
     parser = argparse.ArgumentParser(prog="python -m testbed.loki_server", description=main.__doc__)
     parser.add_argument("--scale", type=float, default=1.0, help="volume scale of the storm days (tests use 0.05)")

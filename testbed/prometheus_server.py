@@ -43,10 +43,10 @@ from typing import TYPE_CHECKING, Self, TextIO
 
 import httpx
 
-from digest.embedded import free_port
+from testbed.embedded import free_port
 
 if TYPE_CHECKING:
-    from digest.corpus.model import CorpusDay
+    from testbed.corpus.model import CorpusDay
 
 BLOCK_MS = 2 * 3600 * 1000  # promtool's block range: two hours, aligned on the epoch
 _RETENTION = "100y"

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from digest.embedded import EmbeddedBackends
+from testbed.embedded import EmbeddedBackends
 
-DIGEST = [sys.executable, "-m", "digest.cli"]
+DIGEST = [sys.executable, "-m", "digest.app.cli"]
 
 
 def clean_env(**variables: str) -> dict[str, str]:

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from digest.corpus import DAYS
-from digest.embedded import EmbeddedBackends, load_corpus_day
+from testbed.corpus import DAYS
+from testbed.embedded import EmbeddedBackends, load_corpus_day
 from testbed.loki_server import LokiServer, loki_binary_or_skip
 from testbed.prometheus_server import PrometheusServer, missing_binaries
 

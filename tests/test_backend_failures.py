@@ -6,13 +6,13 @@ import json
 from datetime import date
 from pathlib import Path
 
-from digest.corpus import DAYS
-from digest.embedded import EmbeddedBackends, free_port, load_corpus_day
-from digest.engine import Config, make_digest
-from digest.policy import Policy
-from digest.render import Renderer, to_json
-from digest.settings import load_settings
-from digest.window import day_window
+from digest.app.engine import Config, make_digest
+from digest.app.settings import load_settings
+from digest.output.render import Renderer, to_json
+from digest.pipeline.policy import Policy
+from digest.pipeline.window import day_window
+from testbed.corpus import DAYS
+from testbed.embedded import EmbeddedBackends, free_port, load_corpus_day
 from tests.command import backend_env, clean_env, run_digest
 from tests.misbehaving_server import Behaviour, misbehaving_server
 

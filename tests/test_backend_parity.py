@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from digest.corpus import DAYS
-from digest.embedded import EmbeddedBackends
-from digest.engine import Config, make_digest
-from digest.policy import Policy
-from digest.render import to_json
-from digest.settings import load_settings
-from digest.window import day_window
+from digest.app.engine import Config, make_digest
+from digest.app.settings import load_settings
+from digest.output.render import to_json
+from digest.pipeline.policy import Policy
+from digest.pipeline.window import day_window
+from testbed.corpus import DAYS
+from testbed.embedded import EmbeddedBackends
 from testbed.loki_server import LokiServer
 from testbed.prometheus_server import PrometheusServer
 
@@ -68,8 +68,12 @@ async def test_every_pair_grades_the_day_like_the_reference(
     logs = {"loki_url": loki_corpus.url} if logs_name == "loki" else {"vl_url": corpus_backends.logs.url}
     graded = await _graded(_config(metrics_url, logs), day)
     expected = _REFERENCE[day]
-    # Field by field first, so that a difference names the check it is in.
+    # Every differing check at once, with what it said, so that a failure names its check and its reason.
     assert [check["name"] for check in graded["checks"]] == [check["name"] for check in expected["checks"]]
-    for mine, theirs in zip(graded["checks"], expected["checks"], strict=True):
-        assert mine == theirs, mine["name"]
+    differing = [
+        (mine["name"], mine["status"], mine["summary"], mine["error"])
+        for mine, theirs in zip(graded["checks"], expected["checks"], strict=True)
+        if mine != theirs
+    ]
+    assert differing == []
     assert graded == expected

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from digest.embedded import EmbeddedBackends
-from digest.policy import PolicyError, load_policy
-from digest.settings import LogBackend, load_settings
+from digest.app.settings import LogBackend, load_settings
+from digest.pipeline.policy import PolicyError, load_policy
+from testbed.embedded import EmbeddedBackends
 from testbed.loki_server import LokiServer, loki_binary_or_skip
 from tests.command import backend_env, clean_env, run_digest
 from tests.misbehaving_server import Behaviour, recording_server

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from checks.contract import SourceError, SourceErrorKind
-from digest.bot import parse_digest_arguments
-from digest.engine import Config
-from digest.policy import Policy
-from digest.settings import load_settings
-from digest.sources import Endpoint, PrometheusSource
-from digest.window import WindowError
+from digest.app.bot import parse_digest_arguments
+from digest.app.engine import Config
+from digest.app.settings import load_settings
+from digest.backends.http import Endpoint
+from digest.backends.prometheus import PrometheusSource
+from digest.pipeline.policy import Policy
+from digest.pipeline.window import WindowError
 from tests.command import clean_env, run_digest
 
 TOKEN = "123456:AAE-bad-input-token"  # noqa: S105  # a well-formed fake token; the tests check it is never printed
@@ -293,8 +294,8 @@ def test_a_locked_state_file_is_worth_retrying_and_a_corrupt_one_is_not(tmp_path
     """A state file held by another writer maps to exit 1 (retry as is); a corrupt one to exit 2 (needs a person)."""
     import sqlite3
 
-    from digest.exit_codes import EXIT_FAILED, EXIT_USAGE, for_state_error
-    from digest.state import DeliveryState, StateError
+    from digest.app.exit_codes import EXIT_FAILED, EXIT_USAGE, for_state_error
+    from digest.pipeline.state import DeliveryState, StateError
 
     locked = tmp_path / "locked.sqlite"
     state = DeliveryState(locked, owner="test", busy_timeout_seconds=0.05)
@@ -322,9 +323,9 @@ def test_an_empty_duration_or_moment_is_refused_not_defaulted(last: str, at: str
     import argparse
     from datetime import UTC, datetime
 
-    from digest.cli import window_from_args
-    from digest.settings import Settings
-    from digest.window import WindowError
+    from digest.app.cli import window_from_args
+    from digest.app.settings import Settings
+    from digest.pipeline.window import WindowError
 
     args = argparse.Namespace(date=None, last=last, at=at)
     with pytest.raises(WindowError):

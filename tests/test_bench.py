@@ -13,11 +13,11 @@ from pathlib import Path
 from bench.floor import LOGS, METRICS, Dependencies, checks_queries, window_of
 from bench.generate import DAY, Shape, Volume, build_cluster, day_facts, load, log_chunks
 from bench.pairs import ALL_PAIRS, LOKI, parse_pairs
-from digest.embedded import EmbeddedBackends
-from digest.engine import Config, make_digest
-from digest.policy import Policy
-from digest.settings import load_settings
-from digest.window import day_window
+from digest.app.engine import Config, make_digest
+from digest.app.settings import load_settings
+from digest.pipeline.policy import Policy
+from digest.pipeline.window import day_window
+from testbed.embedded import EmbeddedBackends
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = Shape(pods=40, namespaces=4, nodes=4, cadvisor=True)
@@ -56,7 +56,7 @@ async def test_generated_day_is_digested_with_its_exact_facts(own_backends: Embe
 
 
 def test_quick_benchmark_programme_measures_and_checks_every_figure() -> None:
-    """`bench.runner --quick` runs floor, proxy, naive, warm, replay and state-file measures, each checked."""
+    """`bench.runner --quick` runs floor, proxy, naive, warm, replay-floor and state-file measures, each checked."""
     result = subprocess.run(  # our own module, fixed arguments
         [sys.executable, "-m", "bench.runner", "--quick", "--no-write"],
         cwd=REPO,
@@ -75,12 +75,15 @@ def test_quick_benchmark_programme_measures_and_checks_every_figure() -> None:
         "naive: download the error lines",
         "backend requests per digest",
         "`digest replay`",
+        "checks floor of its windows",
+        "The backend pairs side by side",
         "`DIGEST_STATE_PATH` set, past days stored by an earlier digest",
     ):
         assert measure in out, measure
     assert "requests per digest independent of size ✅ met" in out
     assert "digest counts every error line ✅ met" in out
     assert "peak RSS ≤ 150 MB and flat ✅ met" in out
+    assert "replay ≤ 1.2× its floor (VM + VL, 5 days)" in out
     assert result.stderr.count("backends stopped") == 3  # small day, big day, replay: each pair stopped
 
 

@@ -21,18 +21,18 @@ import httpx
 import pytest
 from telegram import Bot
 
-from digest.bot import DigestBot, DigestService, build_application, source_status
-from digest.delivery import Outcome, Poster, Sender
-from digest.embedded import EmbeddedBackends, free_port
-from digest.engine import Config
-from digest.health import DigestMetrics, HealthServer
-from digest.logs import RedactingFormatter
-from digest.policy import Policy
-from digest.render import Renderer
-from digest.settings import load_settings
-from digest.state import DeliveryState
-from digest.telegram_text import MAX_TEXT
-from digest.window import day_window
+from digest.app.bot import DigestBot, DigestService, build_application, source_status
+from digest.app.engine import Config
+from digest.app.health import DigestMetrics, HealthServer
+from digest.app.logs import RedactingFormatter
+from digest.app.settings import load_settings
+from digest.channels.telegram.sender import Outcome, Poster, Sender
+from digest.channels.telegram.text import MAX_TEXT
+from digest.output.render import Renderer
+from digest.pipeline.policy import Policy
+from digest.pipeline.state import DeliveryState
+from digest.pipeline.window import day_window
+from testbed.embedded import EmbeddedBackends, free_port
 from tests.command import DIGEST, backend_env, run_digest
 from tests.fake_telegram import FakeTelegram
 from tests.misbehaving_server import Behaviour, misbehaving_server, recording_server

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from checks.contract import SourceError, SourceErrorKind
-from digest.embedded import free_port
-from digest.settings import load_settings
-from digest.sources import MIB, Endpoint, PrometheusSource
+from digest.app.settings import load_settings
+from digest.backends.http import MIB, Endpoint
+from digest.backends.prometheus import PrometheusSource
+from testbed.embedded import free_port
 from tests.command import clean_env, run_digest
 from tests.misbehaving_server import Behaviour, misbehaving_server
 
@@ -29,7 +30,7 @@ BODY_BYTES = 300_000_000  # the size of the answer that was observed
 MAX_RSS = 200 * MIB
 
 
-# `digest` run as `python -m digest.cli` does, reporting at exit the peak resident memory of its own address space
+# `digest` run as `python -m digest.app.cli` does, reporting at exit the peak resident memory of its own address space
 # (VmHWM). Not `wait4`'s ru_maxrss: Linux carries the parent's memory into a child's ru_maxrss across fork and exec,
 # so the test session's own size (the corpus it loaded) would be counted as the child's.
 _REPORT_PEAK = """
@@ -40,7 +41,7 @@ def report(path=sys.argv.pop(1)):
     with open(path, "w") as out:
         out.write(peak.split()[1])
 atexit.register(report)
-runpy.run_module("digest.cli", run_name="__main__", alter_sys=True)
+runpy.run_module("digest.app.cli", run_name="__main__", alter_sys=True)
 """
 
 

@@ -27,13 +27,13 @@ from pathlib import Path
 
 import httpx
 
-from digest.corpus import DAYS
-from digest.corpus.model import Series
-from digest.embedded import EmbeddedBackends, Server, free_port
-from digest.engine import Config, make_digest
-from digest.policy import Policy
-from digest.settings import load_settings
-from digest.window import day_window
+from digest.app.engine import Config, make_digest
+from digest.app.settings import load_settings
+from digest.pipeline.policy import Policy
+from digest.pipeline.window import day_window
+from testbed.corpus import DAYS
+from testbed.corpus.model import Series
+from testbed.embedded import EmbeddedBackends, Server, free_port
 from tests.conftest import _scaled
 
 Transform = Callable[[Series], Iterator[Series]]

@@ -19,24 +19,15 @@ import pytest
 from checks.contract import RangeSeries, Sample, Sources, Window
 from checks.envoy_flags import EnvoyFlagsPolicy
 from checks.log_questions import CountRow, Filter, LineCount, PeakCount
+from checks.promql import open_range
+from digest.app.engine import open_sources
+from digest.app.settings import load_settings
 from digest.backends.victorialogs import LogsqlWriter, time_filter
-from digest.chart import (
-    CAPTION_LIMIT,
-    ChartData,
-    ConntrackFill,
-    Counts,
-    HourlyPanel,
-    chart_caption,
-    chart_figure,
-    collect_chart_data,
-    render_chart,
-    time_ticks,
-)
-from digest.embedded import EmbeddedBackends, free_port
-from digest.engine import open_sources
-from digest.policy import Policy
-from digest.settings import load_settings
-from digest.window import day_window, last_window
+from digest.output.chart import CAPTION_LIMIT, chart_caption, chart_figure, render_chart, time_ticks
+from digest.output.chart_data import ChartData, ConntrackFill, Counts, HourlyPanel, collect_chart_data
+from digest.pipeline.policy import Policy
+from digest.pipeline.window import day_window, last_window
+from testbed.embedded import EmbeddedBackends, free_port
 
 UTC_ZONE = ZoneInfo("UTC")
 STORM = date(2026, 7, 20)
@@ -228,7 +219,7 @@ async def test_queries_are_few_concurrent_safe_and_pinned_to_the_window() -> Non
             assert "_time:3600s offset 1800s" in query
             assert times == (window.end,)
         elif kind == "instant":
-            assert f"[{window.promql_range()}:1m]" in query
+            assert f"[{open_range(window.seconds)}:1m]" in query
             assert times == (window.end,)
         else:
             assert 'instance="pi5-2:9100"' in query

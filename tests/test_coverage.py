@@ -16,14 +16,14 @@ import pytest
 
 from checks.contract import Window
 from checks.coverage import CoveragePolicy, Grid
-from digest.corpus.identity import NODE_IPS
-from digest.corpus.model import Series
-from digest.embedded import EmbeddedBackends
-from digest.engine import Config, make_digest
-from digest.policy import LogsPolicy, Policy, PolicyError, TrendsPolicy, load_policy
-from digest.render import Renderer, to_json
-from digest.settings import load_settings
-from digest.window import day_window
+from digest.app.engine import Config, make_digest
+from digest.app.settings import load_settings
+from digest.output.render import Renderer, to_json
+from digest.pipeline.policy import LogsPolicy, Policy, PolicyError, TrendsPolicy, load_policy
+from digest.pipeline.window import day_window
+from testbed.corpus.identity import NODE_IPS
+from testbed.corpus.model import Series
+from testbed.embedded import EmbeddedBackends
 from tests.test_coverage_ablations import Ablation, Copy, _absent_exporter, _keep_line, _keep_series, _lines, _series
 
 CALM = date(2026, 7, 19)
@@ -225,8 +225,8 @@ def test_partly_seen_check_keeps_the_digest_from_ok_and_says_how_much_was_seen()
     """A clean result on partial data becomes UNKNOWN; the digest is UNKNOWN, its note counts the checks fully seen."""
     from checks.contract import Coverage, Finding, Gap, GapKind, Status
     from checks.coverage import apply
-    from digest.render import headline
-    from digest.score import grade
+    from digest.output.render import headline
+    from digest.pipeline.score import grade
 
     window = day_window(CALM, ZoneInfo("UTC"))
     gap = Gap(GapKind.NODE, NODE, "node_exporter", window.start, window.end)
@@ -305,7 +305,7 @@ def test_a_quiet_log_source_is_not_a_stuck_shipper() -> None:
 def test_coverage_off_in_the_policy_vouches_for_nothing() -> None:
     """With coverage disabled nothing is measured: each check's coverage and the top-level "complete" are null."""
     from checks.contract import Finding, Status
-    from digest.score import grade
+    from digest.pipeline.score import grade
 
     window = day_window(CALM, ZoneInfo("UTC"))
     findings = [Finding(name="oom_kills", status=Status.OK, penalty=0, value=0, summary="no OOM kill")]

@@ -26,14 +26,14 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
-from digest.corpus import DAYS
-from digest.corpus.model import CorpusDay, Series
-from digest.embedded import EmbeddedBackends
-from digest.engine import Config, make_digest
-from digest.policy import Policy, TrendsPolicy
-from digest.render import to_json
-from digest.settings import load_settings
-from digest.window import day_window
+from digest.app.engine import Config, make_digest
+from digest.app.settings import load_settings
+from digest.output.render import to_json
+from digest.pipeline.policy import Policy, TrendsPolicy
+from digest.pipeline.window import day_window
+from testbed.corpus import DAYS
+from testbed.corpus.model import CorpusDay, Series
+from testbed.embedded import EmbeddedBackends
 
 FIRST_COPY = date(2023, 6, 1)
 SPACING_DAYS = 10

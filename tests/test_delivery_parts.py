@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from telegram import Bot
 
-from digest.delivery import DeliveryError, Outcome, Pacer, Photo, Poster, RetryPolicy, Sender, open_bot
-from digest.embedded import EmbeddedBackends
-from digest.state import DeliveryState, DeliveryStatus
-from digest.telegram_text import split_html
+from digest.channels.telegram.sender import DeliveryError, Outcome, Pacer, Photo, Poster, RetryPolicy, Sender, open_bot
+from digest.channels.telegram.text import split_html
+from digest.pipeline.state import DeliveryState, DeliveryStatus
+from testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, run_digest
 from tests.fake_telegram import FakeTelegram, Sleeps
 from tests.misbehaving_server import Behaviour, misbehaving_server
@@ -398,7 +398,7 @@ async def test_a_huge_answer_from_the_api_root_is_cut_off_at_the_cap() -> None:
     """A 200 MB answer to getMe is a network error once past the cap (1 MiB here), never read into memory whole."""
     from telegram.error import NetworkError
 
-    from digest.delivery import BotApiRequest
+    from digest.channels.telegram.sender import BotApiRequest
 
     request = BotApiRequest(max_answer_bytes=1024 * 1024)
     await request.initialize()
@@ -418,7 +418,7 @@ async def test_a_compressed_answer_nobody_asked_for_is_refused() -> None:
 
     from telegram.error import NetworkError
 
-    from digest.delivery import BotApiRequest
+    from digest.channels.telegram.sender import BotApiRequest
 
     bomb = gzip.compress(b'{"ok": true, "result": ' + b" " * 50_000_000 + b"true}")
     request = BotApiRequest()

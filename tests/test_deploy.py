@@ -358,7 +358,7 @@ def test_rendered_settings_load_in_digest(rendered: list[Obj], tmp_path: Path) -
     env["DIGEST_TELEGRAM_TOKEN_FILE"] = str(tmp_path / "telegram-token")
     env["DIGEST_STATE_PATH"] = str(tmp_path / posixpath.basename(env["DIGEST_STATE_PATH"]))
     check = (
-        "from digest.engine import load_config\n"
+        "from digest.app.engine import load_config\n"
         "config = load_config()\n"
         "config.settings.require_telegram()\n"
         "print(config.settings.health_port, config.settings.state_path, config.settings.telegram_chat_ids)\n"

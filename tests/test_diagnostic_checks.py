@@ -1,7 +1,7 @@
 """The seven diagnostic checks on real backends: they explain each incident day and stay quiet on calm days.
 
 They are UNKNOWN — never OK — when they cannot see. Expected numbers come from the corpus's own facts
-(digest/corpus/README.md), never from the checks' output.
+(testbed/corpus/README.md), never from the checks' output.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from checks.log_storms import LogStormsCheck, LogStormsPolicy
 from checks.memory_pressure import MemoryPressureCheck, MemoryPressurePolicy
 from checks.readiness import ReadinessCheck, ReadinessPolicy
 from checks.restarts import RestartsCheck, RestartsPolicy
+from digest.backends.http import Endpoint
+from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
-from digest.corpus import DAYS
-from digest.corpus.model import Series
-from digest.embedded import EmbeddedBackends, free_port
-from digest.sources import Endpoint, PrometheusSource
-from digest.window import day_window
+from digest.pipeline.window import day_window
+from testbed.corpus import DAYS
+from testbed.corpus.model import Series
+from testbed.embedded import EmbeddedBackends, free_port
 
 UTC_ZONE = ZoneInfo("UTC")
 CHECKS: tuple[Check, ...] = (

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from digest.bot import CommandAllowance, DigestBot
-from digest.embedded import EmbeddedBackends
+from digest.app.bot import CommandAllowance, DigestBot
+from testbed.embedded import EmbeddedBackends
 from tests.command import clean_env, run_digest
 from tests.fake_telegram import FakeTelegram, SentCall
 from tests.test_bot import ALLOWED, QUIET, TOKEN, make_config, running, visible

@@ -7,9 +7,9 @@ from datetime import date
 import pytest
 
 from checks.contract import Event, Finding, Offender, Quantity, Span, Status, Unit
-from digest.corpus import DAYS
-from digest.embedded import EmbeddedBackends
-from digest.explain import explain
+from digest.pipeline.explain import explain
+from testbed.corpus import DAYS
+from testbed.embedded import EmbeddedBackends
 from tests.test_incident_days import digest_of
 
 # The rules that fire on each corpus day, with the cause each names ("" when it says it cannot tell).

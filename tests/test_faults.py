@@ -15,11 +15,11 @@ import pytest
 from telegram import Bot
 from telegram.request import HTTPXRequest
 
-from digest.delivery import Outcome, Pacer, Photo, Poster, Sender
-from digest.embedded import EmbeddedBackends
-from digest.render import Renderer
-from digest.state import DeliveryState, StateError
-from digest.telegram_text import utf16_length
+from digest.channels.telegram.sender import Outcome, Pacer, Photo, Poster, Sender
+from digest.channels.telegram.text import utf16_length
+from digest.output.render import Renderer
+from digest.pipeline.state import DeliveryState, StateError
+from testbed.embedded import EmbeddedBackends
 from tests.command import clean_env, run_digest
 from tests.fake_telegram import FakeTelegram, Sleeps
 from tests.telegram_html import parse_html
@@ -78,7 +78,7 @@ async def test_telegram_timeout_is_retried(tg: FakeTelegram, tmp_path: Path) -> 
 
 async def test_retries_stop_within_the_total_budget(tg: FakeTelegram, tmp_path: Path) -> None:
     """Telegram down for good: the post fails as transient after the bounded budget and can be retried later."""
-    from digest.delivery import RetryPolicy
+    from digest.channels.telegram.sender import RetryPolicy
 
     tg.fail_next("sendMessage", status=500, times=1000)
     state = DeliveryState(tmp_path / "state.sqlite", "t")

@@ -1,6 +1,6 @@
 """`/healthz` and `/metrics` over real HTTP on loopback: the probes' semantics, and bad clients that cannot upset it.
 
-The server is `digest.health.HealthServer` on port 0; malformed and stalled requests are written on raw sockets.
+The server is `digest.app.health.HealthServer` on port 0; malformed and stalled requests are written on raw sockets.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from digest.health import DigestMetrics, HealthServer
+from digest.app.health import DigestMetrics, HealthServer
 
 
 class Readiness:

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 
 from checks.error_lines import ErrorLinesPolicy
+from digest.app.engine import Config, make_digest, open_history_store, open_sources, stored_history
+from digest.app.settings import load_settings
+from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
-from digest.embedded import EmbeddedBackends, free_port
-from digest.engine import Config, make_digest, open_history_store, open_sources, stored_history
-from digest.policy import Policy
-from digest.render import to_json
-from digest.settings import load_settings
-from digest.sources import PrometheusSource
-from digest.state import HistoryStore
-from digest.trends import policy_fingerprint
-from digest.window import day_window
+from digest.output.render import to_json
+from digest.pipeline.policy import Policy
+from digest.pipeline.state import HistoryStore
+from digest.pipeline.trends import policy_fingerprint
+from digest.pipeline.window import day_window
+from testbed.embedded import EmbeddedBackends, free_port
 
 DAY = date(2026, 8, 17)  # the day after the keepalive race: its trends compare with 08-16 and 08-12
 
@@ -112,7 +112,7 @@ async def test_unusable_state_file_costs_the_cache_not_the_digest(
     state = tmp_path / "state.sqlite"
     state.write_bytes(b"this is not a database" * 100)
     config = _config(corpus_backends, state)
-    with caplog.at_level(logging.WARNING, logger="digest.engine"):
+    with caplog.at_level(logging.WARNING, logger="digest.app.engine"):
         store = open_history_store(config.settings)
     assert store is None
     assert "trends will query every past day" in caplog.text
@@ -127,7 +127,7 @@ async def test_store_failing_mid_digest_falls_back_to_the_backends(
     config = _config(corpus_backends, tmp_path / "state.sqlite")
     store = HistoryStore(tmp_path / "state.sqlite")
     store.close()
-    with caplog.at_level(logging.WARNING, logger="digest.trends"):
+    with caplog.at_level(logging.WARNING, logger="digest.pipeline.trends"):
         payload, _ = await _digest_and_queries(config, store)
     assert "trend history store disabled" in caplog.text
     expected, _ = await _digest_and_queries(config, None)

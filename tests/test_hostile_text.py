@@ -26,26 +26,18 @@ from checks.contract import Finding, Sources, Status, Window
 from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
 from checks.log_storms import LogStormsCheck, LogStormsPolicy
 from checks.logsql import quoted
+from digest.backends.http import Endpoint
+from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
-from digest.chart import (
-    LEGEND_LABEL_LIMIT,
-    ChartData,
-    Counts,
-    HourlyPanel,
-    chart_caption,
-    chart_figure,
-    collect_chart_data,
-    legend_label,
-    render_chart,
-)
-from digest.embedded import EmbeddedBackends
-from digest.explain import Explanation
-from digest.policy import Policy
-from digest.render import Renderer, headline, unseen_spans
-from digest.safe_text import escape_json, for_matplotlib, visible
-from digest.score import Digest, grade
-from digest.sources import Endpoint, PrometheusSource
-from digest.telegram_text import MAX_TEXT, split_html, visible_length
+from digest.channels.telegram.text import MAX_TEXT, split_html, visible_length
+from digest.output.chart import LEGEND_LABEL_LIMIT, chart_caption, chart_figure, legend_label, render_chart
+from digest.output.chart_data import ChartData, Counts, HourlyPanel, collect_chart_data
+from digest.output.render import Renderer, headline, unseen_spans
+from digest.output.safe_text import escape_json, for_matplotlib, visible
+from digest.pipeline.explain import Explanation
+from digest.pipeline.policy import Policy
+from digest.pipeline.score import Digest, grade
+from testbed.embedded import EmbeddedBackends
 from tests.telegram_html import parse_html
 
 START = datetime(2026, 3, 1, 10, tzinfo=UTC)

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from digest.corpus import DAYS
-from digest.embedded import EmbeddedBackends
-from digest.engine import Config, make_digest
-from digest.policy import Policy
-from digest.render import Renderer, to_json
-from digest.score import Digest
-from digest.settings import load_settings
-from digest.window import day_window
+from digest.app.engine import Config, make_digest
+from digest.app.settings import load_settings
+from digest.output.render import Renderer, to_json
+from digest.pipeline.policy import Policy
+from digest.pipeline.score import Digest
+from digest.pipeline.window import day_window
+from testbed.corpus import DAYS
+from testbed.embedded import EmbeddedBackends
 from tests.telegram_html import parse_html
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -139,7 +139,7 @@ async def test_last_24h_window_equals_the_day(corpus_backends: EmbeddedBackends)
     """--last 24h ending at the day's end grades like --date: replay is the same code as today."""
     from zoneinfo import ZoneInfo
 
-    from digest.window import last_window, parse_duration, parse_moment
+    from digest.pipeline.window import last_window, parse_duration, parse_moment
 
     window = last_window(parse_duration("24h"), parse_moment("2026-07-21T00:00:00Z"), ZoneInfo("UTC"))
     digest = await make_digest(_config(corpus_backends), window)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from digest.corpus import DAYS
+from testbed.corpus import DAYS
 from testbed.loki_server import (
     BINARY_VARIABLE,
     REQUIRE_VARIABLE,

@@ -38,10 +38,10 @@ from checks.log_questions import (
     OneOf,
     PeakCount,
 )
+from digest.backends.http import Endpoint
 from digest.backends.loki import LogqlWriter, LokiSource, bucket_plan, word_regex
 from digest.backends.victorialogs import VictoriaLogsSource
-from digest.embedded import EmbeddedBackends
-from digest.sources import Endpoint
+from testbed.embedded import EmbeddedBackends
 
 try:
     from testbed.loki_server import LokiServer, LokiUnavailable, find_loki_binary

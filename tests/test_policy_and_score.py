@@ -10,9 +10,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from checks.contract import Finding, Status, Window
-from digest.policy import Policy, PolicyError, load_policy
-from digest.render import headline, to_json
-from digest.score import DigestStatus, grade
+from digest.output.render import headline, to_json
+from digest.pipeline.policy import Policy, PolicyError, load_policy
+from digest.pipeline.score import DigestStatus, grade
 
 WINDOW = Window(datetime(2026, 7, 20, tzinfo=UTC), datetime(2026, 7, 21, tzinfo=UTC), ZoneInfo("UTC"), "2026-07-20")
 

@@ -15,10 +15,11 @@ from checks.contract import Finding, Sources, Status, Window
 from checks.deployments import DeploymentsCheck, DeploymentsPolicy
 from checks.empty_endpoints import EmptyEndpointsCheck, EmptyEndpointsPolicy
 from checks.readiness import ReadinessCheck, ReadinessPolicy
+from digest.backends.http import Endpoint
+from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
-from digest.corpus.model import Series
-from digest.embedded import EmbeddedBackends
-from digest.sources import Endpoint, PrometheusSource
+from testbed.corpus.model import Series
+from testbed.embedded import EmbeddedBackends
 
 UTC_ZONE = ZoneInfo("UTC")
 KSM = {"job": "kube-state-metrics", "instance": "10.0.0.9:8080"}

@@ -8,9 +8,9 @@ from html.parser import HTMLParser
 from zoneinfo import ZoneInfo
 
 from checks.contract import Finding, Offender, Status, Window
-from digest.policy import Policy
-from digest.render import Renderer, to_json
-from digest.score import grade
+from digest.output.render import Renderer, to_json
+from digest.pipeline.policy import Policy
+from digest.pipeline.score import grade
 
 WINDOW = Window(datetime(2026, 7, 20, tzinfo=UTC), datetime(2026, 7, 21, tzinfo=UTC), ZoneInfo("UTC"), "2026-07-20")
 HOSTILE = '<script>alert("x")</script> & a_b *c*'

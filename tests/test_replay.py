@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from digest.embedded import EmbeddedBackends
-from digest.replay import days_between
-from digest.window import WindowError
+from digest.app.replay import days_between
+from digest.pipeline.window import WindowError
+from testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, run_digest
 from tests.fake_telegram import FakeTelegram
 
@@ -87,10 +87,10 @@ async def test_replay_shares_history_between_days(
     """Replaying consecutive days computes each previous day's graded checks once, not once per day that looks back."""
     import io
 
-    from digest.engine import Config
-    from digest.policy import Policy
-    from digest.replay import replay
-    from digest.settings import load_settings
+    from digest.app.engine import Config
+    from digest.app.replay import replay
+    from digest.app.settings import load_settings
+    from digest.pipeline.policy import Policy
 
     settings = load_settings(
         vm_url=corpus_backends.metrics.url,
@@ -100,7 +100,7 @@ async def test_replay_shares_history_between_days(
         policy_file=None,
     )
     calls: list[str] = []
-    import digest.trends as trends
+    import digest.pipeline.trends as trends
 
     original = trends.collect
 
@@ -131,7 +131,7 @@ def test_progress_bar_on_a_terminal() -> None:
     """On a terminal the progress is one redrawn bar ending in a newline; elsewhere plain lines (tested above)."""
     import io
 
-    from digest.replay import Progress
+    from digest.app.replay import Progress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

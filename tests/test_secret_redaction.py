@@ -18,13 +18,14 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from digest.bot import source_status
-from digest.embedded import EmbeddedBackends, free_port
-from digest.engine import Config
-from digest.logs import RedactingFormatter
-from digest.policy import Policy
-from digest.settings import load_settings
-from digest.sources import Endpoint, PrometheusSource
+from digest.app.bot import source_status
+from digest.app.engine import Config
+from digest.app.logs import RedactingFormatter
+from digest.app.settings import load_settings
+from digest.backends.http import Endpoint
+from digest.backends.prometheus import PrometheusSource
+from digest.pipeline.policy import Policy
+from testbed.embedded import EmbeddedBackends, free_port
 from tests.command import clean_env, run_digest
 from tests.fake_telegram import FakeTelegram
 from tests.misbehaving_server import Behaviour, recording_server

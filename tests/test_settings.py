@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from digest.settings import ConfigError, load_settings
+from digest.app.settings import ConfigError, load_settings
 from tests.command import clean_env, run_digest
 
 

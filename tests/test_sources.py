@@ -10,9 +10,10 @@ import pytest
 
 from checks.contract import SourceError, SourceErrorKind, Window
 from checks.log_questions import LineCount
+from digest.backends.http import Endpoint
+from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
-from digest.embedded import free_port
-from digest.sources import Endpoint, PrometheusSource
+from testbed.embedded import free_port
 from tests.misbehaving_server import Behaviour, misbehaving_server, recording_server
 
 AT = datetime(2026, 7, 21, tzinfo=UTC)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from digest.state import DeliveryState, DeliveryStatus, StateError
+from digest.pipeline.state import DeliveryState, DeliveryStatus, StateError
 
 
 def test_sent_delivery_is_never_claimed_again(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
-from digest.telegram_text import MAX_TEXT, split_html, utf16_length, visible_length
+from digest.channels.telegram.text import MAX_TEXT, split_html, utf16_length, visible_length
 
 
 class _Balance(HTMLParser):

@@ -8,8 +8,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from digest.backends.victorialogs import time_filter
-from digest.trends import earlier_windows
-from digest.window import WindowError, day_window, last_window, parse_date, parse_duration, parse_moment
+from digest.pipeline.trends import earlier_windows
+from digest.pipeline.window import WindowError, day_window, last_window, parse_date, parse_duration, parse_moment
 
 
 def test_utc_day_is_exactly_one_day() -> None:

@@ -99,7 +99,7 @@ from checks.log_questions import (
     field_label,
 )
 from checks.logsql import quoted
-from digest.sources import _HttpSource, _WrongPathError
+from digest.backends.http import HttpSource, WrongApiError
 
 # Promtail's and Alloy's Kubernetes labels; level is structured metadata or a label (a label filter reads both).
 DEFAULT_LABELS: Mapping[Role, str] = {
@@ -548,7 +548,7 @@ def _from_nanos(nanos: int) -> datetime:
 _Counted = list[tuple[dict[str, str], float | None, float]]  # (group, bucket start, count)
 
 
-class LokiSource(_HttpSource):
+class LokiSource(HttpSource):
     """Loki through its metric-query API (``/loki/api/v1/query`` and ``query_range``); lines are never read."""
 
     def __init__(self, *args: object, fields: Mapping[Role, str] | None = None, **kwargs: object) -> None:
@@ -729,5 +729,5 @@ class LokiSource(_HttpSource):
             return self._error(SourceErrorKind.HTTP, f"Loki is not ready (HTTP 503): {reason or 'no reason given'}")
         if status == 404 or "unsupported path" in lowered:
             # Not a Loki API at all: the shared transport names what answers there instead (`_identify`).
-            return _WrongPathError(self._endpoint.name, SourceErrorKind.HTTP, f"no {path or 'query path'}")
+            return WrongApiError(self._endpoint.name, SourceErrorKind.HTTP, f"no {path or 'query path'}")
         return None

@@ -43,7 +43,7 @@ from checks.log_questions import (
     field_label,
 )
 from checks.logsql import any_of_regex, field_name, quoted
-from digest.sources import _HttpSource
+from digest.backends.http import HttpSource
 
 # Vector's kubernetes_logs source (the fields it writes for every container line).
 DEFAULT_FIELDS: Mapping[Role, str] = {
@@ -193,7 +193,7 @@ def _bucket_start(raw: str) -> float | None:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
-class VictoriaLogsSource(_HttpSource):
+class VictoriaLogsSource(HttpSource):
     """VictoriaLogs through its LogsQL stats endpoint (server-side aggregation only)."""
 
     def __init__(self, *args: object, fields: Mapping[Role, str] | None = None, **kwargs: object) -> None:

@@ -1,0 +1,223 @@
+"""The `digest` command: `digest run` grades one window against your backends, `digest demo` shows it working.
+
+Exit codes, the same for every subcommand (the README's "Exit codes" table; `digest.app.serve` uses these constants):
+0 when the digest was made (even a CRITICAL or UNKNOWN one — the digest *is* the answer) and posted if asked;
+1 when a delivery failed, or no digest could be made at all (the demo's backends could not start); 2 for bad
+configuration, bad arguments or an unusable state file — one line naming the problem, never a traceback. The state
+file is opened before anything is computed, so `run --post` and `serve` refuse a corrupt one alike.
+
+This module and the scheduler are the only places that read the clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from checks.contract import Window
+from digest.app.engine import Config, load_config, make_chart, make_digest, open_history_store, stored_history
+from digest.app.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
+from digest.app.logs import configure_logging
+from digest.app.settings import ConfigError, Settings, load_settings
+from digest.output.render import FORMATS, Renderer, headline, unseen_spans
+from digest.pipeline.policy import Policy
+from digest.pipeline.window import WindowError, day_window, last_window, parse_date, parse_duration, parse_moment
+
+DEMO_DAY = "2026-07-20"
+
+
+def window_from_args(args: argparse.Namespace, settings: Settings, now: datetime) -> Window:
+    """The window the arguments ask for; ``now`` is the caller's clock."""
+    zone = settings.zone
+    if args.date is not None:
+        return day_window(parse_date(args.date), zone)
+    span = parse_duration("24h" if args.last is None else args.last)
+    at = now if args.at is None else parse_moment(args.at)
+    return last_window(span, at, zone)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="digest",
+        description="Daily cluster health digest from VictoriaMetrics and VictoriaLogs, graded on 10 points.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log queries and timings to stderr")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="grade one window (a calendar day, or the last N hours)")
+    which = run.add_mutually_exclusive_group()
+    which.add_argument("--date", metavar="YYYY-MM-DD", help="that calendar day in DIGEST_TIMEZONE")
+    which.add_argument("--last", metavar="DURATION", help="a window ending at --at or now, e.g. 24h (default), 6h")
+    run.add_argument("--at", metavar="RFC3339", help="end of a --last window, e.g. 2026-07-21T12:00:00Z")
+    run.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
+    run.add_argument("--chart", metavar="FILE.png", help="also draw the window's chart (hourly errors, 5xx, conntrack)")
+    run.add_argument(
+        "--post",
+        action="store_true",
+        help="also post the digest to DIGEST_TELEGRAM_CHAT_IDS, once per chat and window (for a CronJob)",
+    )
+
+    commands.add_parser("serve", help="run the Telegram bot: the daily post, /digest, /status, /help")
+
+    replay = commands.add_parser("replay", help="one digest per calendar day over a range of past days")
+    replay.add_argument("--from", dest="first", metavar="YYYY-MM-DD", required=True, help="first day")
+    replay.add_argument("--to", dest="last_day", metavar="YYYY-MM-DD", required=True, help="last day (inclusive)")
+    replay.add_argument(
+        "--format",
+        choices=("summary", "text", "json"),
+        default="summary",
+        help="summary: one line per day (default); text: each full digest; json: JSON lines, summaries on stderr",
+    )
+    replay.add_argument("--concurrency", type=_count, default=2, help="days computed at once (default 2)")
+    replay.add_argument("--post", action="store_true", help="post each day's digest once per chat")
+
+    demo = commands.add_parser("demo", help=f"load {DEMO_DAY} into embedded backends and print its digest")
+    demo.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
+    demo.add_argument("--date", metavar="YYYY-MM-DD", default=DEMO_DAY, help="a corpus day (default %(default)s)")
+    return parser
+
+
+def _count(text: str) -> int:
+    """An argparse type: a whole number in ASCII digits (``int()`` would also read "٣" as 3)."""
+    if not (text.isascii() and text.strip().isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(text)
+
+
+def _state_problem(settings: Settings) -> int | None:
+    """The exit code if the state file cannot be used (said in one line), or None; asked before computing."""
+    from digest.pipeline.state import DeliveryState, StateError
+
+    try:
+        DeliveryState(settings.state_path, owner="digest-cli-check").close()
+    except StateError as exc:
+        print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
+        return for_state_error(exc)
+    return None
+
+
+def _fail(message: str) -> int:
+    print(f"digest: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `digest` console script."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.verbose)
+    if args.command == "demo":
+        return _demo(args)
+    if args.command == "run" and args.at and args.date:
+        return _fail("--at goes with --last, not --date")
+    try:
+        config = load_config()
+        wants_telegram = args.command == "serve" or getattr(args, "post", False)
+        token = config.settings.require_telegram() if wants_telegram else None
+    except ConfigError as exc:
+        return _fail(str(exc))
+    # Secrets are known now: every later log line goes through the redacting formatter.
+    configure_logging(args.verbose, config.settings.secrets())
+    if args.command == "serve":
+        from digest.app.serve import serve
+
+        return serve(config, token or "")
+    if args.command == "replay":
+        return _replay(args, config, token)
+    try:
+        window = window_from_args(args, config.settings, datetime.now(UTC))
+    except WindowError as exc:
+        return _fail(str(exc))
+    chart = Path(args.chart) if args.chart else None
+    if args.post:
+        from digest.app.serve import post_window
+
+        problem = _state_problem(config.settings)
+        if problem is not None:
+            return problem
+
+        return asyncio.run(post_window(config, token or "", window, args.format, chart))
+    # The state file keeps the trends' past days when one is configured; a plain `digest run` writes no file.
+    store = open_history_store(config.settings) if "state_path" in config.settings.model_fields_set else None
+    try:
+        digest = asyncio.run(make_digest(config, window, history=stored_history(config, store)))
+    finally:
+        if store is not None:
+            store.close()
+    if chart is not None:
+        asyncio.run(make_chart(config, window, chart, headline(digest), unseen=unseen_spans(digest)))
+    sys.stdout.write(Renderer().render(digest, args.format))
+    return EXIT_OK
+
+
+def _replay(args: argparse.Namespace, config: Config, token: str | None) -> int:
+    from digest.app.replay import days_between, run_replay
+
+    try:
+        days = days_between(parse_date(args.first), parse_date(args.last_day))
+        for day in days:
+            day_window(day, config.settings.zone)  # a day the clocks skipped is refused before any query
+    except WindowError as exc:
+        return _fail(str(exc))
+    if not 1 <= args.concurrency <= 16:
+        return _fail("--concurrency must be between 1 and 16")
+    if args.post:
+        from digest.app.serve import replay_and_post
+
+        problem = _state_problem(config.settings)
+        if problem is not None:
+            return problem
+
+        return asyncio.run(replay_and_post(config, token or "", days, args.format, args.concurrency))
+    return run_replay(config, days, args.format, args.concurrency)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    # The demo's backends and corpus are development tooling (testbed/), shipped beside the product in a clone or a
+    # wheel, left out of the container image.
+    try:
+        from testbed.corpus import DAYS
+        from testbed.corpus import day as corpus_day
+        from testbed.embedded import EmbeddedBackends, EmbeddedError, load_corpus_day
+    except ImportError:
+        print("digest: demo needs the testbed package (install digest from a clone of its repository)", file=sys.stderr)
+        return EXIT_USAGE
+
+    try:
+        incident = corpus_day(parse_date(args.date))
+    except (WindowError, KeyError) as exc:
+        return _fail(str(exc).strip("'\""))
+    try:
+        with EmbeddedBackends() as backends:
+            print(
+                f"digest demo: loading {incident.date} ({incident.title}) into VictoriaMetrics and VictoriaLogs "
+                f"on 127.0.0.1:{backends.metrics.port} and :{backends.logs.port}…",
+                file=sys.stderr,
+            )
+            # The calm day before, when the corpus has it, gives the trends something to compare with.
+            before = DAYS.get(incident.date - timedelta(days=1))
+            for day in (before, incident):
+                if day is not None:
+                    load_corpus_day(backends, day)
+            settings = load_settings(
+                vm_url=backends.metrics.url,
+                vl_url=backends.logs.url,
+                cluster="homelab",
+                timezone="UTC",
+                policy_file=None,
+            )
+            config = Config(settings=settings, policy=Policy())
+            digest = asyncio.run(make_digest(config, day_window(incident.date, settings.zone)))
+    except EmbeddedError as exc:
+        print(f"digest demo: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    sys.stdout.write(Renderer().render(digest, args.format))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

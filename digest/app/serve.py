@@ -1,0 +1,190 @@
+"""Running the bot (`digest serve`) and the one-shot post (`digest run --post`, the CronJob path).
+
+Both go through the same `Poster`: the same splitting, retries and exactly-once state, keyed by chat and window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+from telegram import Update
+
+from checks.contract import Window
+from digest.app.bot import DigestBot, DigestService, build_application
+from digest.app.engine import Config, make_chart, make_digest, open_history_store, stored_history
+from digest.app.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
+from digest.app.health import DigestMetrics
+from digest.app.replay import replay
+from digest.channels.telegram.sender import DeliveryError, Outcome, Photo, Poster, Sender, open_bot
+from digest.output.render import Renderer, headline, unseen_spans
+from digest.pipeline.score import Digest
+from digest.pipeline.state import DeliveryState, StateError
+
+log = logging.getLogger(__name__)
+
+
+def _owner() -> str:
+    """Who holds a delivery lease: host, process and a random part (two instances never share one)."""
+    return f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}"
+
+
+def window_key(window: Window) -> str:
+    """The delivery key of an explicit window."""
+    return f"window:{window.start.isoformat()}/{window.end.isoformat()}"
+
+
+def serve(config: Config, token: str) -> int:
+    """Run the bot until interrupted (long polling, or a webhook when DIGEST_TELEGRAM_WEBHOOK_URL is set)."""
+    settings = config.settings
+    try:
+        state = DeliveryState(settings.state_path, _owner())
+    except StateError as exc:
+        print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
+        return for_state_error(exc)
+    try:
+        # The Bot API is asked once (getMe, retried within the delivery budget) before polling starts, so that a
+        # wrong API root or a refused token is one line and an exit code, not python-telegram-bot's traceback.
+        asyncio.run(_check_bot(token, settings.telegram_api_url))
+    except DeliveryError as exc:
+        state.close()
+        print(f"digest: cannot start the bot: {exc}", file=sys.stderr)
+        return EXIT_USAGE if exc.permanent else EXIT_FAILED
+    store = open_history_store(settings)
+    service = DigestService(config, metrics=DigestMetrics(), history_store=store)
+    bot = DigestBot(config=config, state=state, service=service)
+    application = build_application(bot, token)
+    try:
+        if settings.telegram_webhook_url:
+            secret = settings.telegram_webhook_secret.get_secret_value() if settings.telegram_webhook_secret else None
+            application.run_webhook(
+                listen=settings.telegram_webhook_listen,
+                port=settings.telegram_webhook_port,
+                url_path="telegram",
+                webhook_url=settings.telegram_webhook_url,
+                secret_token=secret,
+                allowed_updates=Update.ALL_TYPES,
+            )
+        else:
+            application.run_polling(allowed_updates=Update.ALL_TYPES, drop_pending_updates=False)
+    finally:
+        state.close()
+        if store is not None:
+            store.close()
+    return EXIT_OK
+
+
+async def _check_bot(token: str, api_root: str) -> None:
+    """`DeliveryError` unless the Bot API at ``api_root`` answers ``getMe`` for ``token``."""
+    async with open_bot(token, api_root):
+        pass
+
+
+@dataclass
+class ChatPoster:
+    """Posts a digest to every configured chat once per window (the `run --post` and `replay --post` path)."""
+
+    poster: Poster
+    chat_ids: tuple[int, ...]
+    renderer: Renderer
+    failures: int = 0
+
+    async def __call__(self, digest: Digest, photo: Photo | None = None) -> str:
+        """Post ``digest`` (and ``photo``); returns a short account ("chat 1: sent; chat 2: already_sent")."""
+        html = self.renderer.render(digest, "html")
+
+        async def message() -> str:
+            return html
+
+        async def attachment() -> Photo | None:
+            return photo
+
+        outcomes: list[str] = []
+        for chat_id in self.chat_ids:
+            result = await self.poster.post_once(chat_id, window_key(digest.window), message, photo=attachment)
+            log.info(
+                "chat %s, %s: %s%s",
+                chat_id,
+                digest.window.label,
+                result.outcome.value,
+                f" ({result.error})" if result.error else "",
+            )
+            outcomes.append(f"chat {chat_id}: {result.outcome.value}" + (f" ({result.error})" if result.error else ""))
+            if result.outcome in (Outcome.FAILED, Outcome.FAILED_PERMANENT, Outcome.BUSY):
+                self.failures += 1
+        return "; ".join(outcomes)
+
+
+@asynccontextmanager
+async def chat_poster(config: Config, token: str) -> AsyncIterator[ChatPoster]:
+    """A `ChatPoster` with an open Bot and the delivery state.
+
+    `StateError` if the state file is unusable; `DeliveryError` if the Telegram API cannot be opened.
+    """
+    settings = config.settings
+    state = DeliveryState(settings.state_path, _owner())
+    try:
+        async with open_bot(token, settings.telegram_api_url) as bot:
+            yield ChatPoster(
+                Poster(sender=Sender(bot, state=state), state=state),
+                settings.telegram_chat_ids,
+                Renderer().preload("html"),
+            )
+    finally:
+        state.close()
+
+
+async def post_window(config: Config, token: str, window: Window, fmt: str, chart: Path | None = None) -> int:
+    """Compute the digest of ``window`` once, post it to every chat that has not had it, and print it.
+
+    With ``chart``, the window's chart is drawn there and attached to each post.
+    """
+    store = open_history_store(config.settings)
+    try:
+        digest = await make_digest(config, window, history=stored_history(config, store))
+    finally:
+        if store is not None:
+            store.close()
+    photo = None
+    if chart is not None:
+        caption = await make_chart(config, window, chart, headline(digest), unseen=unseen_spans(digest))
+        photo = Photo(png=await asyncio.to_thread(chart.read_bytes), caption=caption)
+    try:
+        async with chat_poster(config, token) as post:
+            account = await post(digest, photo)
+    except StateError as exc:
+        print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
+        return for_state_error(exc)
+    except DeliveryError as exc:
+        # Nothing was claimed or sent; the digest is still the run's answer, on stdout.
+        print(f"digest: not posted: {exc}", file=sys.stderr)
+        sys.stdout.write(Renderer().render(digest, fmt))
+        return EXIT_USAGE if exc.permanent else EXIT_FAILED
+    for line in account.split("; "):
+        print(f"digest: {line}", file=sys.stderr)
+    sys.stdout.write(post.renderer.render(digest, fmt))
+    return EXIT_FAILED if post.failures else EXIT_OK
+
+
+async def replay_and_post(config: Config, token: str, days: list[date], fmt: str, concurrency: int) -> int:
+    """`digest replay --post`: every day's digest, each posted once per chat."""
+    try:
+        async with chat_poster(config, token) as post:
+            await replay(config, days, fmt, concurrency, sys.stdout, sys.stderr, post)
+    except StateError as exc:
+        print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
+        return for_state_error(exc)
+    except DeliveryError as exc:
+        # Nothing was claimed or sent; the days are still replayed and printed.
+        print(f"digest: not posted: {exc}", file=sys.stderr)
+        await replay(config, days, fmt, concurrency, sys.stdout, sys.stderr)
+        return EXIT_USAGE if exc.permanent else EXIT_FAILED
+    return EXIT_FAILED if post.failures else EXIT_OK

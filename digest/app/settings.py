@@ -1,0 +1,484 @@
+"""Settings from the environment (prefix ``DIGEST_``), read once at start and passed down.
+
+Secrets have ``_FILE`` variants (as in healthchecks and the Docker convention) so that a Kubernetes Secret can be
+mounted as a file instead of being placed in the environment; a secret is kept as `SecretStr` and never printed.
+A bad value fails at start with `ConfigError`, whose message is one line naming the variable.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+from datetime import time
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import httpx
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
+
+from digest.backends.http import DEFAULT_MAX_RESPONSE_MIB, MIB, Endpoint, url_userinfo
+
+ENV_PREFIX = "DIGEST_"
+
+
+class ConfigError(Exception):
+    """A configuration problem, described in one line that names the setting."""
+
+
+def _breaks_a_request(text: str) -> bool:
+    """Whether ``text`` holds a space or a control character, which no URL or header value can carry as is."""
+    return any(character.isspace() or not character.isprintable() for character in text)
+
+
+def _check_url(value: str) -> str:
+    """``value`` without a trailing slash if httpx can send to it; the reasons never echo it (it may hold a secret)."""
+    try:
+        parts = urlsplit(value)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # an unclosed IPv6 bracket
+        usable = False
+    if not usable:
+        raise ValueError("must be an http:// or https:// URL")
+    if _breaks_a_request(value):
+        raise ValueError("must not contain spaces or control characters")
+    try:
+        port = parts.port
+    except ValueError:  # urllib's "Port out of range 0-65535" / "could not be cast to integer"
+        port = 0
+    if port == 0:
+        raise ValueError("must have a port between 1 and 65535 (or none)")
+    try:
+        # `.host` decodes the IDNA form as httpx does for every request: "xn--zz" parses but fails there.
+        httpx.URL(value).host  # noqa: B018  # evaluated for the error it raises, not for its value
+    except httpx.InvalidURL:
+        raise ValueError("is not a URL httpx can send requests to") from None
+    except ValueError:  # idna.IDNAError (a UnicodeError): a malformed internationalised host name
+        raise ValueError("has a host name that is not valid IDNA (e.g. a broken xn-- label)") from None
+    return value.rstrip("/")
+
+
+# An HTTP header name (RFC 7230's token) and value (visible ASCII and spaces): anything else fails at the first
+# request deep inside httpx, as a traceback per query, instead of once at start.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
+# Headers that httpx and HTTP framing set themselves: a configured one breaks the request (a wrong Content-Length
+# is a protocol error per query).
+_FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "host", "connection", "content-type"})
+
+
+def _check_headers(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` if each can be sent as is; the reasons name a header but never echo a value."""
+    for name, value in headers.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise ValueError("a header name is not an HTTP token (ASCII letters, digits and !#$%&'*+-.^_`|~ only)")
+        if name.lower() in _FRAMING_HEADERS:
+            raise ValueError(f"header {name!r} is set by the HTTP client itself and cannot be configured")
+        if not _HEADER_VALUE.fullmatch(value):
+            raise ValueError(f"the value of header {name!r} must be printable ASCII without control characters")
+    return headers
+
+
+# A Bot API token as BotFather issues it: the bot's numeric id, a colon, and a URL-safe secret.
+_TELEGRAM_TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
+
+
+class Settings(BaseSettings):
+    """Everything the digest reads from its environment."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    vm_url: str = "http://127.0.0.1:8428"
+    vl_url: str = "http://127.0.0.1:9428"
+    timezone: str = "UTC"
+    cluster: str = "cluster"
+
+    vm_bearer_token: SecretStr | None = None
+    vm_bearer_token_file: Path | None = None
+    vm_username: str | None = None
+    vm_password: SecretStr | None = None
+    vm_password_file: Path | None = None
+    vm_headers: dict[str, str] = Field(default_factory=dict)
+
+    vl_bearer_token: SecretStr | None = None
+    vl_bearer_token_file: Path | None = None
+    vl_username: str | None = None
+    vl_password: SecretStr | None = None
+    vl_password_file: Path | None = None
+    vl_headers: dict[str, str] = Field(default_factory=dict)
+    vl_account_id: Annotated[int, Field(ge=0)] | None = None
+    vl_project_id: Annotated[int, Field(ge=0)] | None = None
+
+    # Loki instead of VictoriaLogs: setting DIGEST_LOKI_URL selects it (DIGEST_VL_URL must then be left unset).
+    loki_url: str | None = None
+    loki_bearer_token: SecretStr | None = None
+    loki_bearer_token_file: Path | None = None
+    loki_username: str | None = None
+    loki_password: SecretStr | None = None
+    loki_password_file: Path | None = None
+    loki_headers: dict[str, str] = Field(default_factory=dict)
+    loki_tenant: str | None = None  # sent as X-Scope-OrgID (multi-tenant Loki)
+
+    query_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
+    max_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
+    # The most one backend answer may weigh (decompressed); past it the query fails instead of the pod's memory.
+    max_response_mib: Annotated[int, Field(gt=0)] = DEFAULT_MAX_RESPONSE_MIB
+    policy_file: Path | None = None
+
+    # Telegram: only `digest serve` and `digest run --post` need these.
+    telegram_token: SecretStr | None = None
+    telegram_token_file: Path | None = None
+    telegram_api_url: str = "https://api.telegram.org"
+    telegram_chat_ids: Annotated[tuple[int, ...], NoDecode] = ()
+    telegram_admin_ids: Annotated[tuple[int, ...], NoDecode] = ()
+    telegram_webhook_url: str | None = None
+    telegram_webhook_listen: str = "0.0.0.0"  # noqa: S104  # a webhook must be reachable from outside the pod
+    telegram_webhook_port: Annotated[int, Field(ge=1, le=65535)] = 8443
+    telegram_webhook_secret: SecretStr | None = None
+    post_at: str = "12:00"
+    late_grace_hours: Annotated[float, Field(ge=0, le=24)] = 6.0
+    state_path: Path = Path("digest-state.sqlite")
+    # /digest per chat: up to COMMAND_BURST digests in any COMMAND_BURST_WINDOW_SECONDS; more are queued, not refused.
+    command_burst: Annotated[int, Field(ge=1, le=100)] = 3
+    command_burst_window_seconds: Annotated[float, Field(ge=0, le=3600)] = 60.0
+    digest_deadline_seconds: Annotated[float, Field(gt=0, le=600)] = 90.0
+    health_port: Annotated[int, Field(ge=0, le=65535)] = 8080
+    telegram_chart: bool = True
+    # Pinged (GET) after each successful daily post: a healthchecks.io-style dead man's switch outside the cluster.
+    heartbeat_url: SecretStr | None = None
+
+    @field_validator("telegram_chat_ids", "telegram_admin_ids", mode="before")
+    @classmethod
+    def _ids(cls, value: object) -> object:
+        if isinstance(value, str):
+            parts = [part.strip() for part in value.replace(";", ",").split(",") if part.strip()]
+            try:
+                return tuple(int(part) for part in parts)
+            except ValueError:
+                raise ValueError("must be comma-separated integer chat ids, e.g. -1001234567890,42") from None
+        return value
+
+    @field_validator("heartbeat_url")
+    @classmethod
+    def _heartbeat(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            _check_url(value.get_secret_value())
+        return value
+
+    @field_validator("telegram_api_url")
+    @classmethod
+    def _api_url(cls, value: str) -> str:
+        return _check_url(value)
+
+    @field_validator("telegram_webhook_url")
+    @classmethod
+    def _webhook_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_url(value)
+
+    @field_validator("vm_headers", "vl_headers", "loki_headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_headers(value)
+
+    @field_validator("post_at")
+    @classmethod
+    def _post_at(cls, value: str) -> str:
+        try:
+            hours, minutes = (int(part) for part in value.strip().split(":"))
+        except ValueError:
+            raise ValueError("must be HH:MM, e.g. 12:00") from None
+        if not (0 <= hours < 24 and 0 <= minutes < 60):
+            raise ValueError("must be HH:MM between 00:00 and 23:59")
+        return f"{hours:02d}:{minutes:02d}"
+
+    @field_validator("vm_url", "vl_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _check_url(value)
+
+    @field_validator("loki_url")
+    @classmethod
+    def _loki_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_url(value)
+
+    @field_validator("loki_tenant")
+    @classmethod
+    def _tenant(cls, value: str | None) -> str | None:
+        if value is not None and (not value or _breaks_a_request(value) or not value.isascii()):
+            raise ValueError("must be one line of printable ASCII without spaces (Loki's X-Scope-OrgID)")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown IANA time zone {value!r}") from None
+        return value
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster(cls, value: str) -> str:
+        if not value.strip() or len(value) > 64:
+            raise ValueError("must be 1 to 64 characters")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _secret_files(self) -> Settings:
+        if self.loki_url is not None and "vl_url" in self.model_fields_set:
+            raise ValueError(
+                f"{ENV_PREFIX}LOKI_URL and {ENV_PREFIX}VL_URL are both set: set the one log backend the digest reads"
+            )
+        for name in _SECRET_FILES:
+            path: Path | None = getattr(self, f"{name}_file")
+            if path is None:
+                continue
+            if getattr(self, name) is not None:
+                raise ValueError(f"{ENV_PREFIX}{name.upper()} and {ENV_PREFIX}{name.upper()}_FILE are both set")
+            try:
+                secret = path.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ValueError(
+                    f"{ENV_PREFIX}{name.upper()}_FILE: cannot read {path} ({exc.strerror or type(exc).__name__})"
+                ) from None
+            except UnicodeDecodeError:
+                raise ValueError(f"{ENV_PREFIX}{name.upper()}_FILE: cannot read {path} (not UTF-8 text)") from None
+            # The model is frozen; setting the resolved secret once here is the only mutation.
+            object.__setattr__(self, name, SecretStr(secret))
+        # Tokens travel in a URL path or a header, where a newline or a space breaks the request deep inside the
+        # HTTP stack; the reason never shows the token, nor where it differs.
+        for name in ("vm_bearer_token", "vl_bearer_token", "loki_bearer_token", "telegram_token"):
+            held: SecretStr | None = getattr(self, name)
+            token = held.get_secret_value() if held is not None else ""
+            variable = f"{ENV_PREFIX}{name.upper()}{'_FILE' if getattr(self, f'{name}_file') is not None else ''}"
+            if name == "telegram_token" and token and not _TELEGRAM_TOKEN.fullmatch(token):
+                raise ValueError(
+                    f"{variable}: not a bot token (BotFather's form is digits, a colon, then letters, digits, _ or -)"
+                )
+            if _breaks_a_request(token):
+                raise ValueError(f"{variable}: must be one line without spaces or control characters")
+            if not token.isascii():
+                # A bearer token is a header value, which httpx encodes as ASCII: anything else fails per request.
+                raise ValueError(f"{variable}: must be ASCII (a header value cannot carry other characters)")
+        for prefix in ("vm", "vl", "loki"):
+            if getattr(self, f"{prefix}_password") is not None and not getattr(self, f"{prefix}_username"):
+                raise ValueError(
+                    f"{ENV_PREFIX}{prefix.upper()}_PASSWORD is set without {ENV_PREFIX}{prefix.upper()}_USERNAME"
+                )
+        return self
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    @property
+    def post_time(self) -> time:
+        """The daily post time, in DIGEST_TIMEZONE."""
+        hours, minutes = (int(part) for part in self.post_at.split(":"))
+        return time(hours, minutes, tzinfo=self.zone)
+
+    def secrets(self) -> list[str]:
+        """Every secret value, for the log redactor (which also masks each one percent-encoded).
+
+        Besides the secret settings: credentials written into a URL, the values of the extra headers (often an API
+        key), and the heartbeat URL's path, which is its secret part and survives httpx's normalising of the URL.
+        """
+        values = [
+            self.vm_bearer_token,
+            self.vm_password,
+            self.vl_bearer_token,
+            self.vl_password,
+            self.loki_bearer_token,
+            self.loki_password,
+            self.telegram_token,
+            self.telegram_webhook_secret,
+            self.heartbeat_url,
+        ]
+        secrets = [value.get_secret_value() for value in values if value is not None]
+        for url in (self.vm_url, self.vl_url, self.loki_url, self.telegram_api_url, self.telegram_webhook_url):
+            if url:
+                secrets.extend(url_secrets(url))
+        if self.heartbeat_url is not None:
+            heartbeat = self.heartbeat_url.get_secret_value()
+            secrets.extend(url_secrets(heartbeat))
+            path = urlsplit(heartbeat)._replace(scheme="", netloc="").geturl()
+            if len(path) > 1:
+                secrets.append(path)
+            secrets.extend(_printed_forms(heartbeat))
+        headers = {**self.vm_headers, **self.vl_headers, **self.loki_headers}
+        secrets.extend(value for value in headers.values() if value)
+        return secrets
+
+    def require_telegram(self) -> str:
+        """The bot token; `ConfigError` naming the variables when it or the chats are missing."""
+        if self.telegram_token is None or not self.telegram_token.get_secret_value():
+            raise ConfigError(f"{ENV_PREFIX}TELEGRAM_TOKEN: not set (or set {ENV_PREFIX}TELEGRAM_TOKEN_FILE)")
+        if not self.telegram_chat_ids:
+            raise ConfigError(f"{ENV_PREFIX}TELEGRAM_CHAT_IDS: not set (comma-separated chat ids to post to)")
+        return self.telegram_token.get_secret_value()
+
+    def vm_endpoint(self) -> Endpoint:
+        """How to reach VictoriaMetrics (or vmselect / Prometheus)."""
+        return self._endpoint(
+            "VictoriaMetrics",
+            "vm_url",
+            self.vm_url,
+            self.vm_bearer_token,
+            self.vm_username,
+            self.vm_password,
+            self.vm_headers,
+            {},
+        )
+
+    @property
+    def log_backend(self) -> LogBackend:
+        """Which log backend the digest reads: Loki when DIGEST_LOKI_URL is set, else VictoriaLogs."""
+        return LogBackend.LOKI if self.loki_url is not None else LogBackend.VICTORIALOGS
+
+    def logs_endpoint(self) -> Endpoint:
+        """How to reach the log backend the settings select."""
+        if self.loki_url is None:
+            return self.vl_endpoint()
+        return self._endpoint(
+            "Loki",
+            "loki_url",
+            self.loki_url,
+            self.loki_bearer_token,
+            self.loki_username,
+            self.loki_password,
+            self.loki_headers,
+            {"X-Scope-OrgID": self.loki_tenant} if self.loki_tenant else {},
+        )
+
+    def vl_endpoint(self) -> Endpoint:
+        """How to reach VictoriaLogs, with its tenant headers."""
+        tenant: dict[str, str] = {}
+        if self.vl_account_id is not None:
+            tenant["AccountID"] = str(self.vl_account_id)
+        if self.vl_project_id is not None:
+            tenant["ProjectID"] = str(self.vl_project_id)
+        return self._endpoint(
+            "VictoriaLogs",
+            "vl_url",
+            self.vl_url,
+            self.vl_bearer_token,
+            self.vl_username,
+            self.vl_password,
+            self.vl_headers,
+            tenant,
+        )
+
+    def _endpoint(
+        self,
+        name: str,
+        setting: str,
+        url: str,
+        token: SecretStr | None,
+        username: str | None,
+        password: SecretStr | None,
+        headers: dict[str, str],
+        tenant: dict[str, str],
+    ) -> Endpoint:
+        merged = {**headers, **tenant}
+        if token is not None:
+            merged["Authorization"] = f"Bearer {token.get_secret_value()}"
+        basic = (username, password.get_secret_value() if password else "") if username else None
+        return Endpoint(
+            name=name,
+            url=url,
+            headers=merged,
+            basic_auth=basic,
+            timeout_seconds=self.query_timeout,
+            max_concurrency=self.max_concurrency,
+            max_response_bytes=self.max_response_mib * MIB,
+            setting=f"{ENV_PREFIX}{setting.upper()}",
+        )
+
+
+class LogBackend(enum.StrEnum):
+    """The log backends the digest can read."""
+
+    VICTORIALOGS = "victorialogs"
+    LOKI = "loki"
+
+
+# The secrets that may be given in a file instead (DIGEST_X_FILE), read once at start.
+_SECRET_FILES = (
+    "vm_bearer_token",
+    "vm_password",
+    "vl_bearer_token",
+    "vl_password",
+    "loki_bearer_token",
+    "loki_password",
+    "telegram_token",
+)
+
+# Settings that were replaced by others. Unknown variables are ignored (extra="ignore"), so an old one left in a
+# ConfigMap would silently stop meaning anything; start-up refuses it instead, naming what to set.
+_RETIRED = {
+    "command_cooldown_seconds": f"{ENV_PREFIX}COMMAND_BURST and {ENV_PREFIX}COMMAND_BURST_WINDOW_SECONDS",
+}
+
+
+def _refuse_retired(overrides: dict[str, object]) -> None:
+    # pydantic-settings reads variable names case-insensitively; so does this check.
+    environment = {name.upper() for name in os.environ}
+    for name, replacement in _RETIRED.items():
+        variable = f"{ENV_PREFIX}{name.upper()}"
+        if name in overrides or variable in environment:
+            raise ConfigError(f"{variable}: no longer read; set {replacement} instead")
+
+
+def url_secrets(url: str) -> list[str]:
+    """The credentials written in ``url`` as written (``user:pass``, ``pass``) and decoded; [] when it has none.
+
+    A user without a password is a token (``https://TOKEN@host``), so then the user is the secret.
+    """
+    userinfo = urlsplit(url).netloc.rpartition("@")[0]
+    credentials = url_userinfo(url)
+    if credentials is None:
+        return []
+    user, password = credentials
+    written_password = userinfo.partition(":")[2]
+    found = [userinfo, f"{user}:{password}", password, written_password] if password else [userinfo, user]
+    return [secret for secret in found if secret]
+
+
+def _printed_forms(url: str) -> list[str]:
+    """The secret parts of ``url`` as httpx prints them in its request log, which re-encodes what it must.
+
+    ``/ping/hb{key}`` is logged as ``/ping/hb%7Bkey%7D``: neither the URL as written nor its standard encodings
+    match that, so the path and query as httpx holds them (raw and decoded) are masked too.
+    """
+    parsed = httpx.URL(url)
+    raw_path, _, raw_query = parsed.raw_path.decode("ascii").partition("?")
+    forms = [str(parsed).split("://", 1)[-1].partition("/")[2], raw_path, parsed.path, raw_query, parsed.query.decode()]
+    return [form for form in forms if len(form) > 1]
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the settings from the environment; raise `ConfigError` with one line naming the bad variable."""
+    _refuse_retired(overrides)
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]  # pydantic validates the overrides at run time
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, ENV_PREFIX)) from None
+    except SettingsError as exc:
+        # pydantic-settings fails before validation when a complex value (a dict) is not JSON.
+        field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else "?"
+        raise ConfigError(f"{ENV_PREFIX}{field.upper()}: not valid JSON (expected an object)") from None
+
+
+def describe_validation_error(exc: ValidationError, prefix: str) -> str:
+    """The first problem of a validation error as ``PREFIX_FIELD: reason`` (one line, no input echoed)."""
+    first = exc.errors(include_input=False, include_url=False)[0]
+    location = [str(part) for part in first.get("loc", ()) if part != "__root__"]
+    message = str(first.get("msg", "invalid value"))
+    message = message.removeprefix("Value error, ")
+    if not location:
+        return message
+    return f"{prefix}{location[0].upper()}{''.join(f'.{part}' for part in location[1:])}: {message}"

@@ -1,0 +1,466 @@
+"""HTTP clients of the two backends, and the one place where their failures become `SourceError`.
+
+VictoriaMetrics is spoken to through the Prometheus HTTP API (`/api/v1/query` with `time=`, `/api/v1/query_range`),
+so vmselect (with its `/select/<tenant>/prometheus` prefix) and Prometheus work too. VictoriaLogs is spoken to
+through `/select/logsql/stats_query` and `/select/logsql/stats_query_range`: every count is computed by the backend,
+no log line is ever downloaded. Tenants go in `AccountID`/`ProjectID` headers.
+
+Each source bounds its concurrent queries with a semaphore, each query with a timeout, and each answer's size: the
+body is streamed and reading stops at `Endpoint.max_response_bytes` (a Content-Length above it is refused before
+any of the body is read), because a proxy or backend answering 300 MB would otherwise be held whole in memory — many
+times over once decoded — and a pod's memory limit would kill the digest before it could say anything. Whatever goes
+wrong (refused connection, DNS, timeout, HTTP error, an HTML error page, malformed JSON, an answer too large) is
+translated here, once, into `SourceError`; messages never contain credentials, query strings or response bodies
+beyond the backend's own short error text.
+
+Compressed answers are inflated here, not by httpx: the raw stream is read and each chunk inflated with zlib's
+``max_length`` so that no call produces more than what is left under the cap (plus one byte, to notice the
+overflow). httpx's own decoder inflates a whole network chunk in one call, and a chunk of gzip can hold a thousand
+times its size. Only a single ``gzip`` or ``deflate`` coding is accepted: stacked codings (``gzip, gzip``, where
+one small chunk of the outer layer is a huge inner one) and codings the digest did not ask for are refused.
+
+Credentials written into a URL (``http://user:pass@host/``) are taken out of it before httpx sees it and sent as
+basic auth instead: httpx logs every request URL at INFO, userinfo included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import ssl
+import traceback
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import httpx
+
+from checks.contract import RangeSeries, Sample, SourceError, SourceErrorKind
+
+_MAX_ERROR_TEXT = 300
+MIB = 1024 * 1024
+DEFAULT_MAX_RESPONSE_MIB = 32
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a backend lives and how to authenticate to it."""
+
+    name: str  # "VictoriaMetrics" / "VictoriaLogs": used in messages
+    url: str  # base URL including any path prefix
+    headers: Mapping[str, str] = field(default_factory=dict)
+    basic_auth: tuple[str, str] | None = None
+    timeout_seconds: float = 30.0
+    max_concurrency: int = 4
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_MIB * MIB
+    setting: str = ""  # the variable that names this URL ("DIGEST_VL_URL"), for messages that say what to change
+
+    @property
+    def display_url(self) -> str:
+        """The base URL without user info, query or fragment, safe for logs and messages."""
+        return without_userinfo(self.url)
+
+    @property
+    def request_auth(self) -> tuple[str, str] | None:
+        """The basic-auth pair to send: the configured one, else the user info written in the URL (decoded)."""
+        if self.basic_auth is not None:
+            return self.basic_auth
+        return url_userinfo(self.url)
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without its ``user:password@`` part, query and fragment; the host keeps its IPv6 brackets and port."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def url_userinfo(url: str) -> tuple[str, str] | None:
+    """The percent-decoded ``(user, password)`` written in ``url``, or None when it has none."""
+    parts = urlsplit(url)
+    if not parts.username and not parts.password:
+        return None
+    return unquote(parts.username or ""), unquote(parts.password or "")
+
+
+def tls_context(urls: Iterable[str]) -> ssl.SSLContext:
+    """One TLS context for the backends' clients, built once: the CA bundle is loaded only if a URL is https.
+
+    Loading the bundle costs tens of milliseconds per client, at every start of ``digest run``. For plain-HTTP
+    backends the context is never used; it is an empty one that still verifies certificates and host names, so it
+    fails closed rather than open if it ever were.
+    """
+    if any(urlsplit(url).scheme == "https" for url in urls):
+        return httpx.create_ssl_context()
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
+class HttpSource:
+    """Shared transport: one httpx client, a concurrency bound, and the error translation."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        transport: httpx.AsyncBaseTransport | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self._endpoint = endpoint
+        credentials = endpoint.request_auth
+        auth = httpx.BasicAuth(*credentials) if credentials else None
+        self._client = httpx.AsyncClient(
+            headers=dict(endpoint.headers),
+            auth=auth,
+            verify=tls if tls is not None else tls_context([endpoint.url]),
+            timeout=httpx.Timeout(endpoint.timeout_seconds),
+            transport=transport,
+            follow_redirects=False,
+        )
+        self._semaphore = asyncio.Semaphore(max(1, endpoint.max_concurrency))
+        # Never the URL as written: httpx would log its user info with every request.
+        self._base = without_userinfo(endpoint.url).rstrip("/")
+        self._in_flight: dict[tuple[str, tuple[tuple[str, str], ...]], asyncio.Task[Any]] = {}
+        self._identified: asyncio.Task[str] | None = None
+        self.queries_sent = 0
+
+    @property
+    def name(self) -> str:
+        return self._endpoint.name
+
+    async def aclose(self) -> None:
+        # A query whose callers all gave up may still be running: stop it before its client goes away.
+        leftover = list(self._in_flight.values())
+        for task in leftover:
+            task.cancel()
+        await asyncio.gather(*leftover, return_exceptions=True)
+        await self._client.aclose()
+
+    def _error(self, kind: SourceErrorKind, message: str) -> SourceError:
+        return SourceError(self._endpoint.name, kind, message)
+
+    async def _post_json(self, path: str, form: Mapping[str, str]) -> Any:
+        """The decoded ``data`` of one query; identical queries in flight at the same time are sent once.
+
+        Checks share gates (kube-state-metrics' ``up``, the containers that restarted) and write them identically,
+        so coalescing them here saves the backend the work without coupling the checks to each other. The shared
+        request is shielded: one caller's deadline cancelling its wait does not cancel the others'.
+        """
+        key = (path, tuple(sorted(form.items())))
+        task = self._in_flight.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self._exchange(path, form))
+            self._in_flight[key] = task
+            task.add_done_callback(lambda done: self._forget(key, done))
+        return await asyncio.shield(task)
+
+    def _forget(self, key: tuple[str, tuple[tuple[str, str], ...]], done: asyncio.Task[Any]) -> None:
+        if self._in_flight.get(key) is done:
+            del self._in_flight[key]
+        if not done.cancelled():
+            done.exception()  # retrieved, so that an error nobody waits for any more is not logged as lost
+
+    async def _exchange(self, path: str, form: Mapping[str, str]) -> Any:
+        try:
+            return await self._exchange_once(path, form)
+        except WrongApiError:
+            # Asked once per source, however many queries hit the same wall at the same time.
+            if self._identified is None:
+                self._identified = asyncio.ensure_future(self._identify())
+            raise self._error(SourceErrorKind.HTTP, await asyncio.shield(self._identified)) from None
+        except SourceError as exc:
+            _release_frames(exc)
+            raise
+
+    async def _identify(self) -> str:
+        """What answers at this URL, when it does not know the API asked: named, so the reader fixes the right URL.
+
+        Three cheap probes, each a known endpoint of one kind of backend: VictoriaLogs' stats query, Loki's build
+        info, the Prometheus API's build info (VictoriaMetrics answers it with no version, Prometheus with one).
+        """
+        probes: tuple[tuple[str, str, dict[str, str] | None, str], ...] = (
+            ("POST", "/select/logsql/stats_query", {"query": "_time:1m | stats count()"}, "VictoriaLogs"),
+            ("GET", "/loki/api/v1/status/buildinfo", None, "Loki"),
+            ("GET", "/api/v1/status/buildinfo", None, "Prometheus"),
+        )
+        found = ""
+        for method, path, form, name in probes:
+            if name == self._endpoint.name:
+                continue
+            try:
+                async with asyncio.timeout(min(5.0, self._endpoint.timeout_seconds)):
+                    response = await self._client.request(method, self._base + path, data=form)
+                payload = response.json() if response.status_code == 200 else None
+            except (httpx.HTTPError, TimeoutError, ValueError):
+                continue
+            if not isinstance(payload, dict):
+                continue
+            if name == "Prometheus" and payload.get("status") == "success":
+                data = payload.get("data")
+                found = "a Prometheus" if isinstance(data, dict) and data.get("version") else "a VictoriaMetrics"
+            elif name == "Loki" and "version" in payload:
+                found = "a Loki"
+            elif name == "VictoriaLogs" and payload.get("status") == "success":
+                found = "a VictoriaLogs"
+            if found:
+                break
+        setting = f" (check {self._endpoint.setting})" if self._endpoint.setting else ""
+        url = self._endpoint.display_url
+        if found:
+            return f"{url} is {found}, not the {self._endpoint.name} API{setting}"
+        return f"{url} does not serve the {self._endpoint.name} API (HTTP 404 or unsupported path){setting}"
+
+    async def _exchange_once(self, path: str, form: Mapping[str, str]) -> Any:
+        async with self._semaphore:
+            self.queries_sent += 1
+            try:
+                # asyncio.timeout bounds the whole exchange, httpx's timeout only each network phase.
+                async with (
+                    asyncio.timeout(self._endpoint.timeout_seconds),
+                    self._client.stream("POST", self._base + path, data=dict(form)) as response,
+                ):
+                    body = await self._read_bounded(response)
+            except (TimeoutError, httpx.TimeoutException):
+                raise self._error(
+                    SourceErrorKind.TIMEOUT, f"no answer within {self._endpoint.timeout_seconds:g} s"
+                ) from None
+            except httpx.InvalidURL:
+                raise self._error(SourceErrorKind.UNREACHABLE, f"invalid URL {self._endpoint.display_url}") from None
+            except httpx.TransportError as exc:
+                raise self._error(
+                    SourceErrorKind.UNREACHABLE,
+                    f"cannot reach {self._endpoint.display_url} ({type(exc).__name__})",
+                ) from None
+            except httpx.DecodingError:
+                raise self._error(SourceErrorKind.BAD_RESPONSE, "undecodable compressed body") from None
+            except ExceptionGroup as group:
+                # anyio's connect_tcp races addresses in a TaskGroup: a failure httpcore does not map (an
+                # OverflowError from the socket layer) escapes as a group, which is still "cannot reach".
+                leaf = group.exceptions[0]
+                raise self._error(
+                    SourceErrorKind.UNREACHABLE,
+                    f"cannot reach {self._endpoint.display_url} ({type(leaf).__name__})",
+                ) from None
+        return self._decode(response, body.decode(response.encoding or "utf-8", errors="replace"))
+
+    async def _read_bounded(self, response: httpx.Response) -> bytearray:
+        """The body of a streamed response, at most ``max_response_bytes`` after decompression.
+
+        Past the cap the error is raised at once; leaving the ``stream`` block then closes the connection, so the
+        rest is never read. A declared Content-Length above the cap is refused before reading anything.
+        """
+        cap = self._endpoint.max_response_bytes
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > cap:
+            raise self._too_large()
+        inflater = self._inflater(response)
+        body = bytearray()
+        async for chunk in response.aiter_raw():
+            if inflater is None:
+                if len(body) + len(chunk) > cap:
+                    raise self._too_large()
+                body += chunk
+                continue
+            try:
+                inflated = inflater.inflate(chunk, cap - len(body))
+            except zlib.error:
+                raise self._error(SourceErrorKind.BAD_RESPONSE, "undecodable compressed body") from None
+            if inflated is None:
+                raise self._too_large()
+            body += inflated
+        return body
+
+    def _inflater(self, response: httpx.Response) -> BoundedInflater | None:
+        """The inflater the response's Content-Encoding calls for; None for an uncompressed body."""
+        header = response.headers.get("content-encoding", "")
+        codings = [coding.strip().lower() for coding in header.split(",") if coding.strip()]
+        codings = [coding for coding in codings if coding != "identity"]
+        if len(codings) > 1:
+            named = ", ".join(coding[:20] for coding in codings[:4])
+            raise self._error(SourceErrorKind.BAD_RESPONSE, f"response with stacked encodings ({named})")
+        if not codings:
+            return None
+        if codings[0] not in _CODINGS:
+            raise self._error(SourceErrorKind.BAD_RESPONSE, f"response with unsupported encoding {codings[0][:20]!r}")
+        return BoundedInflater(codings[0])
+
+    def _too_large(self) -> SourceError:
+        cap_mib = self._endpoint.max_response_bytes / MIB
+        return self._error(SourceErrorKind.BAD_RESPONSE, f"response larger than {cap_mib:g} MiB")
+
+    def _decode(self, response: httpx.Response, text: str) -> Any:
+        content_type = response.headers.get("content-type", "")
+        if response.status_code == 404 or (response.status_code == 400 and "unsupported path" in text):
+            # Another kind of backend (VictoriaMetrics and VictoriaLogs answer 400 "unsupported path", Loki and
+            # Prometheus 404): not a failed query, a wrong URL — `_exchange` names what answered.
+            raise WrongApiError(self._endpoint.name, SourceErrorKind.HTTP, "wrong API")
+        if response.status_code in (400, 422):
+            raise self._error(SourceErrorKind.QUERY, f"query rejected: {_short_error(text)}")
+        if response.status_code >= 300:
+            raise self._error(
+                SourceErrorKind.HTTP, f"HTTP {response.status_code} from {self._endpoint.display_url}{_body_hint(text)}"
+            )
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            what = "an HTML page" if "html" in content_type or text.lstrip().startswith("<") else "malformed JSON"
+            raise self._error(SourceErrorKind.BAD_RESPONSE, f"expected JSON, got {what}") from None
+        if not isinstance(payload, dict):
+            raise self._error(SourceErrorKind.BAD_RESPONSE, "expected a JSON object")
+        if payload.get("status") != "success":
+            raise self._error(SourceErrorKind.QUERY, f"query failed: {_short_error(str(payload.get('error', '')))}")
+        if payload.get("isPartial") is True:
+            # vmselect marks answers missing some storage nodes; a partial count must not pass for a full one.
+            raise self._error(SourceErrorKind.BAD_RESPONSE, "partial response (some storage nodes did not answer)")
+        return payload.get("data")
+
+    def _vector(self, data: Any) -> list[Sample]:
+        if not isinstance(data, dict) or data.get("resultType") != "vector":
+            raise self._error(SourceErrorKind.BAD_RESPONSE, "expected an instant vector")
+        result = data.get("result")
+        if not isinstance(result, list):
+            raise self._error(SourceErrorKind.BAD_RESPONSE, "result is not a list of series")
+        samples: list[Sample] = []
+        # The fast path trusts nothing either: any surprise in a row sends it through the checking path below, which
+        # raises the precise error. Answers of thousands of rows (one per pod) make this loop the client's hot spot.
+        for item in result:
+            try:
+                metric = item.get("metric")  # absent (an aggregate over everything): the checking path gives {}
+                pair = item["value"]
+                value = float(pair[1]) if len(pair) == 2 else math.nan
+                typed = type(metric) is dict and all(type(text) is str for text in metric.values())
+            except (AttributeError, KeyError, TypeError, ValueError, IndexError):
+                typed = False
+            if not typed or not isinstance(pair, list) or len(pair) != 2:
+                if not isinstance(item, dict):
+                    raise self._error(SourceErrorKind.BAD_RESPONSE, "result is not a list of series")
+                value = _parse_value(item.get("value"), self)
+                metric = _labels(item, self)
+            if math.isnan(value):
+                continue
+            samples.append(Sample(labels=metric, value=value))
+        return samples
+
+    def _matrix(self, data: Any) -> list[RangeSeries]:
+        if not isinstance(data, dict) or data.get("resultType") != "matrix":
+            raise self._error(SourceErrorKind.BAD_RESPONSE, "expected a range matrix")
+        result: list[RangeSeries] = []
+        for item in _result_list(data, self):
+            raw_values = item.get("values")
+            if not isinstance(raw_values, list):
+                raise self._error(SourceErrorKind.BAD_RESPONSE, "range series without values")
+            points = [(_parse_timestamp(pair, self), _parse_value(pair, self)) for pair in raw_values]
+            result.append(RangeSeries(labels=_labels(item, self), points=points))
+        return result
+
+
+class WrongApiError(SourceError):
+    """The backend does not know the path asked: it is not the API this source speaks."""
+
+
+# The codings httpx asks for (its default Accept-Encoding) and zlib inflates; "x-gzip" is gzip's old name.
+_CODINGS = frozenset({"gzip", "x-gzip", "deflate"})
+
+
+class BoundedInflater:
+    """One ``gzip`` or ``deflate`` body, inflated chunk by chunk without ever producing more than asked for."""
+
+    def __init__(self, coding: str) -> None:
+        self._deflate = coding == "deflate"
+        # "deflate" is meant to be zlib-wrapped, but servers send raw deflate too: the first chunk tells (as httpx).
+        self._undecided = self._deflate
+        self._object = zlib.decompressobj(zlib.MAX_WBITS if self._deflate else zlib.MAX_WBITS | 16)
+
+    def inflate(self, chunk: bytes, room: int) -> bytes | None:
+        """``chunk`` inflated, or None as soon as it would exceed ``room`` bytes; raises `zlib.error` if corrupt."""
+        if self._undecided:
+            self._undecided = False
+            try:
+                return self._bounded(chunk, room)
+            except zlib.error:
+                self._object = zlib.decompressobj(-zlib.MAX_WBITS)
+        return self._bounded(chunk, room)
+
+    def _bounded(self, chunk: bytes, room: int) -> bytes | None:
+        out = bytearray()
+        data = chunk
+        while data:
+            # At most one byte past the room: enough to know the cap is exceeded, never a whole bomb's worth.
+            piece = self._object.decompress(data, room - len(out) + 1)
+            out += piece
+            if len(out) > room:
+                return None
+            data = self._object.unconsumed_tail
+            if not piece and data:  # no progress (cannot happen with a positive max_length); never spin
+                break
+        return bytes(out)
+
+
+def _release_frames(error: BaseException) -> None:
+    """Free the locals of the finished frames an error (and the errors it was raised from) carries.
+
+    Those frames hold the body read so far, up to ``max_response_bytes``; an error kept by a check, or merely waiting
+    in a reference cycle for the garbage collector, would keep that body alive too, once per failed query.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        current = current.__cause__ or current.__context__
+
+
+def _body_hint(text: str) -> str:
+    """A short reason from an error body, if the body is short plain text (never an HTML page)."""
+    stripped = text.strip()
+    if not stripped or stripped.startswith("<") or len(stripped) > _MAX_ERROR_TEXT:
+        return ""
+    return f": {stripped.splitlines()[0]}"
+
+
+def _short_error(text: str) -> str:
+    line = " ".join(text.split())
+    if line.startswith("<"):
+        return "an HTML page"
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
+        line = " ".join(parsed["error"].split())
+    return line[:_MAX_ERROR_TEXT] or "no reason given"
+
+
+def _result_list(data: Mapping[str, Any], source: HttpSource) -> list[Mapping[str, Any]]:
+    result = data.get("result")
+    if not isinstance(result, list) or not all(isinstance(item, dict) for item in result):
+        raise source._error(SourceErrorKind.BAD_RESPONSE, "result is not a list of series")
+    return result
+
+
+def _labels(item: Mapping[str, Any], source: HttpSource) -> dict[str, str]:
+    metric = item.get("metric", {})
+    if not isinstance(metric, dict):
+        raise source._error(SourceErrorKind.BAD_RESPONSE, "series labels are not an object")
+    return {str(key): str(value) for key, value in metric.items()}
+
+
+def _parse_value(pair: Any, source: HttpSource) -> float:
+    if not isinstance(pair, list) or len(pair) != 2:
+        raise source._error(SourceErrorKind.BAD_RESPONSE, "sample is not a [time, value] pair")
+    try:
+        return float(pair[1])
+    except (TypeError, ValueError):
+        raise source._error(
+            SourceErrorKind.BAD_RESPONSE, f"sample value {str(pair[1])[:40]!r} is not a number"
+        ) from None
+
+
+def _parse_timestamp(pair: Any, source: HttpSource) -> float:
+    if not isinstance(pair, list) or len(pair) != 2:
+        raise source._error(SourceErrorKind.BAD_RESPONSE, "sample is not a [time, value] pair")
+    try:
+        return float(pair[0])
+    except (TypeError, ValueError):
+        raise source._error(SourceErrorKind.BAD_RESPONSE, "sample time is not a number") from None

@@ -1,0 +1,1 @@
+"""Channels: where a rendered digest is delivered. ``channel`` is the protocol; ``telegram`` its one implementation."""

@@ -1,0 +1,562 @@
+"""Posting a digest to a Telegram chat so that it arrives, once, intact — or the failure is recorded and visible.
+
+Transient failures (429 with ``retry_after``, timeouts, network errors, 5xx) are retried — ``retry_after`` honoured
+exactly, the others with capped exponential backoff and jitter — inside a bounded total time; permanent ones (bot
+blocked, chat not found, any other 400) are not retried, as healthchecks distinguishes them. A part whose HTML
+Telegram refuses ("can't parse entities") is resent as plain text rather than lost. A group that became a
+supergroup (``migrate_to_chat_id``) is followed, remembered and logged.
+
+`Poster.post_once` wraps a delivery in the exactly-once protocol of `digest.pipeline.state`: claim, compute, store the
+parts, send each part not yet accepted, record. Exactly once holds *per part*: the digest's messages ("(1/2)", "(2/2)")
+and the chart photo after them are each recorded with their Telegram message id when accepted, so a retry (the bot's
+5-minute recheck) or a rerun (the CronJob's ``digest run --post``) sends only what is still owed. The rerun sends the
+parts' *stored* content, never a recomputation: the same window's digest could be recomputed with other words or split
+into another number of parts, and mixing "(1/2)" of one text with "(2/3)" of another would be silent nonsense. The chart
+is a part like the others: a chart refused for a transient reason keeps the delivery owed (the rerun sends the chart
+alone); a chart refused for good (Telegram will never take it) is logged and noted on the delivery, which is then done —
+holding it open would retry forever what cannot succeed, for a bonus to a digest that did arrive. A chart that could not
+be *drawn* is left out (logged), as before.
+
+Everything the Telegram API root answers is translated once, here, into `DeliveryError`: `BotApiRequest` turns an
+answer that is not the Bot API's — a redirect, an HTML page, malformed JSON, JSON without ``"ok"`` — into
+`NotBotApiError` (a ``NetworkError``) instead of python-telegram-bot's bare ``KeyError`` or its logged traceback,
+and the retry loop turns every ``TelegramError`` into a one-line `DeliveryError`. During a send such an answer is
+transient (a proxy's error page or a cut-off body: retried within the budget, recorded as a failure a later run
+retries). When the bot is opened (`open_bot`, the first request, before anything is claimed) a redirect, page or
+malformed answer with a status below 500 means the root is not the Bot API at all — a wrong
+``DIGEST_TELEGRAM_API_URL`` — so it fails at once instead of after five minutes; a 5xx there is retried as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any
+
+import httpx
+from telegram import Bot, LinkPreviewOptions, Message
+from telegram.constants import ParseMode
+from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
+from telegram.request import HTTPXRequest
+
+from digest.channels.telegram.text import MAX_CAPTION, fit_utf16, plain_from_html, split_html
+from digest.pipeline.state import DeliveryState, DeliveryStatus, Part, PartKind, StateError
+
+log = logging.getLogger(__name__)
+
+# A reason quoted in a log line, the state file or stderr stays one readable line (a proxy's page can be long).
+_MAX_REASON = 200
+
+
+class Outcome(StrEnum):
+    """How one post ended."""
+
+    SENT = "sent"
+    ALREADY_SENT = "already_sent"  # sent before, by this or another instance
+    BUSY = "busy"  # another live instance holds the delivery right now
+    FAILED = "failed"  # transient: a later run retries it
+    FAILED_PERMANENT = "failed_permanent"  # blocked, chat not found…: not retried
+
+
+class DeliveryError(Exception):
+    """A part could not be delivered; ``permanent`` says whether retrying later can help."""
+
+    def __init__(self, message: str, permanent: bool) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+# What python-telegram-bot raises when an "ok" answer's ``result`` is not the object it expects (``true`` for a
+# message, ``{}`` for a user): the JSON was the Bot API's envelope, its content was not.
+_NOT_A_MESSAGE = (KeyError, TypeError, ValueError, AttributeError)
+
+
+class NotBotApiError(NetworkError):
+    """The Telegram API root answered something that is not the Bot API (a redirect, a page, malformed JSON)."""
+
+    def __init__(self, what: str, status: int) -> None:
+        super().__init__(f"the Telegram API answered {what} (HTTP {status}), not the Bot API")
+        self.status = status
+
+
+def _not_bot_api(status: int, payload: bytes) -> str | None:
+    """What an answer is when it is not the Bot API's JSON object with ``ok`` (and a ``result`` on success)."""
+    text = payload.strip()
+    if not text:
+        return "an empty body"
+    try:
+        data = json.loads(text.decode("utf-8", "replace"))
+    except ValueError:
+        if text[:1] == b"<":
+            return "an HTML page"
+        return "malformed JSON" if text[:1] in (b"{", b"[") else "a body that is not JSON"
+    if not isinstance(data, dict) or "ok" not in data:
+        return 'JSON without "ok"'
+    if 200 <= status < 300 and (data["ok"] is not True or "result" not in data):
+        return 'a success without "result"'
+    return None
+
+
+# The Bot API's largest answers (getUpdates with 100 updates) weigh a few hundred KiB; a proxy or a wrong root that
+# streams gigabytes must not take the pod's memory with it.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+
+
+class _CappedStream(httpx.AsyncByteStream):
+    """A response body that fails as a network error once it passes ``cap`` bytes, instead of being read whole."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, cap: int) -> None:
+        self._stream = stream
+        self._cap = cap
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._stream:
+            seen += len(chunk)
+            if seen > self._cap:
+                raise httpx.ReadError(f"answer larger than {self._cap // (1024 * 1024)} MiB")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class _CappedTransport(httpx.AsyncBaseTransport):
+    """httpx's transport with every answer's body capped, and no compressed answer (none is asked for)."""
+
+    def __init__(self, pool_size: int, cap: int) -> None:
+        self._inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=pool_size))
+        self._cap = cap
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        coding = response.headers.get("content-encoding", "identity").strip().lower()
+        if coding not in ("", "identity"):
+            # A compressed body would be inflated past any cap on the wire; "identity" was asked for.
+            await response.aclose()
+            raise httpx.ReadError(f"a compressed answer ({coding}) that was not asked for")
+        stream = response.stream
+        if not isinstance(stream, httpx.AsyncByteStream):
+            raise TypeError("an async transport answered with a sync stream")
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_CappedStream(stream, self._cap),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class BotApiRequest(HTTPXRequest):
+    """python-telegram-bot's HTTP client, refusing any answer that is not the Bot API's with `NotBotApiError`.
+
+    Without it, JSON lacking ``result`` escapes as a bare ``KeyError``, a non-JSON body is logged with a traceback
+    before becoming "Invalid server response", and a redirect's empty body ends up quoted in the error. Answers are
+    read up to `MAX_ANSWER_BYTES` (a larger one is a network error, retried like a 5xx), uncompressed.
+    """
+
+    def __init__(self, connection_pool_size: int = 1, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
+        super().__init__(
+            connection_pool_size=connection_pool_size,
+            httpx_kwargs={
+                "transport": _CappedTransport(connection_pool_size, max_answer_bytes),
+                "headers": {"Accept-Encoding": "identity"},
+            },
+        )
+
+    async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        # The request goes out exactly as python-telegram-bot built it; only the answer is checked.
+        status, payload = await super().do_request(*args, **kwargs)
+        if 300 <= status < 400:
+            raise NotBotApiError("a redirect", status)
+        what = _not_bot_api(status, payload)
+        if what is not None:
+            raise NotBotApiError(what, status)
+        return status, payload
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounds of the retry loop of one message part."""
+
+    total_seconds: float = 300.0
+    base_delay_seconds: float = 1.0
+    max_delay_seconds: float = 30.0
+    jitter_ratio: float = 0.2
+
+
+@dataclass(frozen=True)
+class Photo:
+    """A chart to attach after the digest's text."""
+
+    png: bytes
+    caption: str
+    filename: str = "digest.png"
+
+
+@dataclass(frozen=True)
+class PostResult:
+    """What happened to one (chat, key) post."""
+
+    outcome: Outcome
+    chat_id: int
+    message_ids: tuple[int, ...] = ()
+    error: str | None = None
+
+
+def _seconds(value: float | timedelta) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _short(text: str) -> str:
+    """``text`` on one line and at most ``_MAX_REASON`` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= _MAX_REASON else line[: _MAX_REASON - 1] + "…"
+
+
+@dataclass
+class _Attempts:
+    """The retry budget of one request: backoff delays, and giving up when the next wait would exceed the budget."""
+
+    retry: RetryPolicy
+    sleep: Callable[[float], Awaitable[None]]
+    random_unit: Callable[[], float]
+    started: float = field(default_factory=time.monotonic)
+    waited: float = 0.0  # the delays asked of sleep, so the budget holds whatever clock the sleep follows
+    count: int = 0
+
+    def backoff(self) -> float:
+        delay = min(self.retry.max_delay_seconds, self.retry.base_delay_seconds * 2.0**self.count)
+        return delay + delay * self.retry.jitter_ratio * self.random_unit()
+
+    async def wait(self, delay: float, reason: str, what: str) -> None:
+        """Sleep ``delay`` before the next attempt, or raise a transient `DeliveryError` if the budget is spent."""
+        self.count += 1
+        spent = max(time.monotonic() - self.started, self.waited)
+        if spent + delay > self.retry.total_seconds:
+            attempts = "1 attempt" if self.count == 1 else f"{self.count} attempts"
+            raise DeliveryError(
+                f"gave up after {attempts} in {spent:.0f} s: the next wait ({delay:.0f} s) would pass the "
+                f"{self.retry.total_seconds:g} s budget ({reason})",
+                permanent=False,
+            )
+        log.info("%s: %s; retrying in %.1f s", what, reason, delay)
+        self.waited += delay
+        await self.sleep(delay)
+
+
+@asynccontextmanager
+async def open_bot(
+    token: str,
+    api_root: str,
+    retry: RetryPolicy | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    random_unit: Callable[[], float] = random.random,
+) -> AsyncIterator[Bot]:
+    """A `Bot` on ``api_root`` with `BotApiRequest`, initialised (``getMe``); `DeliveryError` if that fails.
+
+    A 429, a timeout or a 5xx is retried within ``retry``; an answer that shows the root is not the Bot API, or a
+    refused token, fails at once (see the module docstring). The token never appears in the error.
+    """
+    root = api_root.rstrip("/")
+    bot = Bot(
+        token,
+        base_url=f"{root}/bot",
+        base_file_url=f"{root}/file/bot",
+        request=BotApiRequest(),
+        get_updates_request=BotApiRequest(connection_pool_size=1),
+    )
+    attempts = _Attempts(retry or RetryPolicy(), sleep, random_unit)
+    try:
+        while True:
+            try:
+                await bot.initialize()
+                break
+            except NotBotApiError as exc:
+                if exc.status < 500:
+                    raise DeliveryError(f"{exc.message}; check DIGEST_TELEGRAM_API_URL", permanent=False) from None
+                delay, reason = attempts.backoff(), exc.message
+            except InvalidToken:
+                # python-telegram-bot's own message quotes the token.
+                raise DeliveryError("the Telegram API refused the bot token", permanent=True) from None
+            except RetryAfter as exc:
+                delay, reason = _seconds(exc.retry_after), f"429 retry after {_seconds(exc.retry_after):g} s"
+            except NetworkError as exc:  # includes TimedOut, refused connections and 5xx answers
+                delay, reason = attempts.backoff(), f"{type(exc).__name__}: {_short(exc.message)}"
+            except TelegramError as exc:
+                raise DeliveryError(f"Telegram error: {_short(exc.message)}", permanent=True) from None
+            except _NOT_A_MESSAGE as exc:
+                raise DeliveryError(
+                    f"the Telegram API said ok but answered no bot ({type(exc).__name__}); "
+                    "check DIGEST_TELEGRAM_API_URL",
+                    permanent=False,
+                ) from None
+            await attempts.wait(delay, reason, "opening the bot")
+        yield bot
+    finally:
+        await bot.shutdown()
+
+
+class Pacer:
+    """Keeps sends under Telegram's flood limits before Telegram has to say 429.
+
+    Telegram's bot FAQ: about 30 messages per second overall and about one per second in a chat (short bursts
+    tolerated). A digest of three parts to twenty chats must not arrive as sixty messages in the same second.
+    """
+
+    def __init__(self, per_second: float = 25.0, per_chat_interval: float = 1.0) -> None:
+        self._interval = 1.0 / per_second
+        self._per_chat_interval = per_chat_interval
+        self._next_global = 0.0
+        self._next_by_chat: dict[int, float] = {}
+        self._lock = asyncio.Lock()
+
+    async def wait_turn(self, chat_id: int) -> None:
+        """Wait until a message to ``chat_id`` may leave; reserves the slot before sleeping."""
+        async with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next_global, self._next_by_chat.get(chat_id, 0.0))
+            self._next_global = start + self._interval
+            self._next_by_chat[chat_id] = start + self._per_chat_interval
+        if start > now:
+            await asyncio.sleep(start - now)
+
+
+@dataclass
+class Sender:
+    """Sends the parts of one message with retries, paced under Telegram's limits."""
+
+    bot: Bot
+    state: DeliveryState | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    pacer: Pacer = field(default_factory=Pacer)
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    random_unit: Callable[[], float] = random.random
+
+    async def send(self, chat_id: int, html_message: str) -> tuple[int, list[int]]:
+        """Send ``html_message`` split into valid parts; returns the final chat id and the message ids."""
+        message_ids: list[int] = []
+        for part in split_html(html_message):
+            chat_id, message_id = await self.send_text(chat_id, part)
+            message_ids.append(message_id)
+        return chat_id, message_ids
+
+    async def send_text(self, chat_id: int, part: str) -> tuple[int, int]:
+        """Send one message of at most 4,096 visible characters (a part of `split_html`), with retries."""
+
+        async def text(chat: int, as_html: bool) -> Message:
+            return await self.bot.send_message(
+                chat_id=chat,
+                text=part if as_html else plain_from_html(part),
+                parse_mode=ParseMode.HTML if as_html else None,
+                link_preview_options=LinkPreviewOptions(is_disabled=True),
+            )
+
+        return await self._with_retries(chat_id, text)
+
+    async def send_photo(self, chat_id: int, photo: Photo) -> tuple[int, int]:
+        """Send a PNG with its caption (cut to Telegram's 1,024 UTF-16 units), with the same retries."""
+        caption = fit_utf16(photo.caption, MAX_CAPTION)
+
+        async def upload(chat: int, _as_html: bool) -> Message:
+            return await self.bot.send_photo(chat_id=chat, photo=photo.png, caption=caption, filename=photo.filename)
+
+        return await self._with_retries(chat_id, upload)
+
+    async def _with_retries(self, chat_id: int, call: Callable[[int, bool], Awaitable[Message]]) -> tuple[int, int]:
+        attempts = _Attempts(self.retry, self.sleep, self.random_unit)
+        as_html = True
+        visited = {chat_id}
+        while True:
+            await self.pacer.wait_turn(chat_id)
+            try:
+                message = await call(chat_id, as_html)
+                return chat_id, message.message_id
+            except RetryAfter as exc:
+                delay = _seconds(exc.retry_after)
+                reason = f"429 retry after {delay:g} s"
+            except ChatMigrated as exc:
+                if exc.new_chat_id in visited:
+                    # A move back to an id already tried would loop forever; Telegram moves a group once.
+                    raise DeliveryError(
+                        f"the Telegram API moved chat {chat_id} to {exc.new_chat_id}, where it had already been",
+                        permanent=False,
+                    ) from None
+                visited.add(exc.new_chat_id)
+                log.warning("chat %s became supergroup %s: following it", chat_id, exc.new_chat_id)
+                if self.state is not None:
+                    self.state.record_move(chat_id, exc.new_chat_id)
+                chat_id = exc.new_chat_id
+                continue
+            except BadRequest as exc:
+                if "can't parse entities" in exc.message.lower() and as_html:
+                    log.warning(
+                        "chat %s: Telegram refused the HTML (%s); resending the part as plain text",
+                        chat_id,
+                        exc.message,
+                    )
+                    as_html = False
+                    continue
+                raise DeliveryError(f"rejected by Telegram: {_short(exc.message)}", permanent=True) from None
+            except (Forbidden, InvalidToken) as exc:
+                raise DeliveryError(f"refused by Telegram: {_short(exc.message)}", permanent=True) from None
+            except NetworkError as exc:  # includes TimedOut, 5xx answers and NotBotApiError
+                delay = attempts.backoff()
+                reason = f"{type(exc).__name__}: {_short(exc.message)}"
+            except TelegramError as exc:
+                raise DeliveryError(f"Telegram error: {_short(exc.message)}", permanent=True) from None
+            except _NOT_A_MESSAGE as exc:
+                # "ok" but no message in it: it may have been delivered, so this run does not send it again.
+                raise DeliveryError(
+                    f"the Telegram API said ok but answered no message ({type(exc).__name__}); not the Bot API?",
+                    permanent=False,
+                ) from None
+            await attempts.wait(delay, reason, f"chat {chat_id}")
+
+
+@dataclass
+class Poster:
+    """Exactly-once posting: claim the (chat, key) delivery, store its parts, send those still owed, record."""
+
+    sender: Sender
+    state: DeliveryState
+    lease_seconds: float = 900.0
+
+    async def post_once(
+        self,
+        chat_id: int,
+        key: str,
+        message: Callable[[], Awaitable[str]],
+        late: bool = False,
+        photo: Callable[[], Awaitable[Photo | None]] | None = None,
+    ) -> PostResult:
+        """Post what ``message()`` returns (and ``photo()`` after it) to ``chat_id``, each part once.
+
+        ``message`` and ``photo`` are called only when no earlier attempt stored the delivery's parts.
+        """
+        chat_id = self.state.current_chat(chat_id)
+        earlier_ids = self.state.earlier_ids(chat_id)
+        for earlier in earlier_ids:
+            # Delivered before the group became a supergroup: the record stays on the id it was claimed under.
+            delivered = self.state.get(earlier, key)
+            if delivered is not None and delivered.status == DeliveryStatus.SENT:
+                return PostResult(Outcome.ALREADY_SENT, chat_id)
+        if not self.state.claim(chat_id, key, self.lease_seconds):
+            existing = self.state.get(chat_id, key)
+            if existing is not None and existing.status == "sent":
+                return PostResult(Outcome.ALREADY_SENT, chat_id)
+            if existing is not None and existing.permanent:
+                return PostResult(Outcome.FAILED_PERMANENT, chat_id, error=existing.error)
+            return PostResult(Outcome.BUSY, chat_id)
+        try:
+            parts = self.state.parts(chat_id, key) or self.state.adopt_parts(chat_id, key, earlier_ids)
+            if not parts:
+                parts = self.state.store_parts(chat_id, key, await self._compose(chat_id, key, message, photo))
+        except StateError:
+            raise
+        except Exception as exc:  # computing the message failed: record it so that it is retried and visible
+            log.exception("delivery of %s to chat %s failed while preparing the message", key, chat_id)
+            self.state.mark_failed(chat_id, key, f"internal error: {type(exc).__name__}", permanent=False)
+            return PostResult(Outcome.FAILED, chat_id, error=f"internal error: {type(exc).__name__}")
+        return await self._send_owed(chat_id, key, parts, late)
+
+    async def _compose(
+        self,
+        chat_id: int,
+        key: str,
+        message: Callable[[], Awaitable[str]],
+        photo: Callable[[], Awaitable[Photo | None]] | None,
+    ) -> list[Part]:
+        """The delivery's parts: the digest's messages, marked "(k/n)" when several, then the chart if one was drawn."""
+        texts = split_html(await message())
+        parts = [Part(index, PartKind.TEXT, text) for index, text in enumerate(texts, start=1)]
+        attachment: Photo | None = None
+        if photo is not None:
+            try:
+                attachment = await photo()
+            except Exception:  # the chart is a bonus: the digest goes out without it
+                log.exception(
+                    "the chart of %s could not be drawn for chat %s; posting the digest without it", key, chat_id
+                )
+        if attachment is not None:
+            parts.append(Part(len(parts) + 1, PartKind.PHOTO, attachment.caption, attachment.png, attachment.filename))
+        return parts
+
+    async def _send_owed(self, chat_id: int, key: str, parts: list[Part], late: bool) -> PostResult:
+        """Send the parts Telegram has not accepted yet, in order, recording each; then record the delivery."""
+        texts = sum(part.kind is PartKind.TEXT for part in parts)
+        current = chat_id
+        message_ids: list[int] = []
+        note: str | None = None
+        for part in parts:
+            if part.message_id is not None:
+                message_ids.append(part.message_id)
+                continue
+            label = _label(part, texts)
+            try:
+                current, message_id = await self._send_part(current, part)
+            except DeliveryError as exc:
+                if part.kind is PartKind.PHOTO and exc.permanent:
+                    log.error(
+                        "the chart of %s was refused in chat %s (%s); the digest itself was delivered",
+                        key,
+                        chat_id,
+                        exc,
+                    )
+                    note = f"chart not delivered: {exc}"
+                    continue
+                error = f"{label}: {exc}"
+                log.error(
+                    "delivery of %s to chat %s failed (%s): %s",
+                    key,
+                    chat_id,
+                    "permanent" if exc.permanent else "will retry",
+                    error,
+                )
+                self.state.mark_failed(chat_id, key, error, permanent=exc.permanent)
+                outcome = Outcome.FAILED_PERMANENT if exc.permanent else Outcome.FAILED
+                return PostResult(outcome, chat_id, tuple(message_ids), error=error)
+            except Exception as exc:  # e.g. the state file failing while a chat migration is recorded
+                log.exception("delivery of %s to chat %s failed while sending %s", key, chat_id, label)
+                error = f"{label}: internal error: {type(exc).__name__}"
+                self.state.mark_failed(chat_id, key, error, permanent=False)
+                return PostResult(Outcome.FAILED, chat_id, tuple(message_ids), error=error)
+            message_ids.append(message_id)
+            try:
+                self.state.mark_part_sent(chat_id, key, part.index, message_id)
+            except StateError as exc:
+                # Sent, not recorded: a later attempt may repeat this part — the lease makes that rare.
+                log.error("%s of %s reached chat %s but could not be recorded: %s", label, key, current, exc)
+        if current != chat_id:
+            # The delivery happened under the new id; keep the record on the id it was claimed under.
+            log.info("delivery of %s moved from chat %s to %s", key, chat_id, current)
+        try:
+            self.state.mark_sent(chat_id, key, message_ids, late=late, note=note)
+        except StateError:
+            log.exception("delivery of %s to chat %s was sent but could not be recorded", key, chat_id)
+        return PostResult(Outcome.SENT, current, tuple(message_ids), error=note)
+
+    async def _send_part(self, chat_id: int, part: Part) -> tuple[int, int]:
+        if part.kind is PartKind.TEXT:
+            return await self.sender.send_text(chat_id, part.text)
+        if part.data is None:  # the PNG is dropped only when the chart is accepted; a file edited by hand, then
+            raise DeliveryError("the stored chart has no image", permanent=True)
+        photo = Photo(png=part.data, caption=part.text, filename=part.filename or "digest.png")
+        return await self.sender.send_photo(chat_id, photo)
+
+
+def _label(part: Part, texts: int) -> str:
+    """How a part is named in errors: "part 2/3", "the message" (a digest in one part) or "the chart"."""
+    if part.kind is PartKind.PHOTO:
+        return "the chart"
+    return f"part {part.index}/{texts}" if texts > 1 else "the message"

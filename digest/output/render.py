@@ -1,0 +1,278 @@
+r"""Rendering a `Digest` for people (plain text, Telegram HTML) and for programs (JSON).
+
+Text and HTML come from Jinja2 templates in ``templates/``; the HTML environment autoescapes, so pod names and log
+text such as ``<script>`` or ``&`` arrive as ``&lt;script&gt;`` and ``&amp;``, and the templates use only tags that
+Telegram's HTML parse mode accepts (``b``, ``i``, ``code``). The headline comes first because the message is read
+on a phone: status, score, cluster, window — then what could not be checked, then one line per deduction with its
+evidence, then the healthy checks, then the hints.
+
+Hostile characters: both environments pass every ``{{ … }}`` value through `digest.output.safe_text.finalize` before any
+HTML escaping, so a NUL, a newline or a bidi override in a label or a log field is shown as a visible escape
+(``\u202e``) in the text and the HTML, whichever template line prints it; the JSON keeps exact values with those
+characters written as ``\uXXXX`` escapes (`digest.output.safe_text.escape_json`).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from checks.contract import Coverage, Finding, Status, rfc3339
+from checks.coverage import PARTIAL, phrases
+from digest.output.safe_text import escape_json, finalize
+from digest.pipeline.score import Digest, DigestStatus
+
+if TYPE_CHECKING:
+    import jinja2
+
+FORMATS = ("text", "html", "json")
+_MARKS = {Status.OK: "✓", Status.WARN: "▲", Status.CRIT: "✖", Status.UNKNOWN: "?"}
+
+
+def _environment(autoescape: bool) -> jinja2.Environment:
+    # Imported on first use: JSON output and start-up do not need Jinja2.
+    import jinja2
+
+    folder = resources.files("templates")
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(folder)),
+        autoescape=autoescape,  # noqa: S701  # on for HTML; the plain-text output is not markup
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=False,
+        undefined=jinja2.StrictUndefined,
+        # Every printed value, label- or log-derived or not: no template line can forget it (before HTML escaping).
+        finalize=finalize,
+    )
+
+
+class Renderer:
+    """Holds the template of each format, compiled on first use; build once, render many digests."""
+
+    def __init__(self) -> None:
+        self._templates: dict[str, jinja2.Template] = {}
+
+    def render(self, digest: Digest, fmt: str) -> str:
+        """The digest in ``fmt`` (text, html or json)."""
+        if fmt == "json":
+            # Readable UTF-8, except the characters that could deceive a reader or a terminal: \uXXXX escapes.
+            return escape_json(json.dumps(to_json(digest), ensure_ascii=False, indent=2))
+        return self._template(fmt).render(**_context(digest)).strip() + "\n"
+
+    def preload(self, *formats: str) -> Renderer:
+        """Compile the templates of ``formats`` now, so that a long-running service fails at start, not at noon."""
+        for fmt in formats:
+            self._template(fmt)
+        return self
+
+    def _template(self, fmt: str) -> jinja2.Template:
+        """The compiled template of ``fmt``: HTML autoescaped, text not."""
+        if fmt not in self._templates:
+            html = fmt == "html"
+            name = "digest.html.j2" if html else "digest.txt.j2"
+            self._templates[fmt] = _environment(autoescape=html).get_template(name)
+        return self._templates[fmt]
+
+
+# More unseen parts than this and the headline counts the rest: it must stay readable on a phone.
+_HEADLINE_PARTS = 3
+
+
+def headline(digest: Digest) -> str:
+    """``CRITICAL 8/10 · homelab · 2026-07-20``, then what was not seen; UNKNOWN carries no score."""
+    if digest.status is DigestStatus.UNKNOWN:
+        line = f"UNKNOWN · {digest.cluster} · {digest.window.label}"
+    else:
+        line = f"{digest.status.value} {digest.score}/{digest.max_score} · {digest.cluster} · {digest.window.label}"
+    parts = not_seen(digest)
+    if parts:
+        shown = parts[:_HEADLINE_PARTS]
+        more = len(parts) - len(shown)
+        line += " · not seen: " + "; ".join(shown) + (f"; {more} more" if more else "")
+    return line
+
+
+def not_seen(digest: Digest) -> list[str]:
+    """The unseen parts of the checks that saw only part of the window or the fleet, in words."""
+    # A check whose coverage could not be measured is named where it is not checked, with why; here, the gaps.
+    return phrases((gap for finding in digest.partial for gap in _coverage(finding).missing), digest.window)
+
+
+def unseen_spans(digest: Digest) -> list[tuple[float, float, str]]:
+    """The spans (unix seconds) a partial check did not see, with the source that missed them, for the chart."""
+    spans = {
+        (gap.start.timestamp(), gap.end.timestamp(), gap.source)
+        for finding in digest.partial
+        for gap in _coverage(finding).missing
+    }
+    return sorted(spans)
+
+
+def _coverage(finding: Finding) -> Coverage:
+    return finding.coverage if finding.coverage is not None else Coverage(fraction=1.0)
+
+
+def excused(digest: Digest) -> list[tuple[str, str]]:
+    """Nodes whose silence was expected (drained, not ready, declared absent), once each."""
+    return sorted({pair for finding in digest.findings for pair in _coverage(finding).excused})
+
+
+def _context(digest: Digest) -> dict[str, Any]:
+    deductions = digest.deductions
+    return {
+        "headline": headline(digest),
+        "digest": digest,
+        "not_checked": [_blind(finding, "not checked") for finding in digest.unknown],
+        "deductions": [_line(finding, digest) for finding in deductions],
+        "caps": [
+            {"checks": " + ".join(cap.checks), "max": cap.max_penalty, "raw": cap.raw_penalty} for cap in digest.caps
+        ],
+        "healthy": [_line(finding, digest) for finding in digest.healthy],
+        "unknown": [_line(finding, digest) for finding in digest.unknown],
+        "disabled": list(digest.disabled),
+        "hints": [(finding.name, finding.hint) for finding in (*deductions, *digest.unknown) if finding.hint],
+        "explanations": [explanation.text for explanation in digest.explanations],
+        "trends": list(digest.trends),
+        "diagnoses": [_line(finding, digest) for finding in digest.diagnoses],
+        "unexplained": [_blind(finding, "could not be checked") for finding in digest.unexplained],
+        "quiet": [finding.name for finding in digest.quiet],
+        "score_note": _score_note(digest),
+        "excused": excused(digest),
+    }
+
+
+def _blind(finding: Finding, verb: str) -> tuple[str, str, str]:
+    """(name, verb, reason) of an UNKNOWN finding: "partly seen" with what was found, when coverage made it so."""
+    partial = finding.coverage is not None and finding.coverage.partial
+    if partial and finding.error and finding.error.startswith(PARTIAL):
+        return finding.name, "partly seen", f"{finding.summary} — {finding.error.removeprefix(PARTIAL)}"
+    return finding.name, verb, finding.error or finding.summary
+
+
+def _graded_seen(digest: Digest) -> tuple[int, int]:
+    """How many graded checks could run, of how many."""
+    graded = [finding for finding in digest.findings if digest.is_graded(finding)]
+    return len(graded) - sum(1 for finding in graded if finding.status is Status.UNKNOWN), len(graded)
+
+
+def _score_note(digest: Digest) -> str:
+    if digest.status is not DigestStatus.UNKNOWN:
+        return ""
+    seen, graded = _graded_seen(digest)
+    if seen == 0:
+        return "nothing that grades the day could be checked"
+    # Graded checks that ran but saw only part (a check blind for its own reason is counted as not run).
+    partial = [
+        finding
+        for finding in digest.partial
+        if digest.is_graded(finding)
+        and (finding.status is not Status.UNKNOWN or (finding.error or "").startswith(PARTIAL))
+    ]
+    if partial:
+        whole = sum(
+            1
+            for finding in digest.findings
+            if digest.is_graded(finding) and finding.status is not Status.UNKNOWN and finding not in partial
+        )
+        return (
+            f"score {digest.score}/{digest.max_score} on what could be seen: {whole} of {graded} graded checks saw "
+            "the whole window and every node"
+        )
+    if seen == graded:
+        return f"score {digest.score}/{digest.max_score} on what could be seen"
+    return f"score {digest.score}/{digest.max_score} on the {seen} of {graded} graded checks that could run"
+
+
+def _line(finding: Finding, digest: Digest) -> dict[str, Any]:
+    return {
+        "name": finding.name,
+        "mark": _MARKS[finding.status],
+        "status": finding.status.value,
+        "penalty": finding.penalty,
+        "applied": digest.applied.get(finding.name, 0),
+        "summary": finding.summary,
+        "evidence": list(finding.evidence),
+        "error": finding.error,
+    }
+
+
+def coverage_json(coverage: Coverage | None) -> dict[str, Any] | None:
+    """A check's coverage in the JSON contract; None when it was not measured (coverage off in the policy)."""
+    if coverage is None:
+        return None
+    return {
+        "fraction": coverage.fraction,
+        "partial": coverage.partial,
+        "missing": [
+            {
+                "kind": gap.kind.value,
+                "name": gap.name,
+                "source": gap.source,
+                "from": rfc3339(gap.start),
+                "to": rfc3339(gap.end),
+            }
+            for gap in coverage.missing
+        ],
+        "excused": [{"node": node, "why": why} for node, why in coverage.excused],
+        "error": coverage.error,
+    }
+
+
+def to_json(digest: Digest) -> dict[str, Any]:
+    """The JSON contract: one object per digest."""
+    return {
+        "cluster": digest.cluster,
+        "window": {"start": rfc3339(digest.window.start), "end": rfc3339(digest.window.end)},
+        "timezone": str(digest.window.zone),
+        # No number at all when no graded check could run: a bare 10 would read as a perfect day.
+        "score": digest.score if _graded_seen(digest)[0] else None,
+        "max_score": digest.max_score,
+        "status": digest.status.value,
+        "score_note": _score_note(digest),
+        "headline": headline(digest),
+        "checks": [
+            {
+                "name": finding.name,
+                "graded": digest.is_graded(finding),
+                "status": finding.status.value,
+                "penalty": finding.penalty,
+                "penalty_applied": digest.applied.get(finding.name, 0),
+                "value": finding.value,
+                "summary": finding.summary,
+                "offenders": [
+                    {
+                        "labels": dict(offender.labels),
+                        "value": offender.value,
+                        "facts": {
+                            key: {"value": quantity.value, "unit": quantity.unit.value}
+                            for key, quantity in offender.facts.items()
+                        },
+                    }
+                    for offender in finding.offenders
+                ],
+                "hint": finding.hint,
+                "error": finding.error,
+                "evidence": list(finding.evidence),
+                "observed": list(finding.observed),
+                "unobserved": list(finding.unobserved),
+                "coverage": coverage_json(finding.coverage),
+            }
+            for finding in digest.findings
+        ],
+        "coverage": {
+            # null when coverage is off in the policy: nothing was measured, so nothing is vouched for.
+            "complete": (not digest.partial) if any(f.coverage is not None for f in digest.findings) else None,
+            "partial": [finding.name for finding in digest.partial],
+            "not_seen": not_seen(digest),
+            "excused": [{"node": node, "why": why} for node, why in excused(digest)],
+        },
+        "not_checked": [finding.name for finding in (*digest.unknown, *digest.unexplained)],
+        "explanations": [{"rule": e.rule, "cause": e.cause, "text": e.text} for e in digest.explanations],
+        "trends": list(digest.trends),
+        "disabled": list(digest.disabled),
+        "caps": [
+            {"checks": list(cap.checks), "max_penalty": cap.max_penalty, "raw_penalty": cap.raw_penalty}
+            for cap in digest.caps
+        ],
+    }

@@ -1,0 +1,178 @@
+"""Running the enabled checks of a policy concurrently over one window, and judging what each of them saw.
+
+No check may crash the digest: a check that raises or overruns its deadline becomes an UNKNOWN finding that
+carries the reason. Beside the checks, `checks.coverage` measures how much of the window and of the fleet the
+sources they depend on covered (a constant number of queries), and its rule turns a clean result on partial data
+into UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from checks import coverage, registry
+from checks.contract import (
+    Check,
+    Coverage,
+    Finding,
+    MetricsSource,
+    RangeSeries,
+    Sample,
+    SourceError,
+    Sources,
+    Window,
+    unknown,
+)
+from checks.log_questions import CountRow, Filter, LineCount, LogsSource, PeakCount
+from digest.pipeline.policy import Policy
+
+log = logging.getLogger(__name__)
+
+# The order checks appear in the digest and its JSON: the registry's.
+CHECK_ORDER = registry.ORDER
+
+
+@dataclass(frozen=True)
+class Collected:
+    """The findings of the enabled checks, in display order, and the names of the disabled ones.
+
+    ``complete`` is False when a query failed, a check overran its deadline or raised, or a check saw only part
+    of the window or of the fleet: the findings are still right to show (each says what it could not see), but not
+    the final word on the window — a history store keeps only complete windows, so that a backend's bad minute or a
+    day not over yet is not remembered as the day's truth.
+    """
+
+    findings: tuple[Finding, ...]
+    disabled: tuple[str, ...]
+    complete: bool = True
+
+
+@dataclass
+class _Failures:
+    """Whether any query of one collection failed."""
+
+    seen: bool = False
+
+
+@dataclass(frozen=True)
+class _WatchedMetrics:
+    inner: MetricsSource
+    failures: _Failures
+
+    async def instant(self, query: str, at: datetime) -> list[Sample]:
+        try:
+            return await self.inner.instant(query, at)
+        except SourceError:
+            self.failures.seen = True
+            raise
+
+    async def range(self, query: str, start: datetime, end: datetime, step_seconds: int) -> list[RangeSeries]:
+        try:
+            return await self.inner.range(query, start, end, step_seconds)
+        except SourceError:
+            self.failures.seen = True
+            raise
+
+
+@dataclass(frozen=True)
+class _WatchedLogs:
+    inner: LogsSource
+    failures: _Failures
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def language(self) -> str:
+        return self.inner.language
+
+    async def count(self, question: LineCount) -> list[CountRow]:
+        try:
+            return await self.inner.count(question)
+        except SourceError:
+            self.failures.seen = True
+            raise
+
+    async def peak(self, question: PeakCount) -> list[CountRow]:
+        try:
+            return await self.inner.peak(question)
+        except SourceError:
+            self.failures.seen = True
+            raise
+
+    def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
+        return self.inner.reading_query(window, lines, most_repeated)
+
+
+def build_checks(policy: Policy) -> list[Check]:
+    """The enabled checks, configured by the policy, in the registry's order."""
+    return [entry.build(getattr(policy, entry.name)) for entry in registry.CHECKS if policy.enabled(entry.name)]
+
+
+async def _guarded(
+    check: Check, sources: Sources, window: Window, deadline_seconds: float, failures: _Failures
+) -> Finding:
+    try:
+        async with asyncio.timeout(deadline_seconds):
+            return await check(sources, window)
+    except TimeoutError:
+        failures.seen = True
+        return unknown(
+            check.name,
+            f"{check.name} not checked: no answer within {deadline_seconds:g} s",
+            f"timeout: no complete answer within the check deadline of {deadline_seconds:g} s",
+        )
+    except Exception as exc:  # a bug in one check must not take the whole digest down
+        failures.seen = True
+        log.exception("check %s failed", check.name)
+        return unknown(check.name, f"{check.name} not checked: internal error", f"internal error: {type(exc).__name__}")
+
+
+async def _coverage(
+    checks: Sequence[Check], sources: Sources, window: Window, policy: Policy, deadline_seconds: float
+) -> coverage.Report | str:
+    """What the checks' sources covered, or why it could not be measured."""
+    try:
+        async with asyncio.timeout(deadline_seconds):
+            return await coverage.measure(
+                sources, window, (need for check in checks for need in check.needs()), policy.coverage
+            )
+    except TimeoutError:
+        return f"no answer within the check deadline of {deadline_seconds:g} s"
+    except Exception as exc:  # a bug in the coverage code must not take the digest down, nor read as full coverage
+        log.exception("coverage failed")
+        return f"internal error: {type(exc).__name__}"
+
+
+async def collect(
+    checks: Sequence[Check], sources: Sources, window: Window, policy: Policy, deadline_seconds: float
+) -> Collected:
+    """Run ``checks`` concurrently (the sources bound the number of queries in flight) and judge their coverage."""
+    failures = _Failures()
+    watched = Sources(metrics=_WatchedMetrics(sources.metrics, failures), logs=_WatchedLogs(sources.logs, failures))
+    measuring = (
+        asyncio.ensure_future(_coverage(checks, watched, window, policy, deadline_seconds))
+        if policy.coverage.enabled
+        else None
+    )
+    findings = list(
+        await asyncio.gather(*(_guarded(check, watched, window, deadline_seconds, failures) for check in checks))
+    )
+    partial = False
+    if measuring is not None:
+        report = await measuring
+        for index, check in enumerate(checks):
+            seen = (
+                coverage.coverage_of(report, check.needs(), policy.coverage)
+                if isinstance(report, coverage.Report)
+                else Coverage(fraction=0.0, partial=True, error=report)
+            )
+            findings[index] = coverage.apply(findings[index], seen, window)
+            partial = partial or seen.partial
+    disabled = tuple(name for name in CHECK_ORDER if not policy.enabled(name))
+    return Collected(findings=tuple(findings), disabled=disabled, complete=not failures.seen and not partial)

@@ -1,0 +1,468 @@
+"""Delivery state in SQLite: each (chat, digest key) is posted once, across restarts, crashes and a second instance.
+
+Protocol: a sender first *claims* the delivery (an atomic insert-or-take-over under ``BEGIN IMMEDIATE``), then
+computes and sends, then records the outcome. A claim is a lease: if its holder dies, the lease expires and another
+run may take the delivery over; a delivery already ``sent`` is never claimed again.
+
+A delivery is made of *parts*: the digest split into messages ("(1/3)", "(2/3)"…) and the chart photo last. Right
+after the first claim, the parts' content is stored with it (`store_parts`), and each part is recorded with its
+Telegram message id as soon as Telegram accepts it (`mark_part_sent`). A later claim of the same delivery (a retry,
+a rerun of the CronJob, another instance after the lease) sends only the parts not yet accepted, *from the stored
+content*, never from a recomputation: a digest recomputed later could split differently (other wording, another
+number of parts), and a chat must never read "(1/2)" of one text followed by "(2/3)" of another. The parts' rows are
+deleted when the whole delivery is recorded ``sent`` (its ``message_ids`` keep every part's id), so the file holds
+content only for deliveries still owed.
+
+The one window that cannot be closed without help from Telegram is a crash between Telegram accepting a part and its
+write here — the lease makes that a rare duplicate *of that one part* after a crash, never a silent loss.
+
+Schema changes are additive (``CREATE TABLE IF NOT EXISTS``), so a state file written by an older version opens
+as is: its deliveries simply have no stored parts, and a claim of one of them stores its parts then.
+
+SQLite runs in WAL mode (readers never block the writer) with ``synchronous=NORMAL``; each write is its own short
+transaction, and no transaction is ever held across network I/O (the lesson of seed 001's lock cascade).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS deliveries (
+    chat_id      INTEGER NOT NULL,
+    key          TEXT    NOT NULL,
+    status       TEXT    NOT NULL,
+    owner        TEXT    NOT NULL,
+    lease_until  REAL    NOT NULL,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    updated_at   REAL    NOT NULL,
+    sent_at      REAL,
+    late         INTEGER NOT NULL DEFAULT 0,
+    error        TEXT,
+    permanent    INTEGER NOT NULL DEFAULT 0,
+    message_ids  TEXT,
+    PRIMARY KEY (chat_id, key)
+);
+-- One row per part of a delivery still owed: its content (text: the HTML of one message; photo: the caption, with
+-- the PNG in data), and the message id once Telegram accepted it. Added after deliveries: existing files get it here.
+CREATE TABLE IF NOT EXISTS delivery_parts (
+    chat_id      INTEGER NOT NULL,
+    key          TEXT    NOT NULL,
+    part         INTEGER NOT NULL,
+    kind         TEXT    NOT NULL,
+    text         TEXT    NOT NULL,
+    data         BLOB,
+    filename     TEXT,
+    message_id   INTEGER,
+    sent_at      REAL,
+    PRIMARY KEY (chat_id, key, part)
+);
+CREATE TABLE IF NOT EXISTS chat_moves (
+    old_chat_id INTEGER PRIMARY KEY,
+    new_chat_id INTEGER NOT NULL,
+    moved_at    REAL    NOT NULL
+);
+"""
+_BUSY_TIMEOUT_SECONDS = 30.0
+# The trends' store is a cache read on the event loop: a locked file costs it the cache, not 30 s of the bot.
+_HISTORY_BUSY_TIMEOUT_SECONDS = 1.0
+_HISTORY_DAYS = 90
+
+
+class DeliveryStatus(StrEnum):
+    """Where one delivery stands."""
+
+    SENDING = "sending"
+    SENT = "sent"
+    FAILED = "failed"
+
+
+def _connect(path: Path, schema: str, busy_timeout_seconds: float) -> sqlite3.Connection:
+    """The state file opened in WAL mode with ``schema`` in place; `StateError` naming the file if it cannot be."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(path, timeout=busy_timeout_seconds, isolation_level=None, check_same_thread=False)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        connection.executescript(schema)
+        problem = _unusable(connection, schema)
+    except (sqlite3.Error, OSError) as exc:
+        raise _state_error(path, exc) from None
+    if problem is not None:
+        connection.close()
+        raise StateError(f"state file {path}: {problem}")
+    return connection
+
+
+def _unusable(connection: sqlite3.Connection, schema: str) -> str | None:
+    """Why an opened file cannot hold ``schema``'s rows, or None.
+
+    A file with a valid header but damaged pages opens, and fails only at the first write after a message went
+    out ("sent but could not be recorded", then sent again); a table of an older or foreign schema, or a view in its
+    place, fails at the first delivery of a bot that looked ready. Both are found here, before anything is sent.
+    """
+    damage = [str(row[0]) for row in connection.execute("PRAGMA quick_check(3)")]
+    if damage != ["ok"]:
+        return f"the database is damaged ({'; '.join(damage)})"
+    expected = sqlite3.connect(":memory:")
+    try:
+        expected.executescript(schema)
+        for (table,) in expected.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
+            kind = connection.execute("SELECT type FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+            if kind is None or kind[0] != "table":
+                return f"{table} is a {kind[0] if kind else 'missing'}, not a table of digest's schema"
+            want = {row[1] for row in expected.execute(f"PRAGMA table_info({table})")}
+            have = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
+            if not want <= have:
+                return f"table {table} lacks {', '.join(sorted(want - have))}: not digest's schema"
+    finally:
+        expected.close()
+    return None
+
+
+class PartKind(StrEnum):
+    """What one part of a delivery is."""
+
+    TEXT = "text"  # one message of the split digest, in Telegram HTML
+    PHOTO = "photo"  # the chart: ``text`` is its caption, ``data`` the PNG
+
+
+@dataclass(frozen=True)
+class Part:
+    """One message of a delivery, numbered from 1 in sending order; ``message_id`` once Telegram accepted it."""
+
+    index: int
+    kind: PartKind
+    text: str
+    data: bytes | None = None
+    filename: str | None = None
+    message_id: int | None = None
+
+
+class StateError(RuntimeError):
+    """The state file cannot be opened, read or written (locked, corrupt, read-only).
+
+    ``busy`` is true when another writer held the file past the busy timeout: worth retrying as it is, unlike a
+    corrupt or unwritable file.
+    """
+
+    def __init__(self, message: str, busy: bool = False) -> None:
+        super().__init__(message)
+        self.busy = busy
+
+
+def _state_error(path: Path, error: BaseException) -> StateError:
+    """The one translation of SQLite and file-system errors into `StateError`, naming the file."""
+    text = str(error).lower()
+    busy = isinstance(error, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+    return StateError(f"state file {path}: {error}", busy=busy)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One row of the delivery table."""
+
+    chat_id: int
+    key: str
+    status: DeliveryStatus
+    attempts: int
+    updated_at: float
+    sent_at: float | None
+    late: bool
+    error: str | None
+    permanent: bool
+
+
+class DeliveryState:
+    """The SQLite delivery table. One instance per process; every method is a short transaction of its own."""
+
+    def __init__(self, path: Path, owner: str, busy_timeout_seconds: float = _BUSY_TIMEOUT_SECONDS) -> None:
+        self._path = path
+        self._owner = owner
+        self._connection = _connect(path, _SCHEMA, busy_timeout_seconds)
+
+    def close(self) -> None:
+        self._connection.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        try:
+            self._connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._connection
+            except BaseException:
+                self._connection.execute("ROLLBACK")
+                raise
+            self._connection.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise _state_error(self._path, exc) from None
+
+    def claim(self, chat_id: int, key: str, lease_seconds: float, now: float | None = None) -> bool:
+        """Take the delivery of ``key`` to ``chat_id``; False if it was sent, or another live owner holds it."""
+        moment = time.time() if now is None else now
+        with self._write() as db:
+            row = db.execute(
+                "SELECT status, owner, lease_until, permanent FROM deliveries WHERE chat_id = ? AND key = ?",
+                (chat_id, key),
+            ).fetchone()
+            if row is None:
+                db.execute(
+                    "INSERT INTO deliveries (chat_id, key, status, owner, lease_until, attempts, updated_at) "
+                    "VALUES (?, ?, 'sending', ?, ?, 1, ?)",
+                    (chat_id, key, self._owner, moment + lease_seconds, moment),
+                )
+                return True
+            status, owner, lease_until, permanent = row
+            if status == DeliveryStatus.SENT or permanent:
+                return False
+            if status == DeliveryStatus.SENDING and owner != self._owner and lease_until > moment:
+                return False
+            db.execute(
+                "UPDATE deliveries SET status = 'sending', owner = ?, lease_until = ?, attempts = attempts + 1, "
+                "updated_at = ? WHERE chat_id = ? AND key = ?",
+                (self._owner, moment + lease_seconds, moment, chat_id, key),
+            )
+            return True
+
+    def store_parts(self, chat_id: int, key: str, parts: list[Part]) -> list[Part]:
+        """Keep the content of a claimed delivery's parts; if parts are stored already, those win and are returned.
+
+        Called by the claim's holder before anything is sent, so that every later attempt sends the same messages.
+        """
+        with self._write() as db:
+            stored = self._parts(db, chat_id, key)
+            if stored:
+                return stored
+            db.executemany(
+                "INSERT INTO delivery_parts (chat_id, key, part, kind, text, data, filename) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(chat_id, key, part.index, part.kind.value, part.text, part.data, part.filename) for part in parts],
+            )
+        return parts
+
+    def parts(self, chat_id: int, key: str) -> list[Part]:
+        """The stored parts of a delivery still owed, in sending order (none once it is ``sent``)."""
+        try:
+            return self._parts(self._connection, chat_id, key)
+        except sqlite3.Error as exc:
+            raise _state_error(self._path, exc) from None
+
+    @staticmethod
+    def _parts(db: sqlite3.Connection, chat_id: int, key: str) -> list[Part]:
+        rows = db.execute(
+            "SELECT part, kind, text, data, filename, message_id FROM delivery_parts "
+            "WHERE chat_id = ? AND key = ? ORDER BY part",
+            (chat_id, key),
+        ).fetchall()
+        return [
+            Part(
+                index=int(index),
+                kind=PartKind(kind),
+                text=str(text),
+                data=bytes(data) if data is not None else None,
+                filename=str(filename) if filename is not None else None,
+                message_id=int(message_id) if message_id is not None else None,
+            )
+            for index, kind, text, data, filename, message_id in rows
+        ]
+
+    def mark_part_sent(self, chat_id: int, key: str, index: int, message_id: int, now: float | None = None) -> None:
+        """Record that Telegram accepted part ``index`` as ``message_id``: no later attempt sends it again."""
+        moment = time.time() if now is None else now
+        with self._write() as db:
+            # The PNG is not needed once accepted; the text stays until the whole delivery is sent.
+            db.execute(
+                "UPDATE delivery_parts SET message_id = ?, sent_at = ?, data = NULL "
+                "WHERE chat_id = ? AND key = ? AND part = ?",
+                (message_id, moment, chat_id, key, index),
+            )
+
+    def mark_sent(
+        self,
+        chat_id: int,
+        key: str,
+        message_ids: list[int],
+        late: bool,
+        now: float | None = None,
+        note: str | None = None,
+    ) -> None:
+        """Record that the delivery is done (every part accepted, or the chart refused for good: ``note`` says so)."""
+        moment = time.time() if now is None else now
+        with self._write() as db:
+            db.execute(
+                "UPDATE deliveries SET status = 'sent', sent_at = ?, updated_at = ?, late = ?, error = ?, "
+                "message_ids = ? WHERE chat_id = ? AND key = ?",
+                (
+                    moment,
+                    moment,
+                    int(late),
+                    note[:500] if note else None,
+                    ",".join(map(str, message_ids)),
+                    chat_id,
+                    key,
+                ),
+            )
+            db.execute("DELETE FROM delivery_parts WHERE chat_id = ? AND key = ?", (chat_id, key))
+
+    def mark_failed(self, chat_id: int, key: str, error: str, permanent: bool, now: float | None = None) -> None:
+        """Record a failed delivery; a transient one is retried by a later run, a permanent one is not."""
+        moment = time.time() if now is None else now
+        with self._write() as db:
+            db.execute(
+                "UPDATE deliveries SET status = 'failed', updated_at = ?, error = ?, permanent = ?, lease_until = 0 "
+                "WHERE chat_id = ? AND key = ?",
+                (moment, error[:500], int(permanent), chat_id, key),
+            )
+
+    def record_move(self, old_chat_id: int, new_chat_id: int, now: float | None = None) -> None:
+        """Remember that a group became a supergroup, so later posts go to the new id."""
+        moment = time.time() if now is None else now
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO chat_moves (old_chat_id, new_chat_id, moved_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(old_chat_id) DO UPDATE SET new_chat_id = excluded.new_chat_id, "
+                "moved_at = excluded.moved_at",
+                (old_chat_id, new_chat_id, moment),
+            )
+
+    def earlier_ids(self, chat_id: int) -> list[int]:
+        """The ids this chat had before it moved (a group that became a supergroup, perhaps twice), nearest first."""
+        earlier: list[int] = []
+        pending = [chat_id]
+        while pending:
+            rows = self._read("SELECT old_chat_id FROM chat_moves WHERE new_chat_id = ?", (pending.pop(0),))
+            for (old,) in rows:
+                if int(old) != chat_id and int(old) not in earlier:
+                    earlier.append(int(old))
+                    pending.append(int(old))
+        return earlier
+
+    def adopt_parts(self, chat_id: int, key: str, earlier_ids: list[int]) -> list[Part]:
+        """Parts of ``key`` stored under one of ``earlier_ids`` (see `earlier_ids`), now stored under ``chat_id``.
+
+        A group that turned supergroup in the middle of a delivery: the rerun goes on where it stopped instead of
+        sending the first parts again to the new id.
+        """
+        with self._write() as db:
+            for old in earlier_ids:
+                if self._parts(db, old, key):
+                    db.execute(
+                        "UPDATE delivery_parts SET chat_id = ? WHERE chat_id = ? AND key = ?", (chat_id, old, key)
+                    )
+                    break
+            return self._parts(db, chat_id, key)
+
+    def current_chat(self, chat_id: int) -> int:
+        """The id a chat has now, following recorded migrations."""
+        seen = {chat_id}
+        current = chat_id
+        while True:
+            row = self._read("SELECT new_chat_id FROM chat_moves WHERE old_chat_id = ?", (current,))
+            if not row or row[0][0] in seen:
+                return current
+            current = int(row[0][0])
+            seen.add(current)
+
+    def get(self, chat_id: int, key: str) -> Delivery | None:
+        """The delivery of ``key`` to ``chat_id``, if any."""
+        rows = self._read(
+            "SELECT chat_id, key, status, attempts, updated_at, sent_at, late, error, permanent FROM deliveries "
+            "WHERE chat_id = ? AND key = ?",
+            (chat_id, key),
+        )
+        return _delivery(rows[0]) if rows else None
+
+    def latest(self, chat_id: int) -> list[Delivery]:
+        """The chat's ten most recent deliveries, newest first."""
+        rows = self._read(
+            "SELECT chat_id, key, status, attempts, updated_at, sent_at, late, error, permanent FROM deliveries "
+            "WHERE chat_id = ? ORDER BY updated_at DESC LIMIT 10",
+            (chat_id,),
+        )
+        return [_delivery(row) for row in rows]
+
+    def _read(self, sql: str, parameters: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        try:
+            return list(self._connection.execute(sql, parameters).fetchall())
+        except sqlite3.Error as exc:
+            raise _state_error(self._path, exc) from None
+
+
+def _delivery(row: tuple[Any, ...]) -> Delivery:
+    chat_id, key, status, attempts, updated_at, sent_at, late, error, permanent = row
+    return Delivery(
+        chat_id=int(chat_id),
+        key=str(key),
+        status=DeliveryStatus(status),
+        attempts=int(attempts),
+        updated_at=float(updated_at),
+        sent_at=float(sent_at) if sent_at is not None else None,
+        late=bool(late),
+        error=str(error) if error is not None else None,
+        permanent=bool(permanent),
+    )
+
+
+_HISTORY_SCHEMA = """
+CREATE TABLE IF NOT EXISTS graded_history (
+    cluster       TEXT NOT NULL,
+    policy        TEXT NOT NULL,
+    window_start  REAL NOT NULL,
+    window_end    REAL NOT NULL,
+    findings      TEXT NOT NULL,
+    stored_at     REAL NOT NULL,
+    PRIMARY KEY (cluster, policy, window_start, window_end)
+);
+"""
+
+
+class HistoryStore:
+    """The graded findings of past windows, so that a daily digest does not query its last seven days again.
+
+    Keyed by cluster, a fingerprint of the graded checks' policy (a changed threshold or rule recomputes) and the
+    window's bounds. The payload is opaque JSON written by `digest.pipeline.trends`. Every SQLite error is a
+    `StateError`; the caller logs it and carries on without the store — a cache must never cost a digest. Rows are kept
+    for ``_HISTORY_DAYS`` days: trends look back at most 31.
+    """
+
+    def __init__(self, path: Path, busy_timeout_seconds: float = _HISTORY_BUSY_TIMEOUT_SECONDS) -> None:
+        self._path = path
+        self._connection = _connect(path, _HISTORY_SCHEMA, busy_timeout_seconds)
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def load(self, cluster: str, policy: str, start: float, end: float) -> str | None:
+        """The stored payload of that window, or None."""
+        try:
+            row = self._connection.execute(
+                "SELECT findings FROM graded_history WHERE cluster = ? AND policy = ? AND window_start = ? "
+                "AND window_end = ?",
+                (cluster, policy, start, end),
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise _state_error(self._path, exc) from None
+        return None if row is None else str(row[0])
+
+    def save(self, cluster: str, policy: str, start: float, end: float, payload: str, now: float | None = None) -> None:
+        """Store (or replace) the payload of that window."""
+        try:
+            moment = time.time() if now is None else now
+            with self._connection:
+                self._connection.execute("BEGIN IMMEDIATE")
+                self._connection.execute(
+                    "INSERT OR REPLACE INTO graded_history VALUES (?, ?, ?, ?, ?, ?)",
+                    (cluster, policy, start, end, payload, moment),
+                )
+                self._connection.execute(
+                    "DELETE FROM graded_history WHERE stored_at < ?", (moment - _HISTORY_DAYS * 86_400,)
+                )
+        except sqlite3.Error as exc:
+            raise _state_error(self._path, exc) from None

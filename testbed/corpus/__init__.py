@@ -1,0 +1,57 @@
+"""The incident corpus: generated exporter series and Vector log records for each incident day.
+
+``DAYS`` maps each incident day (a UTC calendar day) to its generator; ``day(d)`` looks one up. Generation is
+pure (no HTTP, no backend): the loader sends ``series()`` to VictoriaMetrics and ``log_chunks()`` to
+VictoriaLogs, and the golden tests compare the digest with ``expected``. See README.md for what each day
+contains and why its numbers are what they are.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from testbed.corpus.calm_day import CalmDay
+from testbed.corpus.conntrack_near_full import ConntrackNearFull
+from testbed.corpus.keepalive_fixed import KeepaliveFixed
+from testbed.corpus.keepalive_race import KeepaliveRace
+from testbed.corpus.model import CorpusDay, Expected, Series
+from testbed.corpus.node_not_ready import NodeNotReady
+from testbed.corpus.quiet_endpoints import QuietEndpoints
+from testbed.corpus.readiness_spiral import ReadinessSpiral
+from testbed.corpus.reconnect_storm import ReconnectStorm
+from testbed.corpus.recreate_beside_rolling import RecreateBesideRolling
+from testbed.corpus.recreate_rollout import RecreateRollout
+from testbed.corpus.spiral_unscraped import SpiralUnscraped
+from testbed.corpus.stuck_rollout import StuckRollout
+
+__all__ = ["DAYS", "CorpusDay", "Expected", "Series", "day"]
+
+
+def _all_days() -> dict[dt.date, CorpusDay]:
+    days: list[CorpusDay] = [
+        CalmDay(),
+        ReconnectStorm(),
+        ReadinessSpiral(),
+        KeepaliveRace(),
+        KeepaliveFixed(),
+        RecreateRollout(),
+        QuietEndpoints(),
+        ConntrackNearFull(),
+        SpiralUnscraped(),
+        RecreateBesideRolling(),
+        StuckRollout(),
+        NodeNotReady(),
+    ]
+    return {d.date: d for d in days}
+
+
+DAYS: dict[dt.date, CorpusDay] = _all_days()
+
+
+def day(d: dt.date) -> CorpusDay:
+    """Return the corpus day for ``d``; raise ``KeyError`` naming the known days if there is none."""
+    try:
+        return DAYS[d]
+    except KeyError:
+        known = ", ".join(f"{x.isoformat()} ({DAYS[x].name})" for x in sorted(DAYS))
+        raise KeyError(f"no corpus day for {d.isoformat()}; known days: {known}") from None

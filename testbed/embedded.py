@@ -1,0 +1,238 @@
+"""Real VictoriaMetrics and VictoriaLogs processes on free loopback ports, for `digest demo` and the tests.
+
+Each server gets a temporary data directory and a retention of 100 years: both servers silently drop samples older
+than their retention, and replayed incident days are months old. Loading goes through the servers' own ingestion
+APIs (`/api/v1/import`, `/insert/jsonline`) and is followed by a bounded poll until the data is visible — never a
+blind sleep. Processes are stopped by their PID and the directories removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Self
+
+import httpx
+
+from checks.contract import rfc3339
+
+if TYPE_CHECKING:
+    from testbed.corpus.model import CorpusDay
+
+LOG_STREAM_FIELDS = "kubernetes.pod_namespace,kubernetes.pod_name,kubernetes.container_name,stream"
+_RETENTION = "100y"
+
+
+class EmbeddedError(RuntimeError):
+    """A backend binary is missing, did not start, or did not take the data."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """One backend process."""
+
+    name: str
+    binary: str
+    port: int
+    data_dir: Path
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, extra_args: Iterable[str] = ()) -> None:
+        path = shutil.which(self.binary)
+        if path is None:
+            raise EmbeddedError(f"{self.binary} is not on PATH: run scripts/install-backends first")
+        self.log_path = self.data_dir.parent / f"{self.name}.log"
+        with self.log_path.open("wb") as log_file:
+            self.process = subprocess.Popen(  # noqa: S603  # the binary was resolved on PATH, arguments are ours
+                [
+                    path,
+                    f"-storageDataPath={self.data_dir}",
+                    f"-retentionPeriod={_RETENTION}",
+                    f"-httpListenAddr=127.0.0.1:{self.port}",
+                    "-loggerLevel=ERROR",
+                    *extra_args,
+                ],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        self.wait_healthy()
+
+    def wait_healthy(self, timeout_seconds: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise EmbeddedError(f"{self.name} exited at start: {self.tail_log()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
+                    return
+            time.sleep(0.05)
+        raise EmbeddedError(f"{self.name} not healthy after {timeout_seconds:g} s: {self.tail_log()}")
+
+    def tail_log(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return "(no log)"
+        return " | ".join(self.log_path.read_text(errors="replace").strip().splitlines()[-3:])
+
+    def stop(self) -> None:
+        """Stop the process by its PID (SIGTERM, then SIGKILL after 10 s)."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self.process = None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class EmbeddedBackends:
+    """A VictoriaMetrics and a VictoriaLogs on free ports in a temporary directory."""
+
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="digest-backends-")))
+    metrics: Server = field(init=False)
+    logs: Server = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = Server("victoria-metrics", "victoria-metrics", free_port(), self.root / "vm")
+        self.logs = Server("victoria-logs", "victoria-logs", free_port(), self.root / "vl")
+
+    def start(self) -> Self:
+        try:
+            # Queries "up to now" must see what was just imported; a real install keeps its 30 s offset. Adjacent
+            # corpus days share the hours around their midnight: without deduplication VictoriaMetrics keeps a sample
+            # imported twice twice, and reads 15 s scrapes where there were 30 s ones (Prometheus keeps one).
+            self.metrics.start(["-search.latencyOffset=0s", "-dedup.minScrapeInterval=1ms"])
+            self.logs.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        self.logs.stop()
+        self.metrics.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    # Loading -----------------------------------------------------------------------------------------------------
+
+    def import_series(self, lines: Iterable[bytes]) -> int:
+        """Send VictoriaMetrics /api/v1/import JSON lines; returns how many series were sent."""
+        count = 0
+
+        def body() -> Iterator[bytes]:
+            nonlocal count
+            batch: list[bytes] = []
+            for line in lines:
+                batch.append(line)
+                count += 1
+                if len(batch) >= 200:
+                    yield b"".join(batch)
+                    batch = []
+            if batch:
+                yield b"".join(batch)
+
+        response = httpx.post(f"{self.metrics.url}/api/v1/import", content=body(), timeout=120.0)
+        if response.status_code >= 300:
+            raise EmbeddedError(f"VictoriaMetrics import failed: HTTP {response.status_code} {response.text[:200]}")
+        self._flush(self.metrics)
+        return count
+
+    def ingest_logs(self, chunks: Iterable[bytes]) -> None:
+        """Stream newline-delimited JSON records to VictoriaLogs (Vector kubernetes_logs shape)."""
+        params = {"_msg_field": "message", "_time_field": "timestamp", "_stream_fields": LOG_STREAM_FIELDS}
+        # Without this content type VictoriaLogs answers 200 and drops the body.
+        headers = {"Content-Type": "application/stream+json"}
+        response = httpx.post(
+            f"{self.logs.url}/insert/jsonline", params=params, headers=headers, content=iter(chunks), timeout=600.0
+        )
+        if response.status_code >= 300:
+            raise EmbeddedError(f"VictoriaLogs ingestion failed: HTTP {response.status_code} {response.text[:200]}")
+        self._flush(self.logs)
+
+    def _flush(self, server: Server) -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.get(f"{server.url}/internal/force_flush", timeout=30.0)
+
+    def wait_for_logs(self, start: datetime, end: datetime, expected: int, timeout_seconds: float = 60.0) -> None:
+        """Poll VictoriaLogs until ``expected`` records of [start, end) are visible (bounded)."""
+        query = f"_time:[{rfc3339(start)}, {rfc3339(end)}) | stats count() as lines"
+        deadline = time.monotonic() + timeout_seconds
+        seen = -1
+        while time.monotonic() < deadline:
+            response = httpx.post(
+                f"{self.logs.url}/select/logsql/stats_query", data={"query": query, "time": rfc3339(end)}, timeout=30.0
+            )
+            result = response.json().get("data", {}).get("result", []) if response.status_code == 200 else []
+            seen = int(float(result[0]["value"][1])) if result else 0
+            if seen >= expected:
+                return
+            self._flush(self.logs)
+            time.sleep(0.2)
+        raise EmbeddedError(f"VictoriaLogs shows {seen} of {expected} records after {timeout_seconds:g} s")
+
+    def wait_for_series(self, selector: str, at: datetime, expected: int, timeout_seconds: float = 60.0) -> None:
+        """Poll VictoriaMetrics until ``count(selector)`` at ``at`` reaches ``expected`` (bounded)."""
+        deadline = time.monotonic() + timeout_seconds
+        seen = -1
+        while time.monotonic() < deadline:
+            response = httpx.post(
+                f"{self.metrics.url}/api/v1/query",
+                data={"query": f"count({selector})", "time": rfc3339(at)},
+                timeout=30.0,
+            )
+            result = response.json().get("data", {}).get("result", []) if response.status_code == 200 else []
+            seen = int(float(result[0]["value"][1])) if result else 0
+            if seen >= expected:
+                return
+            self._flush(self.metrics)
+            time.sleep(0.2)
+        raise EmbeddedError(f"VictoriaMetrics shows {seen} of {expected} series {selector} after {timeout_seconds:g} s")
+
+
+def day_bounds(day: date) -> tuple[datetime, datetime]:
+    """The UTC day [00:00, next 00:00)."""
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    return start, start + timedelta(days=1)
+
+
+def load_corpus_day(backends: EmbeddedBackends, day: CorpusDay) -> None:
+    """Load one incident day into the backends and wait (bounded) until the digest can see all of it."""
+    start, end = day_bounds(day.date)
+    backends.import_series(series.to_import_line() for series in day.series())
+    backends.ingest_logs(day.log_chunks())
+    backends.wait_for_series('up{job="kube-state-metrics"}', end, 1)
+    backends.wait_for_logs(start - timedelta(days=1), end + timedelta(days=1), day.log_line_count())
