@@ -2,10 +2,12 @@
 
 What it measures and why: ``digest run`` cannot be faster than the backends answering its queries. Two floors:
 
-* the **checks floor** — the queries extracted from the check classes that ``digest.collect.build_checks`` builds
-  with the default policy (``digest.policy.Policy()``), for the window of ``digest.window.day_window``: every
-  ``queries(window)`` (PromQL instant queries at the window's end), ``query(window)`` / ``log_query(window)``
-  (LogsQL stats when pinned with ``_time:``, PromQL otherwise) and ``istio_query(window)``, plus conntrack's
+* the **checks floor** — the queries extracted from the check classes that
+  ``digest.pipeline.collect.build_checks`` builds with the default policy (``digest.pipeline.policy.Policy()``), for
+  the window of ``digest.pipeline.window.day_window``: every
+  fixed question the registry lists (``checks.registry``: PromQL instant queries at the window's end, and log
+  questions written as the log backend's requests by its writer — LogsQL for VictoriaLogs, LogQL for Loki:
+  `LogWriter`), plus conntrack's
   peak-minute range query for the worst node, which depends on an answer and is resolved beforehand, outside the
   timing, and the coverage queries (``checks.coverage``: one per source the checks depend on, and the fleet's),
   which every digest must ask;
@@ -25,25 +27,35 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, date, datetime
-from typing import Any
+from dataclasses import dataclass, replace
+from datetime import date, datetime, timedelta
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 import httpx
 
-from checks import coverage
+from checks import coverage, registry
 from checks.conntrack import ConntrackCheck
-from checks.contract import Backend, Window
+from checks.contract import Backend, Window, rfc3339
+from checks.log_questions import LineCount, PeakCount
 from checks.promql import ContainerKey
+from checks.registry import Question
 from checks.restarted import narrowing
-from digest.collect import build_checks
-from digest.policy import Policy
-from digest.window import day_window
+from digest.backends.victorialogs import LogsqlWriter
+from digest.pipeline.collect import build_checks
+from digest.pipeline.policy import Policy
+from digest.pipeline.window import day_window
 
 METRICS = "metrics"
 LOGS = "logs"
-QUERY_METHODS = ("query", "log_query", "istio_query")
+
+
+class LogWriter(Protocol):
+    """What the floor needs of a log backend's writer: the HTTP requests that answer a question."""
+
+    def requests(self, question: LineCount | PeakCount) -> list[tuple[str, dict[str, str]]]:
+        """The (path, form) pairs the source sends for ``question``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -66,32 +78,26 @@ class FloorResult:
     per_query: dict[str, float]
 
 
-def rfc3339(moment: datetime) -> str:
-    """``2026-07-21T00:00:00Z`` — how the digest writes times in its forms."""
-    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def window_of(day: date, zone: str = "UTC") -> Window:
     """The digest's window for ``digest run --date day`` with ``DIGEST_TIMEZONE=zone``."""
     return day_window(day, ZoneInfo(zone))
 
 
-def is_logsql(query: str) -> bool:
-    """Every LogsQL query of the digest is pinned with an absolute ``_time:[start, end)`` filter first."""
-    return query.lstrip().startswith("_time:")
-
-
 def _instant(query: str, window: Window, purpose: str) -> Query:
-    if is_logsql(query):
-        return Query(LOGS, "/select/logsql/stats_query", {"query": query, "time": rfc3339(window.end)}, purpose)
     return Query(METRICS, "/api/v1/query", {"query": query, "time": rfc3339(window.end)}, purpose)
 
 
 def _range(query: str, start: datetime, end: datetime, step_seconds: int, purpose: str) -> Query:
     form = {"query": query, "start": rfc3339(start), "end": rfc3339(end), "step": f"{step_seconds}s"}
-    if is_logsql(query):
-        return Query(LOGS, "/select/logsql/stats_query_range", form, purpose)
     return Query(METRICS, "/api/v1/query_range", form, purpose)
+
+
+def _asked_logs(question: LineCount | PeakCount, writer: LogWriter, purpose: str) -> list[Query]:
+    requests = writer.requests(question)
+    return [
+        Query(LOGS, path, form, purpose if len(requests) == 1 else f"{purpose}#{index}")
+        for index, (path, form) in enumerate(requests, start=1)
+    ]
 
 
 @dataclass(frozen=True)
@@ -126,10 +132,10 @@ _NARROWED = {
 }
 
 
-def _check_queries(check: Any, window: Window, dependencies: Dependencies) -> dict[str, str]:
-    """A check's queries by purpose, narrowed (or left out) as the digest would on the resolved answers."""
-    full: dict[str, str] = check.queries(window)
-    queries = {purpose: text for purpose, text in full.items() if _asked(check.name, purpose, dependencies)}
+def _check_queries(check: Any, window: Window, dependencies: Dependencies) -> dict[str, Question]:
+    """A check's questions by purpose (the registry's ``asks``), narrowed or left out as the digest would."""
+    asked = registry.BY_NAME[check.name].asks(check, window)
+    queries = {purpose: text for purpose, text in asked.items() if _asked(check.name, purpose, dependencies)}
     if check.name in _NARROWED:
         attribute, purposes = _NARROWED[check.name]
         containers = getattr(dependencies, attribute)
@@ -144,50 +150,61 @@ def _check_queries(check: Any, window: Window, dependencies: Dependencies) -> di
     return queries
 
 
-def checks_queries(window: Window, dependencies: Dependencies, policy: Policy | None = None) -> list[Query]:
+def checks_queries(
+    window: Window,
+    dependencies: Dependencies,
+    policy: Policy | None = None,
+    writer: LogWriter | None = None,
+    graded_only: bool = False,
+) -> list[Query]:
     """The queries of every enabled check for ``window``, extracted from the check classes, each sent once.
 
     Checks share some queries (kube-state-metrics' ``up``, the restarted containers) and the digest's sources send
-    a query asked twice at once only once: so does the floor.
+    a query asked twice at once only once: so does the floor. ``graded_only``: the graded checks only, as the
+    trends ask them of a previous day.
     """
     policy = policy or Policy()
+    writer = writer or LogsqlWriter()
+    chosen = [check for check in build_checks(policy) if not graded_only or policy.graded(check.name)]
     queries: list[Query] = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, ...]] = set()
 
     def add(query: Query) -> None:
-        key = (query.backend, query.form["query"])
+        key = (query.backend, query.path, *(f"{name}={value}" for name, value in sorted(query.form.items())))
         if key not in seen:
             seen.add(key)
             queries.append(query)
 
-    for check in build_checks(policy):
+    for check in chosen:
         name = check.name
-        if callable(getattr(check, "queries", None)):
-            for purpose, text in _check_queries(check, window, dependencies).items():
-                add(_instant(text, window, f"{name}.{purpose}"))
-        for attribute in QUERY_METHODS:
-            method: Any = getattr(check, attribute, None)
-            if callable(method):
-                add(_instant(method(window), window, f"{name}.{attribute}"))
+        for purpose, question in _check_queries(check, window, dependencies).items():
+            if isinstance(question, str):
+                add(_instant(question, window, f"{name}.{purpose}"))
+            else:
+                for query in _asked_logs(question, writer, f"{name}.{purpose}"):
+                    add(query)
         if name == "conntrack" and dependencies.conntrack_instance is not None:
             text = ConntrackCheck.peak_time_query(dependencies.conntrack_instance)
             add(_range(text, window.start, window.end, 60, "conntrack.peak_time"))
-    for query in coverage_queries(window, policy):
+    for query in coverage_queries(window, policy, writer, chosen):
         add(query)
     return queries
 
 
-def coverage_queries(window: Window, policy: Policy) -> list[Query]:
-    """What `checks.coverage` asks for the enabled checks: one query per source, and the fleet's."""
+def coverage_queries(
+    window: Window, policy: Policy, writer: LogWriter | None = None, checks: Sequence[Any] | None = None
+) -> list[Query]:
+    """What `checks.coverage` asks for the enabled checks (or ``checks``): one query per source, and the fleet's."""
     if not policy.coverage.enabled:
         return []
     grid = coverage.Grid.of(window)
-    needs = list(dict.fromkeys(need for check in build_checks(policy) for need in check.needs()))
+    chosen = build_checks(policy) if checks is None else checks
+    needs = list(dict.fromkeys(need for check in chosen for need in check.needs()))
     out: list[Query] = []
     for need in needs:
         purpose = f"coverage.{need.label}"
         if need.backend is Backend.LOGS:
-            out.append(_instant(coverage.logs_query(need, grid, policy.coverage), window, purpose))
+            out.extend(_asked_logs(coverage.logs_question(need, grid), writer or LogsqlWriter(), purpose))
         else:
             text = coverage.queries(need, grid, policy.coverage)
             out.append(_range(text, grid.range_start, grid.range_end, grid.step, purpose))
@@ -199,6 +216,28 @@ def coverage_queries(window: Window, policy: Policy) -> list[Query]:
             else:
                 out.append(_range(text, grid.range_start, grid.range_end, grid.step, f"coverage.fleet.{purpose}"))
     return out
+
+
+def replay_queries(
+    days: Sequence[date], metrics_url: str, writer: LogWriter | None = None, policy: Policy | None = None
+) -> tuple[list[Query], int]:
+    """The floor of ``digest replay`` over ``days``, and how many windows it covers.
+
+    Every replayed day's checks-floor queries (dependencies looked up per day), plus the graded checks of the days
+    before the first that the trends compare with (the replayed days serve as each other's history). Queries are
+    named ``<day> <check>.<purpose>``.
+    """
+    policy = policy or Policy()
+    ordered = sorted(days)
+    trend_days = policy.trends.days if policy.trends.enabled else 0
+    earlier = [ordered[0] - timedelta(days=back) for back in range(trend_days, 0, -1)]
+    queries: list[Query] = []
+    for day, graded_only in [*((day, True) for day in earlier), *((day, False) for day in ordered)]:
+        window = window_of(day)
+        dependencies = resolve_dependencies(metrics_url, window, policy)
+        for query in checks_queries(window, dependencies, policy, writer, graded_only=graded_only):
+            queries.append(replace(query, purpose=f"{day} {query.purpose}"))
+    return queries, len(earlier) + len(ordered)
 
 
 def resolve_dependencies(vm_url: str, window: Window, policy: Policy | None = None) -> Dependencies:

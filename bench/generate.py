@@ -6,7 +6,7 @@ grow with pods or lines, so this module builds a cluster of ~2,000 pods in ~50 n
 13,000,000 log lines in which one workload floods (``feeds/feed-aggregator``: 35 % error lines such as
 ``ERROR feeds.ws relay: connect ETIMEDOUT …`` on stderr and 35 % reconnect warnings), the rest being normal traffic,
 plus 200,000 Envoy Gateway JSON access-log records. Records have exactly the corpus's Vector ``kubernetes_logs``
-shape (``record_head``/``record_mid`` are reused) and are sent with the loader of ``digest.embedded``.
+shape (``record_head``/``record_mid`` are reused) and are sent with the loader of ``testbed.embedded``.
 
 Metrics, at 30 s resolution from one hour before the first day to 00:30 after the last: kube-state-metrics
 (``kube_pod_container_status_restarts_total`` for every container, ``…_last_terminated_reason`` and
@@ -40,23 +40,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, Self
 
-from digest.corpus.cluster import (
-    TAIL,
-    UC_BODY,
-    UC_DETAILS,
-    Pod,
-    RenderContext,
-    Route,
-    json_escape,
-    record_head,
-    record_mid,
-    safe_token,
-    salt_of,
-    stable_uid,
-    user_profile,
-)
-from digest.corpus.cluster import Window as CorpusWindow
-from digest.embedded import EmbeddedBackends, Server
+from testbed.corpus.baselines import user_profile
+from testbed.corpus.gateway_logs import UC_BODY, UC_DETAILS, Route
+from testbed.corpus.identity import Window as CorpusWindow
+from testbed.corpus.identity import safe_token, salt_of, stable_uid
+from testbed.corpus.objects import Pod
+from testbed.corpus.pod_logs import TAIL, RenderContext, json_escape, record_head, record_mid
+from testbed.embedded import EmbeddedBackends, Server
 
 DAY = dt.date(2026, 7, 20)
 DAY_S = 86_400
@@ -115,7 +105,7 @@ FLOOD_WARNINGS = (
     ("stderr", "WARNING feeds.ws relay: TLS session resumption failed, falling back to a full handshake (conn {})"),
 )
 
-# Envoy Gateway's default JSON access log: the keys and order of the corpus (see digest/corpus/cluster.py), as a
+# Envoy Gateway's default JSON access log: the keys and order of the corpus (see testbed/corpus/gateway_logs.py), as a
 # %-template already escaped for the inside of the record's ``message`` string.
 ENVOY_TEMPLATE = (
     '{":authority":"%(host)s","bytes_received":0,"bytes_sent":%(sent)s,"connection_termination_details":null,'
@@ -791,7 +781,7 @@ def _flood_memory(t: int) -> float:
 
 
 class Loader(Protocol):
-    """What ``load`` needs from the backends: `digest.embedded.EmbeddedBackends` or `RemoteBackends`."""
+    """What ``load`` needs from the backends: `testbed.embedded.EmbeddedBackends` or `RemoteBackends`."""
 
     def import_series(self, lines: Iterable[bytes]) -> int: ...
 

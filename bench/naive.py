@@ -22,18 +22,19 @@ import httpx
 
 from bench.floor import window_of
 from checks.error_lines import ErrorLinesCheck, workload_of
-from digest.policy import Policy
+from digest.backends.victorialogs import DEFAULT_FIELDS, LogsqlWriter, time_filter
+from digest.pipeline.policy import Policy
 
 
 def error_lines_query(day: date) -> str:
     """The LogsQL that selects the day's error lines with the digest's default rule."""
     check = ErrorLinesCheck(Policy().error_lines)
-    return f"{window_of(day).logsql_time_filter()} ({check.error_predicate()})"
+    return f"{time_filter(window_of(day))} {LogsqlWriter().filter(check.error_rule())}"
 
 
 def count_errors(vl_url: str, day: date) -> tuple[Counter[tuple[str, str]], int, int]:
     """Error lines per (namespace, workload), records read and bytes downloaded."""
-    policy = Policy().error_lines
+    namespace_field, pod_field = DEFAULT_FIELDS["namespace"], DEFAULT_FIELDS["pod"]
     counts: Counter[tuple[str, str]] = Counter()
     records = size = 0
     form = {"query": error_lines_query(day)}
@@ -47,7 +48,7 @@ def count_errors(vl_url: str, day: date) -> tuple[Counter[tuple[str, str]], int,
             size += len(line) + 1
             record = json.loads(line)
             records += 1
-            counts[(record.get(policy.namespace_field, ""), workload_of(record.get(policy.pod_field, "")))] += 1
+            counts[(record.get(namespace_field, ""), workload_of(record.get(pod_field, "")))] += 1
     return counts, records, size
 
 

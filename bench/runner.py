@@ -15,12 +15,12 @@ What is measured, side by side in one run, and why:
 * Backend requests per digest, counted by a loopback proxy in front of each backend (``bench.proxy``), on the small
   and on the big day: the number must not grow with pods or lines.
 
-Set-up is the runner's own: embedded VictoriaMetrics and VictoriaLogs (``digest.embedded``) in temporary
+Set-up is the runner's own: embedded VictoriaMetrics and VictoriaLogs (``testbed.embedded``) in temporary
 directories, loaded by ``bench.generate``, left to finish their background merges, stopped by PID at the end (also
 on Ctrl-C or SIGTERM). The machine may be shared: the CPU that other processes used during the measurements is
-measured and printed with the results. The results are printed as a table and, for a full run, written between the
-markers of ``docs/benchmarks.md`` (the hand-written analysis around them is kept). ``--quick`` runs the same
-programme on small volumes in well under two minutes.
+measured and printed with the results. The results (rendered by ``bench.report``) are printed as a table and, for a
+full run, written between the markers of ``docs/benchmarks.md`` (the hand-written analysis around them is kept).
+``--quick`` runs the same programme on small volumes in well under two minutes.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import hashlib
 import json
 import os
 import platform
-import re
 import resource
 import shutil
 import signal
@@ -46,16 +45,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import Self
-from urllib.parse import parse_qs, urlsplit
+from typing import TYPE_CHECKING, Self
+from urllib.parse import urlsplit
 
 from bench.floor import (
     LOGS,
     METRICS,
-    Dependencies,
     FloorResult,
     Query,
     checks_queries,
+    replay_queries,
     resolve_dependencies,
     run_floor,
     window_of,
@@ -70,24 +69,36 @@ from bench.generate import (
     build_cluster,
     load,
 )
+from bench.pairs import (
+    LOKI,
+    PROMETHEUS,
+    REFERENCE,
+    VICTORIALOGS,
+    Pair,
+    ServerLoad,
+    digest_backend_env,
+    parse_pairs,
+    rss_mib,
+    start_loki,
+    start_prometheus,
+)
 from bench.proxy import CountingProxy, Counts
-from digest.embedded import EmbeddedBackends
-from digest.policy import Policy
-from digest.settings import Settings
+from bench.report import median_of, render
+from digest.app.settings import Settings
+from testbed.embedded import EmbeddedBackends
+
+if TYPE_CHECKING:
+    from testbed.loki_server import LokiServer
+    from testbed.prometheus_server import PrometheusServer
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "benchmarks.md"
 RUSAGE = Path(__file__).resolve().parent / "rusage.py"
 START_MARK = "<!-- bench:results:start -->"
 END_MARK = "<!-- bench:results:end -->"
-RATIO_GOAL = 1.2
-RSS_GOAL_MB = 150.0
-REPLAY_GOAL = 3.0
-FLAT_TOLERANCE = 0.10
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-# The digest's defaults that the figures depend on, read from the product, not restated here.
+# The digest's default that the figures depend on, read from the product, not restated here.
 MAX_CONCURRENCY: int = Settings.model_fields["max_concurrency"].default
-TREND_DAYS = Policy().trends.days
 REPLAY_CONCURRENCY = 2  # passed to `digest replay --concurrency` explicitly (its default, too)
 
 
@@ -102,16 +113,27 @@ class Profile:
     replay_days: int
     replay_volume: Volume
     repeats: int
+    default_pairs: str = "all"  # --backends when not given
+    # Log backends whose pairs are measured on the big day too (the others on the small day only).
+    big_day_logs: tuple[str, ...] = (VICTORIALOGS,)
+    # Replay days loaded into Prometheus and Loki (the last ones of the dataset): backfilling with promtool (~4 min
+    # a day of the full cluster on 2 cores) and pushing to Loki are slow, so their pairs replay fewer days.
+    prometheus_replay_days: int = 3
+    loki_replay_days: int = 7
 
 
 FULL = Profile(
     name="full",
-    small=Volume(lines=1_000_000),
+    # 0.1 M lines, not 1 M: the small day is where all four pairs are compared, and Loki on 2 cores takes ~25 s per
+    # digest of 0.11 M records (ten times that at 1.2 M, past the digest's 30 s query timeout).
+    small=Volume(lines=100_000, envoy_records=10_000),
     big=Volume(lines=13_000_000),
     shape=Shape(cadvisor=True),
     replay_days=30,
     replay_volume=Volume(lines=200_000, envoy_records=10_000),
-    repeats=5,
+    repeats=3,
+    prometheus_replay_days=1,
+    loki_replay_days=1,
 )
 QUICK = Profile(
     name="quick",
@@ -121,6 +143,11 @@ QUICK = Profile(
     replay_days=5,
     replay_volume=Volume(lines=20_000, envoy_records=1_000),
     repeats=3,
+    # Loki takes minutes even on these volumes (and Prometheus' backfill half a minute a day): the quick default is
+    # the reference pair alone, `--quick --backends all` the four (~15 minutes).
+    default_pairs="victoriametrics+victorialogs",
+    prometheus_replay_days=2,
+    loki_replay_days=2,
 )
 
 
@@ -172,13 +199,14 @@ def digest_command() -> list[str]:
     found = shutil.which("digest")
     if found:
         return [found]
-    return [sys.executable, "-c", "import sys; from digest.cli import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from digest.app.cli import main; sys.exit(main())"]
 
 
-def digest_env(vm_url: str, vl_url: str) -> dict[str, str]:
-    """The environment of a digest subprocess: default policy and settings, these backends, UTC."""
+def digest_env(metrics_url: str, logs_url: str, pair: Pair = REFERENCE) -> dict[str, str]:
+    """The environment of a digest subprocess: default policy and settings, this pair's servers, UTC."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("DIGEST_")}
-    env.update(DIGEST_VM_URL=vm_url, DIGEST_VL_URL=vl_url, DIGEST_TIMEZONE="UTC", DIGEST_CLUSTER="bench")
+    env.update(digest_backend_env(pair, metrics_url, logs_url))
+    env.update(DIGEST_TIMEZONE="UTC", DIGEST_CLUSTER="bench")
     return env
 
 
@@ -302,6 +330,10 @@ class DayResult:
     label: str
     facts: DayFacts
     load: LoadReport
+    pair: Pair = REFERENCE
+    server_loads: list[ServerLoad] = field(default_factory=list)  # Prometheus and Loki, when loaded
+    backend_rss: tuple[float, float] = (float("nan"), float("nan"))  # MiB, metrics and logs server after loading
+    backend_cpu: list[tuple[float, float]] = field(default_factory=list)  # CPU seconds of both servers per digest
     headline: str = ""
     counted_errors: float = 0.0
     digest_runs: list[Run] = field(default_factory=list)
@@ -351,18 +383,20 @@ class DayResult:
 
 @dataclass
 class ReplayResult:
-    """``digest replay`` over many days against one."""
+    """``digest replay`` of many days on one pair, against the floor of the same days' queries."""
 
     days: list[dt.date]
     load: LoadReport
-    one_day: dt.date
+    pair: Pair = REFERENCE
+    server_loads: list[ServerLoad] = field(default_factory=list)
     many: list[Run] = field(default_factory=list)
-    one: list[Run] = field(default_factory=list)
-    # CPU seconds VictoriaMetrics and VictoriaLogs used during each run of ``many`` / ``one``.
+    # CPU seconds the metrics and the logs server used during each replay.
     many_backend_cpu: list[tuple[float, float]] = field(default_factory=list)
-    one_backend_cpu: list[tuple[float, float]] = field(default_factory=list)
     many_counts: tuple[Counts, Counts] = (Counts(), Counts())
-    one_counts: tuple[Counts, Counts] = (Counts(), Counts())
+    floors: list[FloorResult] = field(default_factory=list)  # the checks floor of every window the replay asks
+    recorded_floors: list[FloorResult] = field(default_factory=list)  # the replay's own requests, replayed
+    floor_query_count: int = 0
+    floor_windows: int = 0  # replayed days + the earlier days the trends ask
     other_cores: float = 0.0
     backends_cores: float = 0.0
     not_checked: dict[str, int] = field(default_factory=dict)
@@ -374,23 +408,27 @@ class ReplayResult:
     run_with_store_counts: tuple[Counts, Counts] = (Counts(), Counts())
 
     @property
-    def ratio(self) -> float:
-        return statistics.median(run.seconds for run in self.many) / statistics.median(run.seconds for run in self.one)
+    def replay_median(self) -> float:
+        return statistics.median(run.seconds for run in self.many)
 
     @property
-    def work_ratio(self) -> float:
-        """CPU seconds of digest and both backends, 30 days over one day (medians)."""
-        return _work(self.many, self.many_backend_cpu) / _work(self.one, self.one_backend_cpu)
+    def floor_median(self) -> float:
+        return statistics.median(result.seconds for result in self.floors)
 
+    @property
+    def recorded_median(self) -> float:
+        return statistics.median(result.seconds for result in self.recorded_floors)
 
-def _work(runs: Sequence[Run], backend_cpu: Sequence[tuple[float, float]]) -> float:
-    return statistics.median(run.cpu_seconds + vm + vl for run, (vm, vl) in zip(runs, backend_cpu, strict=True))
+    @property
+    def ratio(self) -> float:
+        """The replay's wall time over the checks floor of its windows."""
+        return self.replay_median / self.floor_median
 
 
 def with_backend_cpu(
     pids: Sequence[int], command: Sequence[str], env: dict[str, str]
 ) -> tuple[Run, tuple[float, float]]:
-    """``measured(command)`` and the CPU seconds each of the two backends used meanwhile."""
+    """``measured(command)`` and the CPU seconds each of the two backends (metrics, logs) used meanwhile."""
     before = [_process_cpu(pid) for pid in pids]
     run = measured(command, env)
     vm, vl = (_process_cpu(pid) - start for pid, start in zip(pids, before, strict=True))
@@ -410,64 +448,12 @@ def recorded_queries(vm: Counts, vl: Counts) -> list[Query]:
     queries: list[Query] = []
     for backend, counts in ((METRICS, vm), (LOGS, vl)):
         for index, request in enumerate(counts.recorded):
-            purpose = f"{backend}#{index} {urlsplit(request.target).path}"
+            path = urlsplit(request.target).path
+            if "query" not in path:
+                continue  # Loki's /ready probe, asked once by the source: not a query, and no JSON answer
+            purpose = f"{backend}#{index} {path}"
             queries.append(Query(backend, request.target, {}, purpose, request.body, request.content_type))
     return queries
-
-
-_MOMENT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
-
-
-_MATCHERS = re.compile(r'namespace=~"(?:[^"\\]|\\.)*", pod=~"(?:[^"\\]|\\.)*", container=~"(?:[^"\\]|\\.)*"')
-
-
-def _normalized(query: str) -> str:
-    """A query with its window's timestamps and narrowing matchers blanked: one check's query on any day alike."""
-    return _MATCHERS.sub("…", _MOMENT.sub("…", query))
-
-
-def query_labels(day: dt.date, cluster: Cluster) -> dict[str, str]:
-    """Normalized query text → the check purpose that produces it (``oom_kills.kills``…).
-
-    Conntrack's peak-minute query is labelled with what the generator knows: the flooding pod's node peaks.
-    """
-    instance = f"{cluster.pods[cluster.flood].node}:9100"
-    some = (("n", "p", "c"),)
-    full = checks_queries(window_of(day), Dependencies(conntrack_instance=instance))
-    narrowed = checks_queries(
-        window_of(day), Dependencies(conntrack_instance=instance, restarted=some, memory_candidates=some)
-    )
-    return {_normalized(query.form["query"]): query.purpose for query in (*full, *narrowed)}
-
-
-def backend_time(counts: Sequence[Counts], labels: dict[str, str]) -> list[tuple[str, int, float]]:
-    """``(query, requests, summed latency)`` over recorded requests, the costliest first."""
-    totals: dict[str, tuple[int, float]] = {}
-    for one in counts:
-        for request in one.recorded:
-            text = parse_qs(request.body.decode(errors="replace")).get("query", [request.target])[0]
-            key = _normalized(text)
-            label = labels.get(key) or f"`{key[:60]}…`"
-            number, seconds = totals.get(label, (0, 0.0))
-            totals[label] = (number + 1, seconds + request.seconds)
-    return sorted(((label, n, sec) for label, (n, sec) in totals.items()), key=lambda row: -row[2])
-
-
-def _time_table(rows: list[tuple[str, int, float]], top: int = 8) -> list[str]:
-    total = sum(seconds for _, _, seconds in rows) or 1e-9
-    lines = ["| query (check.purpose) | requests | summed latency | share |", "|---|---|---|---|"]
-    for label, number, seconds in rows[:top]:
-        lines.append(
-            f"| {label if label.startswith('`') else f'`{label}`'} | {number} | {seconds:.1f} s | "
-            f"{100 * seconds / total:.0f} % |"
-        )
-    rest = rows[top:]
-    if rest:
-        lines.append(
-            f"| {len(rest)} other queries | {sum(n for _, n, _ in rest)} | {sum(s for _, _, s in rest):.1f} s | "
-            f"{100 * sum(s for _, _, s in rest) / total:.0f} % |"
-        )
-    return lines
 
 
 def product_fingerprint() -> str:
@@ -487,133 +473,300 @@ def run_profiled(command: Sequence[str], env: dict[str, str], out: Path) -> None
     say(f"profile written to {out}" if run.code == 0 else f"pyinstrument failed: {run.stderr.strip()[-200:]}")
 
 
+@dataclass
+class LoadedServers:
+    """The servers one dataset was loaded into: VictoriaMetrics and VictoriaLogs, and Prometheus / Loki if needed."""
+
+    backends: BenchBackends
+    prometheus: PrometheusServer | None = None
+    loki: LokiServer | None = None
+    loads: list[ServerLoad] = field(default_factory=list)
+
+    def of(self, pair: Pair) -> tuple[str, str, list[int]]:
+        """The metrics URL, the logs URL and the two servers' PIDs (metrics, logs) of ``pair``."""
+        if pair.metrics == PROMETHEUS:
+            if self.prometheus is None or self.prometheus.process is None:
+                raise RuntimeError("Prometheus was not loaded for this dataset")
+            metrics_url, metrics_pid = self.prometheus.url, self.prometheus.process.pid
+        else:
+            metrics_url, metrics_pid = self.backends.metrics.url, self.backends.pids[0]
+        if pair.logs == LOKI:
+            if self.loki is None:
+                raise RuntimeError("Loki was not loaded for this dataset")
+            logs_url, logs_pid = self.loki.url, self.loki.pid
+        else:
+            logs_url, logs_pid = self.backends.logs.url, self.backends.pids[1]
+        return metrics_url, logs_url, [metrics_pid, logs_pid]
+
+    @property
+    def pids(self) -> list[int]:
+        """Every server's PID."""
+        pids = list(self.backends.pids)
+        if self.prometheus is not None and self.prometheus.process is not None:
+            pids.append(self.prometheus.process.pid)
+        if self.loki is not None and self.loki.process is not None:
+            pids.append(self.loki.pid)
+        return pids
+
+
+class SharedPrometheus:
+    """A Prometheus backfilled once for some days and kept for every dataset with the same metrics; stopped on exit."""
+
+    def __init__(self) -> None:
+        self.server: PrometheusServer | None = None
+        self.load: ServerLoad | None = None
+        self.days: list[dt.date] = []
+
+    def loaded(self, cluster: Cluster, days: list[dt.date]) -> tuple[PrometheusServer, ServerLoad]:
+        """The server holding ``days`` (backfilled now unless it already holds exactly them)."""
+        if self.server is None or self.load is None or self.days != days:
+            self.stop()
+            say(f"backfilling Prometheus with {len(days)} day(s)")
+            self.server, self.load = start_prometheus(cluster, days)
+            self.days = days
+            pid = self.server.process.pid if self.server.process else "?"
+            say(f"Prometheus up (PID {pid}): {self.load.items:,} samples in {self.load.seconds:.0f} s")
+        return self.server, self.load
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            say("Prometheus stopped")
+        self.server, self.load = None, None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def servers_loaded(
+    label: str,
+    cluster: Cluster,
+    days: Sequence[dt.date],
+    volume: Volume,
+    pairs: Sequence[Pair],
+    slow_days: tuple[int, int] | None = None,
+    prometheus: SharedPrometheus | None = None,
+) -> Iterator[tuple[LoadedServers, LoadReport]]:
+    """Every server the pairs use, each loaded once with ``days``.
+
+    ``slow_days``: how many of the last days Prometheus and Loki get. ``prometheus``: the one Prometheus of the
+    small and the big day, whose metrics are the same (backfilling it is the slowest load of all).
+    """
+    ordered = sorted(days)
+    prometheus_days, loki_days = slow_days or (len(ordered), len(ordered))
+    with backends_running() as backends, contextlib.ExitStack() as stack:
+        say(f"{label}: loading {len(days)} day(s) of {volume.lines + volume.envoy_records:,} records")
+        report = load(backends, cluster, days, volume, progress=True)
+        loaded = LoadedServers(backends)
+        if any(pair.metrics == PROMETHEUS for pair in pairs):
+            if prometheus is None:
+                prometheus = stack.enter_context(SharedPrometheus())
+            loaded.prometheus, prometheus_load = prometheus.loaded(cluster, ordered[-prometheus_days:])
+            loaded.loads.append(prometheus_load)
+        if any(pair.logs == LOKI for pair in pairs):
+            slow = ordered[-loki_days:]
+            say(f"{label}: pushing {len(slow)} day(s) to Loki")
+            loaded.loki, loki_load = start_loki(cluster, slow, volume)
+            stack.callback(loaded.loki.stop)
+            loaded.loads.append(loki_load)
+            say(f"{label}: Loki up (PID {loaded.loki.pid}): {loki_load.items:,} records in {loki_load.seconds:.0f} s")
+        yield loaded, report
+        say(f"{label}: stopping the servers")
+
+
 def measure_day(
-    label: str, cluster: Cluster, volume: Volume, repeats: int, profile_dir: Path | None = None
-) -> DayResult:
-    """Load one big or small day and measure digest, floors, naive baseline and request counts on it."""
-    with backends_running() as backends:
-        say(f"{label}: loading {volume.lines:,} log lines + {volume.envoy_records:,} access-log records")
-        report = load(backends, cluster, [DAY], volume, progress=True)
-        result = DayResult(label=label, facts=report.facts[0], load=report)
-        result.settled = settle(backends.pids)
-        say(f"{label}: {result.settled}")
-        vm_url, vl_url = backends.metrics.url, backends.logs.url
-        command = [*digest_command(), "run", "--date", DAY.isoformat(), "--format", "json"]
+    label: str,
+    cluster: Cluster,
+    volume: Volume,
+    repeats: int,
+    pairs: Sequence[Pair],
+    detailed: Pair,
+    profile_dir: Path | None = None,
+    prometheus: SharedPrometheus | None = None,
+) -> list[DayResult]:
+    """Load one small or big day into every server the pairs use and measure each pair on it.
 
-        # First digest through the counting proxies: counts and records its requests, and warms both backends.
-        with CountingProxy(vm_url) as vm_proxy, CountingProxy(vl_url) as vl_proxy:
-            run = checked(measured(command, digest_env(vm_proxy.url, vl_proxy.url)), "digest run (proxied)")
-            result.vm_counts, result.vl_counts = vm_proxy.reset(), vl_proxy.reset()
-        verdict = json.loads(run.stdout)
-        result.headline = str(verdict["headline"])
-        by_name = {check["name"]: check for check in verdict["checks"]}
-        result.counted_errors = float(by_name["error_lines"]["value"] or 0)
-        result.unknown = {
-            name: str(check.get("error") or check.get("summary") or "")
-            for name, check in by_name.items()
-            if check.get("status") == "UNKNOWN"
-        }
-        say(
-            f"{label}: {result.headline}; error_lines {result.counted_errors:,.0f} (expected "
-            f"{result.facts.flood_error_lines:,}); requests {result.vm_counts.requests} + {result.vl_counts.requests}"
-        )
+    ``detailed`` (one of ``pairs``) also gets the warm digests and the naive baseline.
+    """
+    results: list[DayResult] = []
+    with servers_loaded(label, cluster, [DAY], volume, pairs, prometheus=prometheus) as (loaded, report):
+        settled = settle(loaded.pids)
+        say(f"{label}: {settled}")
+        for pair in pairs:
+            result = DayResult(label=label, facts=report.facts[0], load=report, pair=pair, settled=settled)
+            result.server_loads = list(loaded.loads)
+            metrics_url, logs_url, pids = loaded.of(pair)
+            result.backend_rss = (rss_mib(pids[0]), rss_mib(pids[1]))
+            measure_pair_day(result, metrics_url, logs_url, pids, repeats, pair == detailed, profile_dir)
+            results.append(result)
+        if detailed in pairs:
+            main = next(result for result in results if result.pair == detailed)
+            measure_naive(main, loaded.backends.logs.url)
+    return results
 
-        window = window_of(DAY)
-        queries = checks_queries(window, resolve_dependencies(vm_url, window))
-        replayed = recorded_queries(result.vm_counts, result.vl_counts)
-        result.checks_query_count = len(queries)
-        asyncio.run(
-            run_floor(queries, vm_url, vl_url, MAX_CONCURRENCY)
-        )  # warm-up, as the proxied run was for the digest
-        env = digest_env(vm_url, vl_url)
-        with CpuMeter(backends.pids) as meter:
-            for index in range(repeats):
-                result.digest_runs.append(checked(measured(command, env), "digest run"))
-                result.floors.append(asyncio.run(run_floor(queries, vm_url, vl_url, MAX_CONCURRENCY)))
-                result.recorded_floors.append(asyncio.run(run_floor(replayed, vm_url, vl_url, MAX_CONCURRENCY)))
-                say(
-                    f"{label}: run {index + 1}/{repeats}: digest {result.digest_runs[-1].seconds:.2f} s "
-                    f"({result.digest_runs[-1].max_rss_mib:.0f} MiB), checks floor {result.floors[-1].seconds:.2f} s, "
-                    f"recorded floor {result.recorded_floors[-1].seconds:.2f} s"
-                )
+
+def measure_pair_day(
+    result: DayResult,
+    metrics_url: str,
+    logs_url: str,
+    pids: list[int],
+    repeats: int,
+    detailed: bool,
+    profile_dir: Path | None,
+) -> None:
+    """Digest, floors, counts and (``detailed``) warm digests of one pair on a loaded day."""
+    pair, label = result.pair, f"{result.label} {result.pair.short}"
+    command = [*digest_command(), "run", "--date", DAY.isoformat(), "--format", "json"]
+
+    # First digest through the counting proxies: counts and records its requests, and warms both backends.
+    with CountingProxy(metrics_url) as vm_proxy, CountingProxy(logs_url) as vl_proxy:
+        run = checked(measured(command, digest_env(vm_proxy.url, vl_proxy.url, pair)), "digest run (proxied)")
+        result.vm_counts, result.vl_counts = vm_proxy.reset(), vl_proxy.reset()
+    verdict = json.loads(run.stdout)
+    result.headline = str(verdict["headline"])
+    by_name = {check["name"]: check for check in verdict["checks"]}
+    result.counted_errors = float(by_name["error_lines"]["value"] or 0)
+    result.unknown = {
+        name: str(check.get("error") or check.get("summary") or "")
+        for name, check in by_name.items()
+        if check.get("status") == "UNKNOWN"
+    }
+    say(
+        f"{label}: {result.headline}; error_lines {result.counted_errors:,.0f} (expected "
+        f"{result.facts.flood_error_lines:,}); requests {result.vm_counts.requests} + {result.vl_counts.requests}"
+    )
+
+    window = window_of(DAY)
+    queries = checks_queries(window, resolve_dependencies(metrics_url, window), writer=pair.writer())
+    replayed = recorded_queries(result.vm_counts, result.vl_counts)
+    result.checks_query_count = len(queries)
+    asyncio.run(run_floor(queries, metrics_url, logs_url, MAX_CONCURRENCY))  # warm-up, as the proxied digest was
+    env = digest_env(metrics_url, logs_url, pair)
+    with CpuMeter(pids) as meter:
+        for index in range(repeats):
+            digest_run, cpu = with_backend_cpu(pids, command, env)
+            result.digest_runs.append(checked(digest_run, "digest run"))
+            result.backend_cpu.append(cpu)
+            result.floors.append(asyncio.run(run_floor(queries, metrics_url, logs_url, MAX_CONCURRENCY)))
+            result.recorded_floors.append(asyncio.run(run_floor(replayed, metrics_url, logs_url, MAX_CONCURRENCY)))
+            say(
+                f"{label}: run {index + 1}/{repeats}: digest {result.digest_runs[-1].seconds:.2f} s "
+                f"({result.digest_runs[-1].max_rss_mib:.0f} MiB), checks floor {result.floors[-1].seconds:.2f} s, "
+                f"recorded floor {result.recorded_floors[-1].seconds:.2f} s"
+            )
+        if detailed:
             for _ in range(repeats):
                 result.startup.append(checked(measured([*digest_command(), "--help"], env), "digest --help"))
             warm_command = [sys.executable, "-m", "bench.warm", "--date", DAY.isoformat(), "--repeats", str(repeats)]
             warm = checked(measured(warm_command, env), "warm digests")
             result.warm_seconds = [float(seconds) for seconds in json.loads(warm.stdout)["seconds"]]
             say(f"{label}: warm digests in one process: {', '.join(f'{t:.2f}' for t in result.warm_seconds)} s")
-        result.other_cores = meter.other_cores
-
-        if profile_dir is not None:
-            run_profiled(command, env, profile_dir / f"digest-run-{label.split()[0]}.txt")
-
-        say(f"{label}: naive baseline (download {result.facts.error_lines:,} error lines)")
-        naive_command = [sys.executable, "-m", "bench.naive", "--vl-url", vl_url, "--date", DAY.isoformat()]
-        naive = measured(naive_command, python_env())
-        if naive.code == 0:
-            result.naive, result.naive_out = naive, json.loads(naive.stdout)
-            say(f"{label}: naive {naive.seconds:.1f} s, {naive.max_rss_mib:.0f} MiB")
-        else:
-            result.naive_error = (naive.stderr.strip().splitlines() or ["no message"])[-1][:200]
-            say(f"{label}: naive baseline failed: {result.naive_error}")
-    return result
+    result.other_cores = meter.other_cores
+    if detailed and profile_dir is not None and "big" in result.label:
+        run_profiled(command, env, profile_dir / f"digest-run-{result.label.split()[0]}.txt")
 
 
-def measure_replay(cluster: Cluster, profile: Profile, repeats: int, profile_dir: Path | None = None) -> ReplayResult:
-    """Load ``replay_days`` consecutive days ending the day before ``DAY`` and time replays of all and of one."""
+def measure_naive(result: DayResult, vl_url: str) -> None:
+    """The naive baseline on VictoriaLogs: download the error lines and count them in Python."""
+    say(f"{result.label}: naive baseline (download {result.facts.error_lines:,} error lines)")
+    naive_command = [sys.executable, "-m", "bench.naive", "--vl-url", vl_url, "--date", DAY.isoformat()]
+    naive = measured(naive_command, python_env())
+    if naive.code == 0:
+        result.naive, result.naive_out = naive, json.loads(naive.stdout)
+        say(f"{result.label}: naive {naive.seconds:.1f} s, {naive.max_rss_mib:.0f} MiB")
+    else:
+        result.naive_error = (naive.stderr.strip().splitlines() or ["no message"])[-1][:200]
+        say(f"{result.label}: naive baseline failed: {result.naive_error}")
+
+
+def measure_replay(
+    cluster: Cluster,
+    profile: Profile,
+    repeats: int,
+    pairs: Sequence[Pair],
+    detailed: Pair,
+    profile_dir: Path | None = None,
+) -> list[ReplayResult]:
+    """Load the replay dataset and, per pair, time ``digest replay`` against the floor of the same days' queries."""
     days = [DAY - dt.timedelta(days=profile.replay_days - k) for k in range(profile.replay_days)]
-    with backends_running() as backends:
-        volume = profile.replay_volume
-        say(f"replay: loading {len(days)} days of {volume.lines + volume.envoy_records:,} records")
-        report = load(backends, cluster, days, volume, progress=True)
-        say(f"replay: {settle(backends.pids)}")
-        one_day = days[len(days) // 2]
-        result = ReplayResult(days=days, load=report, one_day=one_day)
-        replay = [*digest_command(), "replay", "--concurrency", str(REPLAY_CONCURRENCY)]
-        many_command = [*replay, "--from", days[0].isoformat(), "--to", days[-1].isoformat()]
-        one_command = [*replay, "--from", one_day.isoformat(), "--to", one_day.isoformat()]
-        with CountingProxy(backends.metrics.url) as vm_proxy, CountingProxy(backends.logs.url) as vl_proxy:
-            env = digest_env(vm_proxy.url, vl_proxy.url)
-            summaries = checked(measured(many_command, env), "digest replay (proxied)").stdout.splitlines()
-            result.many_counts = (vm_proxy.reset(), vl_proxy.reset())
-            checked(measured(one_command, env), "digest replay one day (proxied)")
-            result.one_counts = (vm_proxy.reset(), vl_proxy.reset())
-        for summary in summaries:
-            for part in summary.split(" · "):
-                if part.endswith(" not checked"):
-                    name = part.removesuffix(" not checked").split()[-1]
-                    result.not_checked[name] = result.not_checked.get(name, 0) + 1
-        env = digest_env(backends.metrics.url, backends.logs.url)
-        with CpuMeter(backends.pids) as meter:
-            for index in range(repeats):
-                many, many_cpu = with_backend_cpu(backends.pids, many_command, env)
-                one, one_cpu = with_backend_cpu(backends.pids, one_command, env)
-                result.many.append(checked(many, "digest replay"))
-                result.one.append(checked(one, "digest replay one day"))
-                result.many_backend_cpu.append(many_cpu)
-                result.one_backend_cpu.append(one_cpu)
-                say(
-                    f"replay: run {index + 1}/{repeats}: {len(days)} days {result.many[-1].seconds:.2f} s, "
-                    f"1 day {result.one[-1].seconds:.2f} s"
-                )
-        result.other_cores, result.backends_cores = meter.other_cores, meter.backends_cores
-        measure_history_store(backends, days[-1], result, repeats)
-        if profile_dir is not None:
-            run_profiled(many_command, env, profile_dir / "digest-replay-many.txt")
-            run_profiled(one_command, env, profile_dir / "digest-replay-one.txt")
-    return result
+    slow = (min(profile.prometheus_replay_days, len(days)), min(profile.loki_replay_days, len(days)))
+    results: list[ReplayResult] = []
+    with servers_loaded("replay", cluster, days, profile.replay_volume, pairs, slow) as (loaded, report):
+        say(f"replay: {settle(loaded.pids)}")
+        for pair in pairs:
+            count = min(
+                slow[0] if pair.metrics == PROMETHEUS else len(days), slow[1] if pair.logs == LOKI else len(days)
+            )
+            pair_days = days[-count:]
+            result = ReplayResult(days=pair_days, load=report, pair=pair, server_loads=list(loaded.loads))
+            metrics_url, logs_url, pids = loaded.of(pair)
+            measure_pair_replay(result, metrics_url, logs_url, pids, repeats, profile_dir if pair == detailed else None)
+            if pair == detailed:
+                measure_history_store(pair, metrics_url, logs_url, days[-1], result, repeats)
+            results.append(result)
+    return results
 
 
-def measure_history_store(backends: EmbeddedBackends, day: dt.date, result: ReplayResult, repeats: int) -> None:
+def measure_pair_replay(
+    result: ReplayResult,
+    metrics_url: str,
+    logs_url: str,
+    pids: list[int],
+    repeats: int,
+    profile_dir: Path | None,
+) -> None:
+    """One pair's replay: proxied once (counts, recorded requests), then replays and both floors interleaved."""
+    pair, days = result.pair, result.days
+    label = f"replay {pair.short}"
+    command = [
+        *digest_command(), "replay", "--concurrency", str(REPLAY_CONCURRENCY),
+        "--from", days[0].isoformat(), "--to", days[-1].isoformat(),
+    ]  # fmt: skip
+    with CountingProxy(metrics_url) as vm_proxy, CountingProxy(logs_url) as vl_proxy:
+        proxied = digest_env(vm_proxy.url, vl_proxy.url, pair)
+        summaries = checked(measured(command, proxied), "digest replay (proxied)").stdout.splitlines()
+        result.many_counts = (vm_proxy.reset(), vl_proxy.reset())
+    for summary in summaries:
+        for part in summary.split(" · "):
+            if part.endswith(" not checked"):
+                name = part.removesuffix(" not checked").split()[-1]
+                result.not_checked[name] = result.not_checked.get(name, 0) + 1
+    queries, windows = replay_queries(days, metrics_url, pair.writer())
+    result.floor_query_count, result.floor_windows = len(queries), windows
+    replayed = recorded_queries(*result.many_counts)
+    env = digest_env(metrics_url, logs_url, pair)
+    with CpuMeter(pids) as meter:
+        for index in range(repeats):
+            many, many_cpu = with_backend_cpu(pids, command, env)
+            result.many.append(checked(many, "digest replay"))
+            result.many_backend_cpu.append(many_cpu)
+            result.floors.append(asyncio.run(run_floor(queries, metrics_url, logs_url, MAX_CONCURRENCY)))
+            result.recorded_floors.append(asyncio.run(run_floor(replayed, metrics_url, logs_url, MAX_CONCURRENCY)))
+            say(
+                f"{label}: run {index + 1}/{repeats}: {len(days)} days {result.many[-1].seconds:.2f} s, checks floor "
+                f"{result.floors[-1].seconds:.2f} s, recorded floor {result.recorded_floors[-1].seconds:.2f} s"
+            )
+    result.other_cores, result.backends_cores = meter.other_cores, meter.backends_cores
+    if profile_dir is not None:
+        run_profiled(command, env, profile_dir / "digest-replay-many.txt")
+
+
+def measure_history_store(
+    pair: Pair, metrics_url: str, logs_url: str, day: dt.date, result: ReplayResult, repeats: int
+) -> None:
     """``digest run`` of a day whose 7 previous days have data: without a state file, and with one that has them."""
     command = [*digest_command(), "run", "--date", day.isoformat(), "--format", "json"]
     result.run_day = day
     with tempfile.TemporaryDirectory(prefix="digest-bench-state-") as tmp:
-        plain = digest_env(backends.metrics.url, backends.logs.url)
+        plain = digest_env(metrics_url, logs_url, pair)
         stored = {**plain, "DIGEST_STATE_PATH": str(Path(tmp) / "state.sqlite")}
         checked(measured(command, stored), "digest run filling the state file")
-        with CountingProxy(backends.metrics.url) as vm_proxy, CountingProxy(backends.logs.url) as vl_proxy:
-            proxied = digest_env(vm_proxy.url, vl_proxy.url)
+        with CountingProxy(metrics_url) as vm_proxy, CountingProxy(logs_url) as vl_proxy:
+            proxied = digest_env(vm_proxy.url, vl_proxy.url, pair)
             without = checked(measured(command, proxied), "digest run without state (proxied)")
             result.run_without_store_counts = (vm_proxy.reset(), vl_proxy.reset())
             with_store = checked(
@@ -627,8 +780,8 @@ def measure_history_store(backends: EmbeddedBackends, day: dt.date, result: Repl
             result.run_without_store.append(checked(measured(command, plain), "digest run without state"))
             result.run_with_store.append(checked(measured(command, stored), "digest run with state"))
     say(
-        f"history store: digest run {day}: {_median(result.run_without_store):.2f} s without state, "
-        f"{_median(result.run_with_store):.2f} s with the past days stored"
+        f"history store: digest run {day}: {median_of(result.run_without_store):.2f} s without state, "
+        f"{median_of(result.run_with_store):.2f} s with the past days stored"
     )
 
 
@@ -653,8 +806,25 @@ def machine() -> dict[str, str]:
                 info["os"] = line.split("=", 1)[1].strip('"')
     info["victoria-metrics"] = backend_version("victoria-metrics")
     info["victoria-logs"] = backend_version("victoria-logs")
+    info["prometheus"] = "Prometheus " + _first_line(["prometheus", "--version"]).removeprefix("prometheus, ")
+    info["loki"] = "Loki " + _first_line([os.environ.get("DIGEST_LOKI_BINARY") or "loki", "-version"]).removeprefix(
+        "loki, "
+    )
     info["revision"] = revision()
     return info
+
+
+def _first_line(command: list[str]) -> str:
+    """The first line ``command`` prints (a version), or "not installed"."""
+    path = shutil.which(command[0])
+    if path is None:
+        return "not installed"
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run([path, *command[1:]], capture_output=True, text=True, timeout=10, check=False)  # noqa: S603
+        text = (out.stdout or out.stderr).strip()
+        if text:
+            return text.splitlines()[0]
+    return "version not reported"
 
 
 def backend_version(binary: str) -> str:
@@ -707,302 +877,6 @@ def revision() -> str:
     return "unknown"
 
 
-def _mark(ok: bool) -> str:
-    return "✅ met" if ok else "❌ missed"
-
-
-def _size(count: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if count >= scale:
-            return f"{count / scale:.1f} {unit}"
-    return f"{count:.0f} B"
-
-
-def _median(runs: Sequence[Run], attribute: str = "seconds") -> float:
-    return statistics.median(float(getattr(run, attribute)) for run in runs)
-
-
-def goals(small: DayResult, big: DayResult, replay: ReplayResult | None) -> dict[str, bool]:
-    """Each goal of the brief and whether this run met it."""
-    rss_ok = max(small.max_rss, big.max_rss) * 2**20 / 1e6 <= RSS_GOAL_MB
-    flat = big.max_rss <= small.max_rss * (1 + FLAT_TOLERANCE)
-    met = {
-        f"ratio ≤ {RATIO_GOAL}× (small)": small.ratio <= RATIO_GOAL,
-        f"ratio ≤ {RATIO_GOAL}× (big)": big.ratio <= RATIO_GOAL,
-        f"peak RSS ≤ {RSS_GOAL_MB:.0f} MB and flat": rss_ok and flat,
-        "requests per digest independent of size": (small.vm_counts.by_path, small.vl_counts.by_path)
-        == (big.vm_counts.by_path, big.vl_counts.by_path),
-        "digest counts every error line": small.counted_errors == small.facts.flood_error_lines
-        and big.counted_errors == big.facts.flood_error_lines,
-    }
-    if replay is not None:
-        met[f"replay {len(replay.days)} days ≤ {REPLAY_GOAL}× one day"] = replay.ratio <= REPLAY_GOAL
-    return met
-
-
-def _naive_cells(result: DayResult) -> tuple[str, str, str]:
-    if result.naive is None:
-        failed = f"failed: {result.naive_error}"
-        return failed, "-", "-"
-    out = result.naive_out
-    return (
-        f"{result.naive.seconds:.1f} s",
-        f"{result.naive.max_rss_mib:.0f} MiB",
-        f"{_size(float(str(out.get('bytes', 0))))} / {int(str(out.get('records', 0))):,}",
-    )
-
-
-def render(
-    profile: Profile,
-    cluster: Cluster,
-    results: tuple[DayResult, DayResult, ReplayResult | None],
-    info: dict[str, str],
-    command: str,
-) -> str:
-    """The results as Markdown: context, the main table, the replay table, goals, details."""
-    small, big, replay = results
-    met = goals(small, big, replay)
-    n = len(small.digest_runs)
-    lines = [
-        f"Run of {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, profile `{profile.name}`, command `{command}` "
-        f"(from the repository root), product at {info.get('revision')}.",
-        "",
-        f"Machine: {info.get('cores')} cores ({info.get('cpu', '?')}), {info.get('ram', '?')} RAM, "
-        f"{info.get('os', '?')} (Linux {info.get('kernel')}), Python {info.get('python')}; "
-        f"VictoriaMetrics {info.get('victoria-metrics')}; VictoriaLogs {info.get('victoria-logs')}. "
-        f"Other processes used {small.other_cores:.2f} / {big.other_cores:.2f} cores on average during the small / "
-        "big measurements" + (f" and {replay.other_cores:.2f} during the replays" if replay else "") + ".",
-        "",
-        f"Cluster: {profile.shape.pods:,} pods in {profile.shape.namespaces} namespaces on {profile.shape.nodes} nodes "
-        f"(+ the flooding pod and the gateway), metrics every {profile.shape.step_s} s"
-        + (" with cAdvisor memory" if profile.shape.cadvisor else "")
-        + f"; day {DAY} (UTC). Median of {n} interleaved runs each; every digest checked against the generated facts.",
-        "",
-    ]
-    naive_small, naive_big = _naive_cells(small), _naive_cells(big)
-    rows = [
-        (
-            f"`digest run` wall time, median of {n}",
-            f"{small.digest_median:.2f} s",
-            f"{big.digest_median:.2f} s",
-            "",
-            "",
-        ),
-        (
-            f"checks floor: the checks' {small.checks_query_count} queries sent directly, concurrently "
-            f"(≤ {MAX_CONCURRENCY} per backend)",
-            f"{small.floor_median:.2f} s",
-            f"{big.floor_median:.2f} s",
-            "",
-            "",
-        ),
-        (
-            "**ratio digest / checks floor**",
-            f"**{small.ratio:.2f}×**",
-            f"**{big.ratio:.2f}×**",
-            f"≤ {RATIO_GOAL}×",
-            _mark(met[f"ratio ≤ {RATIO_GOAL}× (small)"] and met[f"ratio ≤ {RATIO_GOAL}× (big)"]),
-        ),
-        (
-            "recorded floor: the digest's own requests replayed concurrently; ratio",
-            f"{small.recorded_median:.2f} s; {small.digest_median / small.recorded_median:.2f}×",
-            f"{big.recorded_median:.2f} s; {big.digest_median / big.recorded_median:.2f}×",
-            "",
-            "",
-        ),
-        (
-            "digest computed inside a running process (start-up paid once, as in `digest serve`; no state file), "
-            "median; ratio to the checks floor",
-            f"{small.warm_median:.2f} s; {small.warm_median / small.floor_median:.2f}×",
-            f"{big.warm_median:.2f} s; {big.warm_median / big.floor_median:.2f}×",
-            "",
-            "",
-        ),
-        (
-            "`digest run` CPU time (user + system), median",
-            f"{_median(small.digest_runs, 'cpu_seconds'):.2f} s",
-            f"{_median(big.digest_runs, 'cpu_seconds'):.2f} s",
-            "",
-            "",
-        ),
-        (
-            "`digest --help`: interpreter start-up + imports, no query, median",
-            f"{_median(small.startup):.2f} s",
-            f"{_median(big.startup):.2f} s",
-            "",
-            "",
-        ),
-        (
-            "**`digest run` peak RSS** (max of the runs)",
-            f"**{small.max_rss:.0f} MiB**",
-            f"**{big.max_rss:.0f} MiB**",
-            f"≤ {RSS_GOAL_MB:.0f} MB, flat",
-            _mark(met[f"peak RSS ≤ {RSS_GOAL_MB:.0f} MB and flat"]),
-        ),
-        ("naive: download the error lines, count in Python — wall time", naive_small[0], naive_big[0], "contrast", ""),
-        ("naive: peak RSS", naive_small[1], naive_big[1], "", ""),
-        ("naive: bytes downloaded / records parsed", naive_small[2], naive_big[2], "", ""),
-        (
-            "**backend requests per digest** (VictoriaMetrics + VictoriaLogs)",
-            f"**{small.vm_counts.requests} + {small.vl_counts.requests}**",
-            f"**{big.vm_counts.requests} + {big.vl_counts.requests}**",
-            "constant",
-            _mark(met["requests per digest independent of size"]),
-        ),
-        (
-            "bytes the digest sent / received",
-            f"{_size(small.vm_counts.bytes_up + small.vl_counts.bytes_up)} / "
-            f"{_size(small.vm_counts.bytes_down + small.vl_counts.bytes_down)}",
-            f"{_size(big.vm_counts.bytes_up + big.vl_counts.bytes_up)} / "
-            f"{_size(big.vm_counts.bytes_down + big.vl_counts.bytes_down)}",
-            "",
-            "",
-        ),
-        (
-            "digest's verdict; flood error lines counted / generated",
-            f"{small.headline.split(' · ')[0]}; {small.counted_errors:,.0f} / {small.facts.flood_error_lines:,}",
-            f"{big.headline.split(' · ')[0]}; {big.counted_errors:,.0f} / {big.facts.flood_error_lines:,}",
-            "exact",
-            _mark(met["digest counts every error line"]),
-        ),
-    ]
-    head = [f"{r.label}: {r.facts.log_lines:,} records, {r.facts.error_lines:,} error lines" for r in (small, big)]
-    lines += [
-        f"| measure | {head[0]} | {head[1]} | goal | |",
-        "|---|---|---|---|---|",
-        *(f"| {a} | {b} | {c} | {d} | {e} |" for a, b, c, d, e in rows),
-        "",
-    ]
-    for result in (small, big):
-        if result.unknown:
-            lines.append(
-                f"UNKNOWN checks on the {result.label.split()[0]} day (series the generator does not write): "
-                + "; ".join(f"`{name}` ({reason[:90]})" for name, reason in sorted(result.unknown.items()))
-                + "."
-            )
-            lines.append("")
-    if replay is not None:
-        lines += _replay_lines(replay)
-    lines += ["Requests by path (one `digest run`, small / big):", ""]
-    for name, here, there in (
-        ("VictoriaMetrics", small.vm_counts, big.vm_counts),
-        ("VictoriaLogs", small.vl_counts, big.vl_counts),
-    ):
-        paths = sorted(set(here.by_path) | set(there.by_path))
-        lines.append(f"* {name}: " + ", ".join(f"`{p}` {here.by_path[p]} / {there.by_path[p]}" for p in paths))
-    labels = query_labels(DAY, cluster)
-    lines += [
-        "",
-        "Where the backends' time goes in one `digest run` on the big day (sum of request latencies seen by the "
-        "counting proxy; the requests overlap, so the sum exceeds the wall time):",
-        "",
-        *_time_table(backend_time([big.vm_counts, big.vl_counts], labels)),
-    ]
-    if replay is not None:
-        lines += [
-            "",
-            f"The same for the proxied `digest replay` of {len(replay.days)} days:",
-            "",
-            *_time_table(backend_time(list(replay.many_counts), labels)),
-        ]
-    small_q, big_q = small.floor_query_medians(), big.floor_query_medians()
-    slowest = sorted(big_q, key=lambda name: -big_q[name])[:12]
-    lines += [
-        "",
-        f"Checks floor, median latency of the {len(slowest)} slowest of its {len(big_q)} queries inside the "
-        "concurrent batch:",
-        "",
-        "| query | small | big |",
-        "|---|---|---|",
-        *(f"| `{name}` | {_seconds(small_q.get(name))} | {_seconds(big_q.get(name))} |" for name in slowest),
-        "",
-        "Loading (not part of any measure):",
-        "",
-    ]
-    for result in (small, big):
-        r = result.load
-        lines.append(
-            f"* {result.label}: {r.samples:,} samples in {r.metrics_seconds:.0f} s; {r.log_records:,} records "
-            f"({_size(r.log_bytes)}) in {r.logs_seconds:.0f} s ({r.log_records / max(r.logs_seconds, 1e-9):,.0f}/s); "
-            f"{result.settled}"
-        )
-    if replay is not None:
-        r = replay.load
-        lines.append(
-            f"* replay: {r.samples:,} samples in {r.metrics_seconds:.0f} s; {r.log_records:,} records in "
-            f"{r.logs_seconds:.0f} s"
-        )
-    lines += ["", "Goals: " + "; ".join(f"{name} {_mark(ok)}" for name, ok in met.items()) + ".", ""]
-    if info.get("fingerprint_start") != info.get("fingerprint_end"):
-        lines += [
-            "**Warning:** the product's source files changed while this run was measuring (fingerprint "
-            f"{info.get('fingerprint_start')} → {info.get('fingerprint_end')}); some measures straddle two versions.",
-            "",
-        ]
-    return "\n".join(lines)
-
-
-def _replay_lines(replay: ReplayResult) -> list[str]:
-    many, one = _median(replay.many), _median(replay.one)
-    first, last, middle = replay.days[0], replay.days[-1], replay.one_day
-    per_day = replay.load.facts[0]
-    k = len(replay.many)
-    return [
-        f"Replay dataset: {len(replay.days)} days {first} … {last}, each {per_day.log_lines:,} records "
-        f"({per_day.error_lines:,} error lines), the same cluster and metrics. The backends used "
-        f"{replay.backends_cores:.2f} cores on average during the replays.",
-        "",
-        f"| `digest replay --concurrency {REPLAY_CONCURRENCY}` | wall time, median of {k} | CPU seconds: digest / "
-        "VictoriaMetrics / VictoriaLogs | requests (VM + VL) | goal | |",
-        "|---|---|---|---|---|---|",
-        f"| `--from {first} --to {last}` ({len(replay.days)} days) | {many:.2f} s | "
-        f"{_cpu_cells(replay.many, replay.many_backend_cpu)} | "
-        f"{replay.many_counts[0].requests} + {replay.many_counts[1].requests} | | |",
-        f"| `--from {middle} --to {middle}` (1 day) | {one:.2f} s | {_cpu_cells(replay.one, replay.one_backend_cpu)} | "
-        f"{replay.one_counts[0].requests} + {replay.one_counts[1].requests} | | |",
-        f"| **ratio** | **{replay.ratio:.2f}×** | work (all CPU seconds): {replay.work_ratio:.2f}× | | "
-        f"≤ {REPLAY_GOAL}× | {_mark(replay.ratio <= REPLAY_GOAL)} |",
-        "",
-        "Checks not checked in the proxied replay (days): "
-        + (", ".join(f"`{name}` {count}" for name, count in sorted(replay.not_checked.items())) or "none")
-        + ".",
-        "",
-        *_store_lines(replay),
-    ]
-
-
-def _seconds(value: float | None) -> str:
-    """A latency, or a dash for a query that run did not send."""
-    return "–" if value is None else f"{value:.3f} s"
-
-
-def _cpu_cells(runs: Sequence[Run], backend_cpu: Sequence[tuple[float, float]]) -> str:
-    vm = statistics.median(cpu[0] for cpu in backend_cpu)
-    vl = statistics.median(cpu[1] for cpu in backend_cpu)
-    return f"{_median(runs, 'cpu_seconds'):.2f} / {vm:.2f} / {vl:.2f}"
-
-
-def _store_lines(replay: ReplayResult) -> list[str]:
-    if replay.run_day is None or not replay.run_without_store:
-        return []
-    day, k = replay.run_day, len(replay.run_without_store)
-    with_data = sum(1 for other in replay.days if 1 <= (day - other).days <= TREND_DAYS)
-    without, stored = replay.run_without_store_counts, replay.run_with_store_counts
-    return [
-        f"The state file's trend history, on the replay dataset ({with_data} of the {TREND_DAYS} days before {day} "
-        f"have data): `digest run --date {day}`, median of {k}.",
-        "",
-        "| `digest run` | wall time | CPU time of digest | requests (VM + VL) |",
-        "|---|---|---|---|",
-        f"| without a state file: the {TREND_DAYS} past days queried again | "
-        f"{_median(replay.run_without_store):.2f} s | {_median(replay.run_without_store, 'cpu_seconds'):.2f} s | "
-        f"{without[0].requests} + {without[1].requests} |",
-        f"| `DIGEST_STATE_PATH` set, past days stored by an earlier digest | {_median(replay.run_with_store):.2f} s | "
-        f"{_median(replay.run_with_store, 'cpu_seconds'):.2f} s | {stored[0].requests} + {stored[1].requests} |",
-        "",
-    ]
-
-
 DOC_HEADER = """# Benchmarks
 
 How fast and how frugal `digest run` is on a big day, measured by `bench/run` (see `bench/runner.py` for what is
@@ -1037,10 +911,16 @@ def _parser() -> argparse.ArgumentParser:
         "--quick takes about a minute and only prints the table unless --output is given.",
     )
     parser.add_argument("--quick", action="store_true", help="small volumes, a fast sanity run (< 2 minutes)")
-    parser.add_argument("--repeats", type=int, help="measured runs per measure (default 5, quick 3; at least 3)")
+    parser.add_argument("--repeats", type=int, help="measured runs per measure (default 3; at least 3)")
     parser.add_argument("--output", type=Path, help="Markdown file to update (default docs/benchmarks.md, full run)")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     parser.add_argument("--skip-replay", action="store_true", help="leave out the multi-day replay measure")
+    parser.add_argument(
+        "--backends",
+        metavar="PAIRS",
+        help="comma list of backend pairs to measure: victoriametrics+victorialogs, prometheus+victorialogs, "
+        "victoriametrics+loki, prometheus+loki, or all (default: all; --quick: victoriametrics+victorialogs)",
+    )
     parser.add_argument(
         "--profile-dir",
         type=Path,
@@ -1074,7 +954,12 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the whole programme, print the table, write the document."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        pairs = parse_pairs(args.backends or (QUICK if args.quick else FULL).default_pairs)
+    except ValueError as problem:
+        parser.error(f"--backends: {problem}")  # the usage line, this message, exit 2
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     profile = QUICK if args.quick else FULL
     repeats = max(3, args.repeats or profile.repeats)
@@ -1090,11 +975,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     small_label, big_label = (
         f"{name} ({volume.lines / 1e6:g} M lines)" for name, volume in (("small", profile.small), ("big", profile.big))
     )
-    small = measure_day(small_label, cluster, profile.small, repeats)
-    big = measure_day(big_label, cluster, profile.big, repeats, profile_dir)
-    replay = None if args.skip_replay else measure_replay(cluster, profile, max(3, repeats - 2), profile_dir)
+    # The big day is measured on the pairs of the profile's big-day log backends (all pairs if none is one of them);
+    # the detailed tables show the reference pair, or the first pair measured on both days.
+    big_pairs = [pair for pair in pairs if pair.logs in profile.big_day_logs] or pairs[:1]
+    detailed = REFERENCE if REFERENCE in big_pairs else big_pairs[0]
+    say(f"pairs: {', '.join(pair.key for pair in pairs)}; on the big day: {', '.join(p.key for p in big_pairs)}")
+    with SharedPrometheus() as prometheus:  # the small and the big day have the same metrics: one backfill
+        small = measure_day(small_label, cluster, profile.small, repeats, pairs, detailed, prometheus=prometheus)
+        big = measure_day(big_label, cluster, profile.big, repeats, big_pairs, detailed, profile_dir, prometheus)
+    replays = (
+        [] if args.skip_replay else measure_replay(cluster, profile, max(3, repeats - 2), pairs, detailed, profile_dir)
+    )
     info["fingerprint_end"] = product_fingerprint()
-    block = render(profile, cluster, (small, big, replay), info, command)
+    block = render(
+        profile,
+        cluster,
+        (small, big, replays),
+        info,
+        command,
+        floor_concurrency=MAX_CONCURRENCY,
+        replay_concurrency=REPLAY_CONCURRENCY,
+    )
     print(block)
     output = args.output or (None if args.quick else DOC)
     if output is not None and not args.no_write:

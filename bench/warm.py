@@ -15,8 +15,8 @@ import json
 import time
 from collections.abc import Sequence
 
-from digest.engine import load_config, make_digest
-from digest.window import day_window
+from digest.app.engine import load_config, make_digest
+from digest.pipeline.window import day_window
 
 
 def main(argv: Sequence[str] | None = None) -> int:
