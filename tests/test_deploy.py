@@ -464,9 +464,11 @@ def test_final_image_is_slim_non_root_and_runs_digest() -> None:
 
 
 def test_image_build_copies_every_package_and_ignores_the_rest() -> None:
-    """The builder copies the packages setuptools finds (and the readme); .dockerignore keeps tests and caches out."""
+    """The builder copies the product's packages (and the readme); tests, caches and the testbed stay out."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packages = {pattern.rstrip("*") for pattern in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    # testbed/ (embedded servers, the corpus) is development tooling: the image runs the bot, never `digest demo`.
+    packages.discard("testbed")
     copied: set[str] = set()
     for keyword, rest in dockerfile_instructions(DOCKERFILE.read_text()):
         if keyword == "COPY" and not rest.startswith("--from="):
@@ -478,4 +480,5 @@ def test_image_build_copies_every_package_and_ignores_the_rest() -> None:
         line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip()[:1] not in ("", "#")
     }
     assert {"tests", ".git", ".venv", ".mypy_cache", ".ruff_cache", ".pytest_cache", "**/__pycache__"} <= ignored
+    assert "testbed" not in copied
     assert not ignored & (copied | {f"{path}/" for path in copied}), "the build context must keep what is copied"

@@ -39,7 +39,7 @@ from checks.log_questions import (
     PeakCount,
 )
 from digest.backends.http import Endpoint
-from digest.backends.loki import LogqlWriter, LokiSource, bucket_plan, word_regex
+from digest.backends.loki import LogqlWriter, LokiSource, bucket_plan, counted_terms, word_regex
 from digest.backends.victorialogs import VictoriaLogsSource
 from testbed.embedded import EmbeddedBackends
 
@@ -199,7 +199,8 @@ def test_writer_puts_each_filter_kind_where_loki_reads_it() -> None:
     assert writer.log_query(Empty("node")) == '{namespace=~".+"} | node_name=""'
     assert writer.log_query(Not(Empty("level"))) == '{namespace=~".+"} | level!=""'
     word = word_regex("error").replace("\\", "\\\\")
-    assert writer.log_query(HasWord("error")) == f'{{namespace=~".+"}} |~ "{word}"'
+    # The word's letters first, as a fast case-insensitive "contains", then the word-boundary regex on what is left.
+    assert writer.log_query(HasWord("error")) == f'{{namespace=~".+"}} |~ "(?i)error" |~ "{word}"'
     assert writer.log_query(Not(HasWord("error"))) == f'{{namespace=~".+"}} !~ "{word}"'
     assert writer.log_query(AnyOf((Is("pod", "a"), Not(Is("pod", "b"))))) == (
         '{namespace=~".+"} | (pod="a" or pod!="b")'
@@ -208,6 +209,10 @@ def test_writer_puts_each_filter_kind_where_loki_reads_it() -> None:
         '{namespace=~".+"} | (pod!="a" and stream!="stdout")'
     )
     assert writer.log_query(Native('|= "panic"')) == '{namespace=~".+"} |= "panic"'
+    # Label filters on stream labels and metadata come before the line filters, which then read fewer lines.
+    assert writer.log_query(AllOf((HasWord("error"), Empty("level")))) == (
+        f'{{namespace=~".+"}} | level="" |~ "(?i)error" |~ "{word}"'
+    )
     in_any = writer.log_query(AnyOf((Is("pod", "a"), HasWord("error"))))
     assert '| label_format digest_line="{{ __line__ }}"' in in_any
     assert in_any.endswith("| drop digest_line")
@@ -517,3 +522,13 @@ def test_ingester_window_gap_shows_as_missing_buckets() -> None:
     assert missing
     assert min(missing) == 0
     assert all(index in seen for index in range(len(grid.points) - 6, len(grid.points) - 1)), missing
+
+
+def test_a_disjunction_that_reads_the_line_is_counted_by_inclusion_exclusion() -> None:
+    """The error rule A ∨ (B ∧ C) is two plain queries added; the overlap, which cannot match, is not asked."""
+    level = OneOf("level", ("error", "err"))
+    unlabelled = AllOf((Empty("level"), HasWord("error")))
+    assert counted_terms(AnyOf((level, unlabelled))) == [(1, level), (1, unlabelled)]
+    # Without a contradiction the overlap is subtracted: count(A ∨ B) = count(A) + count(B) − count(A ∧ B).
+    word, pod = HasWord("timeout"), Is("pod", "api-1")
+    assert counted_terms(AnyOf((word, pod))) == [(1, word), (1, pod), (-1, AllOf((word, pod)))]
