@@ -49,6 +49,10 @@ def _size(count: float) -> str:
     return f"{count:.0f} B"
 
 
+def _days(count: int) -> str:
+    return f"{count} day" if count == 1 else f"{count} days"
+
+
 def median_of(runs: Sequence[Run], attribute: str = "seconds") -> float:
     """The median of one attribute (wall time by default) over measured runs."""
     return statistics.median(float(getattr(run, attribute)) for run in runs)
@@ -101,7 +105,7 @@ def goals(
         ),
     }
     for replay in replays:
-        met[f"replay ≤ {REPLAY_GOAL}× its floor ({replay.pair.short}, {len(replay.days)} days)"] = (
+        met[f"replay ≤ {REPLAY_GOAL}× its floor ({replay.pair.short}, {_days(len(replay.days))})"] = (
             replay.ratio <= REPLAY_GOAL
         )
     return met
@@ -406,7 +410,7 @@ def _replay_lines(replays: Sequence[ReplayResult], replay_concurrency: int, floo
     for replay in replays:
         days = replay.days
         lines.append(
-            f"| {replay.pair.label}: `--from {days[0]} --to {days[-1]}` ({len(days)} days) | "
+            f"| {replay.pair.label}: `--from {days[0]} --to {days[-1]}` ({_days(len(days))}) | "
             f"{replay.replay_median:.2f} s | {replay.floor_query_count} in {replay.floor_windows} windows; "
             f"{replay.floor_median:.2f} s | **{replay.ratio:.2f}×** | {replay.recorded_median:.2f} s; "
             f"{replay.replay_median / replay.recorded_median:.2f}× | "
