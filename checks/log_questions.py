@@ -118,6 +118,23 @@ Filter = Is | OneOf | Matches | Empty | HasWord | AllOf | AnyOf | Not | Native
 EVERY_LINE: Filter = AllOf()
 
 
+def json_keys(one: Filter) -> list[str]:
+    """The JSON keys ``one`` reads, in order of appearance (a backend parses them out of the message first)."""
+    match one:
+        case (
+            Is(field=Json(key=key))
+            | OneOf(field=Json(key=key))
+            | Matches(field=Json(key=key))
+            | Empty(field=Json(key=key))
+        ):
+            return [key]
+        case AllOf(parts=parts) | AnyOf(parts=parts):
+            return [key for part in parts for key in json_keys(part)]
+        case Not(part=part):
+            return json_keys(part)
+    return []
+
+
 def every(*parts: Filter | None) -> Filter:
     """The conjunction of the given filters, leaving out None and empty conjunctions."""
     kept = tuple(part for part in parts if part is not None and part != EVERY_LINE)

@@ -97,6 +97,7 @@ from checks.log_questions import (
     Role,
     every,
     field_label,
+    json_keys,
 )
 from checks.logsql import quoted
 from digest.backends.http import HttpSource, WrongApiError
@@ -215,7 +216,7 @@ class LogqlWriter:
         for field in by:
             if isinstance(field, Json):
                 keys[field.key] = None
-        for key in _json_keys_of(one):
+        for key in json_keys(one):
             keys[key] = None
         return {key: f"{JSON_LABEL_PREFIX}{index}" for index, key in enumerate(keys)}
 
@@ -281,7 +282,7 @@ class LogqlWriter:
                 case Native(text=text):
                     if text.strip():
                         natives.append(text.strip())
-                case _ if not _reads_line(part) and not _json_keys_of(part):
+                case _ if not _reads_line(part) and not json_keys(part):
                     # Stream labels and structured metadata are read without the line: filtering on them before the
                     # line filters spares the regexes every line they drop.
                     early.append(self.expression(part, aliases))
@@ -464,19 +465,6 @@ def _reads_line(one: Filter) -> bool:
         case Not(part=part):
             return _reads_line(part)
     return False
-
-
-def _json_keys_of(one: Filter) -> list[str]:
-    match one:
-        case Is(field=Json(key=key)) | OneOf(field=Json(key=key)) | Matches(field=Json(key=key)):
-            return [key]
-        case Empty(field=Json(key=key)):
-            return [key]
-        case AllOf(parts=parts) | AnyOf(parts=parts):
-            return [key for part in parts for key in _json_keys_of(part)]
-        case Not(part=part):
-            return _json_keys_of(part)
-    return []
 
 
 def _json_path(key: str) -> str:

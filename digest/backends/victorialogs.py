@@ -41,6 +41,7 @@ from checks.log_questions import (
     PeakCount,
     Role,
     field_label,
+    json_keys,
 )
 from checks.logsql import any_of_regex, field_name, quoted
 from digest.backends.http import HttpSource
@@ -101,7 +102,7 @@ class LogsqlWriter:
             if isinstance(grouped, Json):
                 keys[grouped.key] = None
         for one in filters:
-            for key in _json_keys_of(one):
+            for key in json_keys(one):
                 keys[key] = None
         return list(keys)
 
@@ -170,19 +171,6 @@ class LogsqlWriter:
             CountRow(group=dict(zip((label for label, _ in names), group, strict=True)), counts=counts, bucket=bucket)
             for (group, bucket), counts in folded.items()
         ]
-
-
-def _json_keys_of(one: Filter) -> list[str]:
-    match one:
-        case Is(field=Json(key=key)) | OneOf(field=Json(key=key)) | Matches(field=Json(key=key)):
-            return [key]
-        case Empty(field=Json(key=key)):
-            return [key]
-        case AllOf(parts=parts) | AnyOf(parts=parts):
-            return [key for part in parts for key in _json_keys_of(part)]
-        case Not(part=part):
-            return _json_keys_of(part)
-    return []
 
 
 def _bucket_start(raw: str) -> float | None:
