@@ -61,7 +61,7 @@ from checks.contract import (
     local_time,
     unknown,
 )
-from checks.log_questions import EVERY_LINE, ROLES, CountRow, Filter, Is, Json, LineCount, Matches, Native, every
+from checks.log_questions import EVERY_LINE, CountRow, Filter, Json, LineCount, Matches, every, native, roles_equal
 from checks.promql import quote
 
 NAME = "envoy_flags"
@@ -164,10 +164,7 @@ class EnvoyFlagsCheck:
     def scope(self) -> Filter:
         """Where the gateway's access log is."""
         policy = self.policy
-        return every(
-            *(Is(role, value) for role, value in policy.scope.items() if role in ROLES),
-            Native(policy.scope_filter) if policy.scope_filter else None,
-        )
+        return every(roles_equal(policy.scope), native(policy.scope_filter))
 
     def log_question(self, window: Window) -> LineCount:
         """The access log's requests and 5xx answers per hour, upstream and flags."""

@@ -56,6 +56,7 @@ from checks.log_questions import (
     Native,
     OneOf,
     every,
+    native,
 )
 
 NAME = "error_lines"
@@ -117,7 +118,7 @@ class ErrorLinesCheck:
 
     def scope(self) -> Filter:
         """The lines this check looks at."""
-        return Native(self.policy.scope_filter) if self.policy.scope_filter else EVERY_LINE
+        return native(self.policy.scope_filter)
 
     def question(self, window: Window) -> LineCount:
         """The one question this check asks."""

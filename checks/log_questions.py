@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the contract imports this module: its types are only annota
 
 Role = Literal["namespace", "pod", "container", "node", "level", "stream"]
 ROLES: tuple[Role, ...] = ("namespace", "pod", "container", "node", "level", "stream")
+_ROLE_NAMED: Mapping[str, Role] = {role: role for role in ROLES}
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,25 @@ def json_keys(one: Filter) -> list[str]:
         case Not(part=part):
             return json_keys(part)
     return []
+
+
+def roles_equal(pairs: Mapping[str, str]) -> Filter:
+    """Lines whose every named role holds its value: ``{"namespace": "envoy-gateway-system", "container": "envoy"}``.
+
+    The policy loader refuses a key that is not a role; one given here anyway is an error, never skipped.
+    """
+    parts: list[Filter] = []
+    for name, value in pairs.items():
+        role = _ROLE_NAMED.get(name)
+        if role is None:
+            raise ValueError(f"{name!r} is not a log role (known: {', '.join(ROLES)})")
+        parts.append(Is(role, value))
+    return every(*parts)
+
+
+def native(text: str) -> Filter:
+    """A filter the policy wrote in the backend's language; every line when it wrote none."""
+    return Native(text) if text else EVERY_LINE
 
 
 def every(*parts: Filter | None) -> Filter:

@@ -50,17 +50,7 @@ from checks.contract import (
     unknown,
 )
 from checks.error_lines import workload_of
-from checks.log_questions import (
-    EVERY_LINE,
-    ROLES,
-    CountRow,
-    Filter,
-    Is,
-    Native,
-    Not,
-    PeakCount,
-    every,
-)
+from checks.log_questions import EVERY_LINE, CountRow, Filter, Is, Not, PeakCount, every, native, roles_equal
 
 NAME = "log_storms"
 
@@ -107,19 +97,13 @@ class LogStormsCheck:
     def needs(self) -> tuple[Need, ...]:
         """The sources whose coverage this check's verdict depends on."""
         # The shipper's coverage is about every line in scope, access logs included (the same need as error_lines').
-        return (coverage.pod_logs(Native(self.policy.scope_filter) if self.policy.scope_filter else EVERY_LINE),)
+        return (coverage.pod_logs(native(self.policy.scope_filter)),)
 
     def scope(self) -> Filter:
         """The lines this check counts: the scope, without the access logs."""
         policy = self.policy
-        excluded = every(
-            *(Is(role, value) for role, value in policy.exclude.items() if role in ROLES),
-            Native(policy.exclude_filter) if policy.exclude_filter else None,
-        )
-        return every(
-            Native(policy.scope_filter) if policy.scope_filter else None,
-            Not(excluded) if excluded != EVERY_LINE else None,
-        )
+        excluded = every(roles_equal(policy.exclude), native(policy.exclude_filter))
+        return every(native(policy.scope_filter), Not(excluded) if excluded != EVERY_LINE else None)
 
     def question(self, window: Window) -> PeakCount:
         """The one question this check asks."""

@@ -42,6 +42,44 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def log_tail(path: Path | None, lines: int = 5) -> str:
+    """The last ``lines`` lines of a server's log, joined on one line (its end only: a log may be large)."""
+    if path is None or not path.exists():
+        return "(no log)"
+    text = path.read_bytes()[-20_000:].decode(errors="replace")
+    return " | ".join(text.strip().splitlines()[-lines:]) or "(empty log)"
+
+
+def wait_ready(
+    name: str,
+    process: subprocess.Popen[bytes] | None,
+    url: str,
+    timeout_seconds: float,
+    log_path: Path | None,
+    error: type[Exception],
+) -> None:
+    """Poll ``url`` (bounded) until it answers 200.
+
+    If the process exits or time runs out, raise ``error`` with the last answer and the log's tail.
+    """
+    deadline = time.monotonic() + timeout_seconds
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if process is None or process.poll() is not None:
+            code = None if process is None else process.returncode
+            raise error(f"{name} exited at start (exit code {code}): {log_tail(log_path)} (log: {log_path})")
+        try:
+            response = httpx.get(url, timeout=2.0)
+        except httpx.HTTPError as exc:
+            last = type(exc).__name__
+        else:
+            if response.status_code == 200:
+                return
+            last = f"HTTP {response.status_code} {response.text.strip()[:120]}"
+        time.sleep(0.1)
+    raise error(f"{name} not ready after {timeout_seconds:g} s ({last}): {log_tail(log_path)} (log: {log_path})")
+
+
 @dataclass
 class Server:
     """One backend process."""
@@ -79,20 +117,7 @@ class Server:
         self.wait_healthy()
 
     def wait_healthy(self, timeout_seconds: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_seconds
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise EmbeddedError(f"{self.name} exited at start: {self.tail_log()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
-                    return
-            time.sleep(0.05)
-        raise EmbeddedError(f"{self.name} not healthy after {timeout_seconds:g} s: {self.tail_log()}")
-
-    def tail_log(self) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return "(no log)"
-        return " | ".join(self.log_path.read_text(errors="replace").strip().splitlines()[-3:])
+        wait_ready(self.name, self.process, f"{self.url}/health", timeout_seconds, self.log_path, EmbeddedError)
 
     def stop(self) -> None:
         """Stop the process by its PID (SIGTERM, then SIGKILL after 10 s)."""

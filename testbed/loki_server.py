@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import httpx
 import yaml
 
-from testbed.embedded import free_port
+from digest.backends.loki import rfc3339_nanos, unix_nanos
+from testbed.embedded import free_port, log_tail, wait_ready
 
 if TYPE_CHECKING:
     from testbed.corpus.model import CorpusDay
@@ -194,30 +195,11 @@ class LokiServer:
 
     def wait_ready(self) -> None:
         """Poll ``/ready`` until 200, the process exits, or ``ready_timeout_seconds`` pass."""
-        deadline = time.monotonic() + self.ready_timeout_seconds
-        last = "no answer"
-        while time.monotonic() < deadline:
-            if self.process is None or self.process.poll() is not None:
-                code = None if self.process is None else self.process.returncode
-                raise LokiError(f"Loki exited at start (exit code {code}): {self.tail_log()} (log: {self.log_path})")
-            try:
-                response = httpx.get(f"{self.url}/ready", timeout=2.0)
-                if response.status_code == 200:
-                    return
-                last = f"HTTP {response.status_code} {response.text.strip()[:120]}"
-            except httpx.HTTPError as error:
-                last = type(error).__name__
-            time.sleep(0.2)
-        raise LokiError(
-            f"Loki not ready after {self.ready_timeout_seconds:g} s ({last}): {self.tail_log()} (log: {self.log_path})"
-        )
+        wait_ready("Loki", self.process, f"{self.url}/ready", self.ready_timeout_seconds, self.log_path, LokiError)
 
     def tail_log(self, lines: int = 5) -> str:
         """The last lines of Loki's log, joined on one line."""
-        if self.log_path is None or not self.log_path.exists():
-            return "(no log)"
-        text = self.log_path.read_bytes()[-20_000:].decode(errors="replace")
-        return " | ".join(text.strip().splitlines()[-lines:]) or "(empty log)"
+        return log_tail(self.log_path, lines)
 
     def stop(self) -> None:
         """Stop the process by its PID (SIGTERM, then SIGKILL after 10 s); remove its data (and a clean run's log)."""
@@ -261,8 +243,8 @@ class LokiServer:
         ``count_over_time(…[r])`` at ``T`` counts ``(T - r, T]`` with ``T`` to the nanosecond; ``r`` is rounded up
         to whole milliseconds (LogQL's finest unit), so ``start`` may move up to 1 ms earlier.
         """
-        end_ns = _unix_ns(end)
-        return self._count(end_ns, end_ns - _unix_ns(start), selector)
+        end_ns = unix_nanos(end)
+        return self._count(end_ns, end_ns - unix_nanos(start), selector)
 
     def _count(self, end_ns: int, span_ns: int, selector: str) -> int:
         span_ms = max(1, -(-span_ns // 1_000_000))
@@ -284,12 +266,12 @@ class LokiServer:
         selector: str = '{namespace=~".+"}',
     ) -> None:
         """Poll (bounded) until Loki counts exactly ``expected`` lines of ``selector`` in ``(start, end]``."""
-        end_ns = _unix_ns(end)
-        self._wait(end_ns, end_ns - _unix_ns(start), expected, timeout_seconds, selector)
+        end_ns = unix_nanos(end)
+        self._wait(end_ns, end_ns - unix_nanos(start), expected, timeout_seconds, selector)
 
     def _wait(self, end_ns: int, span_ns: int, expected: int, timeout_seconds: float, selector: str) -> None:
         deadline = time.monotonic() + timeout_seconds
-        where = f"{selector} in the {span_ns / 1e9:g} s up to {_z(_from_unix_ns(end_ns))}"
+        where = f"{selector} in the {span_ns / 1e9:g} s up to {rfc3339_nanos(end_ns)}"
         while True:
             seen = self._count(end_ns, span_ns, selector)
             if seen == expected:
@@ -684,16 +666,7 @@ def _timestamp_ns(text: str) -> int:
         raise LokiError(f"not an RFC 3339 timestamp: {text[:40]!r}")
     whole, fraction, zone = match.groups()
     moment = datetime.fromisoformat(whole + ("+00:00" if zone.upper() == "Z" else zone))
-    return _unix_ns(moment) + int((fraction or "0").ljust(9, "0"))
-
-
-def _unix_ns(moment: datetime) -> int:
-    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
-
-
-def _z(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return unix_nanos(moment) + int((fraction or "0").ljust(9, "0"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,13 +25,11 @@ stopped by its PID (SIGTERM, then SIGKILL) with its directory removed.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import shutil
 import subprocess
 import tempfile
-import time
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
@@ -41,9 +39,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Self, TextIO
 
-import httpx
-
-from testbed.embedded import free_port
+from testbed.embedded import free_port, wait_ready
 
 if TYPE_CHECKING:
     from testbed.corpus.model import CorpusDay
@@ -290,21 +286,8 @@ class PrometheusServer:
             )
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self._ready_timeout
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise PrometheusServerError(f"prometheus exited at start: {self._tail_log()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/-/ready", timeout=1.0).status_code == 200:
-                    return
-            time.sleep(0.1)
-        raise PrometheusServerError(f"prometheus not ready after {self._ready_timeout:g} s: {self._tail_log()}")
-
-    def _tail_log(self) -> str:
         log = self.root / "prometheus.log" if self.root is not None else None
-        if log is None or not log.exists():
-            return "(no log)"
-        return " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+        wait_ready("prometheus", self.process, f"{self.url}/-/ready", self._ready_timeout, log, PrometheusServerError)
 
 
 def _promtool(path: Path, data_dir: Path) -> None:

@@ -226,8 +226,6 @@ def policy_from_mapping(raw: object) -> Policy:
     if "logs" in raw:
         logs = _dataclass_from(LogsPolicy, raw["logs"] or {}, "logs")
         for role, name in logs.fields.items():
-            if role not in ROLES:
-                raise PolicyError(f"logs.fields.{role}: unknown role (known: {', '.join(ROLES)})")
             if not name.strip():
                 raise PolicyError(f"logs.fields.{role}: must name a field or label")
         values["logs"] = logs
@@ -292,8 +290,8 @@ def _dataclass_from(kind: type[Any], raw: object, where: str) -> Any:
     return value
 
 
-# Sections' keys that map log roles to values (envoy_flags.scope, log_storms.exclude).
-_ROLE_MAPS = frozenset({"scope", "exclude"})
+# Sections' keys that map log roles to values (envoy_flags.scope, log_storms.exclude, logs.fields).
+_ROLE_MAPS = frozenset({"scope", "exclude", "fields"})
 
 
 def _refuse_coerced_numbers(kind: type[Any], raw: Mapping[str, Any], where: str) -> None:
