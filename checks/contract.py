@@ -61,6 +61,9 @@ class Window:
     end: datetime
     zone: tzinfo
     label: str  # how the window is named in the headline: "2026-07-20" or "24h to 2026-07-21 12:00"
+    # When the digest was asked, if that is before the window's end: the window is not over, and its tail has not
+    # happened yet, so no check can vouch for the whole of it. None for a window in the past (a replay, yesterday).
+    asked_at: datetime | None = None
 
     def __post_init__(self) -> None:
         if self.start.tzinfo is None or self.end.tzinfo is None:

@@ -25,15 +25,18 @@ the window or the day before — then their silence is a gap like any other.
 
 From those buckets each check gets a `Coverage`: the fraction of the window in which all its sources held data, the
 unseen parts (`Gap`: hours nothing answered, a target, a node's exporter, a node's logs) and whether it is
-*partial*. The rule (`apply`): a check is partial when it saw less than ``window_fraction`` (95 %) of the window or
-more than ``node_tolerance`` (0) nodes went unseen for ``node_gap_minutes`` (30; ``shipper_silence_minutes`` for
-logs, since a quiet node may legitimately log nothing for a few minutes). What a partial check found still counts —
+*partial*. The rule (`apply`): a check is partial when it saw less than ``window_fraction`` (95 %) of the window, when
+one of its sources fell silent for the window's last ``node_gap_minutes`` (30) or more, or when more than
+``node_tolerance`` (0) nodes went unseen for ``node_gap_minutes`` (30; ``shipper_silence_minutes`` for logs, since a
+quiet node may legitimately log nothing for a few minutes). What a partial check found still counts —
 a flood seen for five hours still costs its points — but a clean result on partial data is UNKNOWN, never OK.
 
 The thresholds: 95 % leaves a day ~70 minutes of scattered scrape gaps before a check stops vouching for it; 30
 minutes is longer than an exporter's rolling restart or a node reboot (which leave one or two 10-minute buckets
-thin, not empty) and shorter than any outage worth naming. A window that ends after the newest data (today, before
-it is over; an ingestion lag) is partial in the same way: its tail is an unseen gap, said as "data until HH:MM".
+thin, not empty) and shorter than any outage worth naming. A silence that runs to the window's end is judged apart
+from the 95 %: scattered gaps ended (the data came back), a tail did not — an exporter dead since 23:00, or today
+asked at 23:00 before it is over, is partial even though it saw 96 % of the day; an ingestion lag under 30 minutes
+is not. It is said as "data until HH:MM".
 """
 
 from __future__ import annotations
@@ -534,7 +537,22 @@ def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -
         gaps.extend(node_list)
     fraction = 1.0 - sum(grid.weight(index) for index in unseen)
     fraction = max(0.0, min(1.0, round(fraction, 4)))
-    partial = bool(errors) or fraction < policy.window_fraction or len(node_gaps) > policy.node_tolerance
+    # A source that went silent and never answered again before the window ended (an exporter dead since 23:00;
+    # today, asked before it is over) is not a scrape hiccup the 95 % allows for: nothing shows it came back.
+    stopped = any(
+        gap.kind in (GapKind.HOURS, GapKind.TARGET)
+        and gap.end >= grid.window.end
+        and (gap.end - gap.start).total_seconds() >= policy.node_gap_minutes * 60
+        for gap in gaps
+    )
+    not_over = grid.window.asked_at is not None
+    partial = (
+        bool(errors)
+        or fraction < policy.window_fraction
+        or stopped
+        or not_over
+        or len(node_gaps) > policy.node_tolerance
+    )
     return Coverage(
         fraction=fraction,
         missing=tuple(sorted(dict.fromkeys(gaps), key=lambda gap: (gap.start, gap.kind.value, gap.name))),
@@ -678,4 +696,6 @@ def describe(coverage: Coverage, window: Window) -> str:
     if coverage.fraction < 1:
         parts.append(f"saw {_hours(window.seconds * coverage.fraction)} of {_hours(window.seconds)}")
     parts.extend(phrases(coverage.missing, window))
+    if window.asked_at is not None:
+        parts.append(f"the window is not over (asked at {local_time(window.asked_at.timestamp(), window)})")
     return "; ".join(parts)

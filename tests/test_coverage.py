@@ -14,8 +14,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from checks.contract import Window
-from checks.coverage import CoveragePolicy, Grid
+from checks.contract import Need, Window
+from checks.coverage import CoveragePolicy, Grid, Report
 from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
 from digest.output.render import Renderer, to_json
@@ -280,15 +280,62 @@ def test_today_before_it_is_over_says_until_when_data_was_seen(own_backends: Emb
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     assert payload["status"] == "UNKNOWN"
+    assert all(item["status"] != "OK" for item in payload["checks"])
+    # Whatever the time of day (at 23:50 the day is 99 % seen), every check says the window is not over.
+    assert all("the window is not over (asked at " in (item["error"] or "") for item in payload["checks"]), payload
     not_seen = payload["coverage"]["not_seen"]
     assert not_seen, payload["headline"]
+    if now - window.start < timedelta(minutes=20):
+        return  # nothing collected yet but the first bucket: the whole day is "no data", said as such
     assert not_seen[0].startswith("data until "), not_seen
     seen_until = datetime.strptime(not_seen[0].split()[2], "%H:%M").replace(
         year=today.year, month=today.month, day=today.day, tzinfo=UTC
     )
     # Said to the 10-minute bucket: the end of the one the data stopped in.
     assert now - timedelta(minutes=20) <= seen_until <= now + timedelta(minutes=10)
-    assert all(item["status"] != "OK" for item in payload["checks"])
+
+
+def _report(window: Window, buckets: set[int]) -> tuple[Report, Need]:
+    from checks.contract import Backend, Need
+    from checks.coverage import Fleet, Report, Seen
+
+    need = Need("kube-state-metrics", Backend.METRICS, "up", up_target=True)
+    fleet = Fleet(first_seen={}, deleted_after={}, excused={})
+    return Report(Grid.of(window), {need: Seen(buckets=buckets)}, {}, fleet), need
+
+
+def test_a_source_silent_for_the_last_half_hour_is_partial_though_96_percent_was_seen() -> None:
+    """Scattered gaps are tolerated to 95 %; a silence running to the window's end (dead since 23:00) is not."""
+    from checks.coverage import coverage_of, describe
+
+    window = day_window(CALM, ZoneInfo("UTC"))
+    policy = CoveragePolicy()
+    scattered, need = _report(window, set(range(144)) - {10, 11, 12, 40, 41, 42})  # 1 h missing, data came back
+    judged = coverage_of(scattered, [need], policy)
+    assert (judged.fraction, judged.partial) == (0.9583, False)
+    dead_since_23, _ = _report(window, set(range(138)))  # the last hour missing: 95.8 % seen, but it never came back
+    judged = coverage_of(dead_since_23, [need], policy)
+    assert (judged.fraction, judged.partial) == (0.9583, True)
+    assert describe(judged, window) == "saw 23 h of 24 h; data until 23:00 (1 h unseen)"
+    lagging, _ = _report(window, set(range(142)))  # 20 minutes of ingestion lag: tolerated
+    assert not coverage_of(lagging, [need], policy).partial
+
+
+def test_a_window_asked_before_its_end_is_partial_even_with_every_bucket_seen() -> None:
+    """The part of a window that has not happened yet cannot be vouched for: asked at 23:59, every check is partial."""
+    from datetime import UTC, datetime
+
+    from checks.coverage import coverage_of, describe
+    from digest.pipeline.window import as_asked
+
+    day = day_window(CALM, ZoneInfo("UTC"))
+    asked = as_asked(day, datetime(2026, 7, 19, 23, 59, 30, tzinfo=UTC))
+    assert asked.asked_at is not None
+    assert as_asked(day, datetime(2026, 7, 20, 0, 0, tzinfo=UTC)) == day  # asked at its end: the window is over
+    report, need = _report(asked, set(range(144)))
+    judged = coverage_of(report, [need], CoveragePolicy())
+    assert (judged.fraction, judged.partial) == (1.0, True)
+    assert describe(judged, asked) == "the window is not over (asked at 23:59)"
 
 
 def test_a_quiet_log_source_is_not_a_stuck_shipper() -> None:

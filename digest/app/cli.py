@@ -25,7 +25,15 @@ from digest.app.logs import configure_logging
 from digest.app.settings import ConfigError, Settings, load_settings
 from digest.output.render import FORMATS, Renderer, headline, unseen_spans
 from digest.pipeline.policy import Policy
-from digest.pipeline.window import WindowError, day_window, last_window, parse_date, parse_duration, parse_moment
+from digest.pipeline.window import (
+    WindowError,
+    as_asked,
+    day_window,
+    last_window,
+    parse_date,
+    parse_duration,
+    parse_moment,
+)
 
 DEMO_DAY = "2026-07-20"
 
@@ -34,10 +42,10 @@ def window_from_args(args: argparse.Namespace, settings: Settings, now: datetime
     """The window the arguments ask for; ``now`` is the caller's clock."""
     zone = settings.zone
     if args.date is not None:
-        return day_window(parse_date(args.date), zone)
+        return as_asked(day_window(parse_date(args.date), zone), now)
     span = parse_duration("24h" if args.last is None else args.last)
     at = now if args.at is None else parse_moment(args.at)
-    return last_window(span, at, zone)
+    return as_asked(last_window(span, at, zone), now)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -13,6 +13,7 @@ such instead of becoming an empty window.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
@@ -99,3 +100,8 @@ def last_window(span: timedelta, at: datetime, zone: ZoneInfo) -> Window:
     length = f"{hours:g}h" if hours == int(hours) else f"{int(span.total_seconds() // 60)}m"
     label = f"{length} to {local_end:%Y-%m-%d %H:%M}"
     return Window(start=end - span, end=end, zone=zone, label=label)
+
+
+def as_asked(window: Window, now: datetime) -> Window:
+    """``window`` as asked at ``now``: marked not over (``asked_at``) when ``now`` is before its end."""
+    return replace(window, asked_at=now.astimezone(UTC)) if now < window.end else window
