@@ -21,12 +21,14 @@ import httpx
 import pytest
 from telegram import Bot
 
-from digest.app.bot import DigestBot, DigestService, build_application, source_status
+from digest.app.bot import DigestBot, build_application
 from digest.app.engine import Config
 from digest.app.health import DigestMetrics, HealthServer
 from digest.app.logs import RedactingFormatter
+from digest.app.service import DigestService, source_status
 from digest.app.settings import load_settings
-from digest.channels.telegram.sender import Outcome, Poster, Sender
+from digest.channels.channel import Outcome
+from digest.channels.telegram.sender import Poster, Sender
 from digest.channels.telegram.text import MAX_TEXT
 from digest.output.render import Renderer
 from digest.pipeline.policy import Policy
@@ -309,7 +311,7 @@ async def test_supergroup_migration_is_followed(tg: FakeTelegram, tmp_path: Path
         await poster.post_once(ALLOWED, "k2", _text("two"))
     assert result.outcome is Outcome.SENT
     assert [visible(call) for call in tg.sent_to(new_id)] == ["one", "two"]
-    assert state.current_chat(ALLOWED) == new_id
+    assert state.current(str(ALLOWED)) == str(new_id)
 
 
 async def test_concurrent_requests_share_one_computation(

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from telegram import Bot
 
-from digest.channels.telegram.sender import DeliveryError, Outcome, Pacer, Photo, Poster, RetryPolicy, Sender, open_bot
+from digest.channels.channel import DeliveryError, Outcome, Photo
+from digest.channels.telegram.sender import Pacer, Poster, RetryPolicy, Sender, open_bot
 from digest.channels.telegram.text import split_html
 from digest.pipeline.state import DeliveryState, DeliveryStatus
 from testbed.embedded import EmbeddedBackends
@@ -143,7 +144,7 @@ async def test_rerun_after_the_group_became_a_supergroup_mid_send_sends_only_the
         tg.migrate(ALLOWED, supergroup)
         again = await poster(bot, state).post_once(ALLOWED, KEY, source.message)
     assert again.outcome is Outcome.SENT
-    assert again.chat_id == supergroup
+    assert again.recipient == str(supergroup)
     assert [call.visible.splitlines()[-1] for call in tg.sent_to(ALLOWED)] == ["(1/2)"]
     assert [call.visible.splitlines()[-1] for call in tg.sent_to(supergroup)] == ["(2/2)"]
     assert source.messages == 1

@@ -15,7 +15,8 @@ import pytest
 from telegram import Bot
 from telegram.request import HTTPXRequest
 
-from digest.channels.telegram.sender import Outcome, Pacer, Photo, Poster, Sender
+from digest.channels.channel import Outcome, Photo
+from digest.channels.telegram.sender import Pacer, Poster, Sender
 from digest.channels.telegram.text import utf16_length
 from digest.output.render import Renderer
 from digest.pipeline.state import DeliveryState, StateError

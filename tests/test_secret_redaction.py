@@ -18,9 +18,9 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from digest.app.bot import source_status
 from digest.app.engine import Config
 from digest.app.logs import RedactingFormatter
+from digest.app.service import source_status
 from digest.app.settings import load_settings
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource

@@ -77,8 +77,8 @@ def test_chat_migration_is_followed(tmp_path: Path) -> None:
     """A recorded group → supergroup move redirects later posts to the new id."""
     state = DeliveryState(tmp_path / "state.sqlite", "a")
     state.record_move(-100, -1001234)
-    assert state.current_chat(-100) == -1001234
-    assert state.current_chat(42) == 42
+    assert state.current("-100") == "-1001234"
+    assert state.current("42") == "42"
 
 
 def test_wal_mode(tmp_path: Path) -> None:
@@ -137,3 +137,58 @@ def test_a_state_file_of_a_foreign_schema_is_refused_at_open(tmp_path: Path, for
     connection.close()
     with pytest.raises(StateError, match=r"not (digest.s schema|a table)"):
         DeliveryState(path, "t")
+
+
+# The schema of state files written before rows were keyed by (channel, recipient): integer Telegram chat ids.
+_INTEGER_ID_SCHEMA = """
+CREATE TABLE deliveries (
+    chat_id INTEGER NOT NULL, key TEXT NOT NULL, status TEXT NOT NULL, owner TEXT NOT NULL, lease_until REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0, updated_at REAL NOT NULL, sent_at REAL, late INTEGER NOT NULL DEFAULT 0,
+    error TEXT, permanent INTEGER NOT NULL DEFAULT 0, message_ids TEXT, PRIMARY KEY (chat_id, key)
+);
+CREATE TABLE delivery_parts (
+    chat_id INTEGER NOT NULL, key TEXT NOT NULL, part INTEGER NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL,
+    data BLOB, filename TEXT, message_id INTEGER, sent_at REAL, PRIMARY KEY (chat_id, key, part)
+);
+CREATE TABLE chat_moves (old_chat_id INTEGER PRIMARY KEY, new_chat_id INTEGER NOT NULL, moved_at REAL NOT NULL);
+INSERT INTO deliveries VALUES (-1001234, 'daily:2026-07-20', 'sent', 'old', 0, 1, 100, 100, 0, NULL, 0, '7,8');
+INSERT INTO deliveries VALUES (-1001234, 'daily:2026-07-21', 'failed', 'old', 0, 1, 200, NULL, 0, 'x', 0, NULL);
+INSERT INTO delivery_parts VALUES (-1001234, 'daily:2026-07-21', 1, 'text', '(1/2) first', NULL, NULL, 9, 200);
+INSERT INTO delivery_parts VALUES (-1001234, 'daily:2026-07-21', 2, 'text', '(2/2) second', NULL, NULL, NULL, NULL);
+INSERT INTO chat_moves VALUES (-100, -1001234, 50);
+"""
+
+
+def test_a_state_file_of_integer_chat_ids_is_rekeyed_in_place_and_nothing_is_sent_twice(tmp_path: Path) -> None:
+    """An older file opens migrated: its sent day stays sent, a half-sent day keeps its parts, moves are followed."""
+    path = tmp_path / "state.sqlite"
+    connection = sqlite3.connect(path)
+    connection.executescript(_INTEGER_ID_SCHEMA)
+    connection.close()
+    state = DeliveryState(path, "new")
+    assert not state.claim("-1001234", "daily:2026-07-20", lease_seconds=60)
+    sent = state.get("-1001234", "daily:2026-07-20")
+    assert sent is not None
+    assert (sent.status, sent.recipient) == (DeliveryStatus.SENT, "-1001234")
+    assert state.claim("-1001234", "daily:2026-07-21", lease_seconds=60)
+    assert [(part.text, part.message_id) for part in state.parts("-1001234", "daily:2026-07-21")] == [
+        ("(1/2) first", 9),
+        ("(2/2) second", None),
+    ]
+    assert state.current("-100") == "-1001234"
+    state.close()
+    tables = {row[0] for row in sqlite3.connect(path).execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == {"deliveries", "delivery_parts", "recipient_moves"}
+    DeliveryState(path, "again").close()  # opening a migrated file again changes nothing
+
+
+def test_recipients_that_are_not_integers_and_other_channels_share_the_file(tmp_path: Path) -> None:
+    """A Telegram "@name" chat and another channel's recipient of the same key are separate deliveries."""
+    path = tmp_path / "state.sqlite"
+    telegram = DeliveryState(path, "a")
+    webhook = DeliveryState(path, "a", channel="webhook")
+    assert telegram.claim("@ops_digest", "daily:2026-07-20", lease_seconds=60)
+    telegram.mark_sent("@ops_digest", "daily:2026-07-20", [1], late=False)
+    assert webhook.claim("@ops_digest", "daily:2026-07-20", lease_seconds=60)  # same name, another channel
+    assert not telegram.claim("@ops_digest", "daily:2026-07-20", lease_seconds=60)
+    assert [delivery.recipient for delivery in telegram.latest("@ops_digest")] == ["@ops_digest"]

@@ -22,30 +22,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import tempfile
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 from telegram import BotCommand, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
 
-from checks.contract import SourceError, Window
-from checks.log_questions import LineCount
-from digest.app.engine import Config, make_chart, make_digest, open_sources, stored_history
-from digest.app.health import DigestMetrics, HealthServer
+from checks.contract import Window
+from digest.app.engine import Config
+from digest.app.health import HealthServer
+from digest.app.service import DigestService, source_status
 from digest.app.settings import Settings
-from digest.channels.telegram.sender import BotApiRequest, Outcome, Photo, Poster, PostResult, Sender
-from digest.output.render import Renderer, headline, unseen_spans
-from digest.pipeline.score import Digest
-from digest.pipeline.state import DeliveryState, HistoryStore, StateError
-from digest.pipeline.window import WindowError, day_window, last_window, parse_date, parse_duration
+from digest.channels.channel import Outcome, PostResult
+from digest.channels.telegram.allowance import CommandAllowance
+from digest.channels.telegram.sender import BotApiRequest, Poster, Sender, recipient
+from digest.pipeline.state import DeliveryState, StateError
+from digest.pipeline.window import WindowError, as_asked, day_window, last_window, parse_date, parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +67,8 @@ _RECHECK_EVERY_SECONDS = 300.0
 # python-telegram-bot reads first=0 as "not given" (one interval from now); a small positive delay means "at start".
 _FIRST_CHECK_SECONDS = 0.5
 _LATE_AFTER = timedelta(minutes=2)
-# Digests per chat that may wait for the allowance; beyond that a request is turned away: a flood piles up no work.
-MAX_WAITING = 3
 
 Clock = Callable[[], datetime]
-T = TypeVar("T")
 
 
 def _utc_now() -> datetime:
@@ -112,119 +106,8 @@ def parse_digest_arguments(arguments: list[str], now: datetime, config: Config) 
         day = parse_date(argument)
         if day > minute.astimezone(zone).date():
             raise WindowError(f"{day} has not happened yet")
-        return day_window(day, zone)
+        return as_asked(day_window(day, zone), minute)
     return last_window(parse_duration(argument), minute, zone)
-
-
-async def _single_flight(
-    in_flight: dict[tuple[datetime, datetime], asyncio.Task[T]],
-    window: Window,
-    start: Callable[[], Coroutine[Any, Any, T]],
-    on_start: Callable[[], None],
-) -> T:
-    """Join the task already computing ``window``, or start one; the task forgets itself when done."""
-    key = (window.start, window.end)
-    task = in_flight.get(key)
-    if task is None:
-        on_start()
-        task = asyncio.create_task(start())
-        in_flight[key] = task
-        task.add_done_callback(lambda _: in_flight.pop(key, None))
-    return await asyncio.shield(task)
-
-
-@dataclass
-class DigestService:
-    """Computes digests with single flight: concurrent requests for one window share one computation."""
-
-    config: Config
-    renderer: Renderer = field(default_factory=Renderer)
-    metrics: DigestMetrics | None = None
-    history_store: HistoryStore | None = None
-    _in_flight: dict[tuple[datetime, datetime], asyncio.Task[Digest]] = field(default_factory=dict)
-    _charts_in_flight: dict[tuple[datetime, datetime], asyncio.Task[Photo | None]] = field(default_factory=dict)
-    computations: int = 0
-
-    async def digest(self, window: Window) -> Digest:
-        """The digest of ``window``, joining a computation already running for it."""
-        return await _single_flight(self._in_flight, window, lambda: self._compute(window), self._count)
-
-    async def photo(self, window: Window) -> Photo | None:
-        """The window's chart as a Telegram photo, or None when charts are off or drawing failed."""
-        if not self.config.settings.telegram_chart:
-            return None
-        return await _single_flight(self._charts_in_flight, window, lambda: self._draw(window), lambda: None)
-
-    def _count(self) -> None:
-        self.computations += 1
-
-    async def _draw(self, window: Window) -> Photo | None:
-        digest = await self.digest(window)
-        try:
-            with tempfile.TemporaryDirectory(prefix="digest-chart-") as folder:
-                path = Path(folder) / "digest.png"
-                caption = await make_chart(self.config, window, path, headline(digest), unseen=unseen_spans(digest))
-                return Photo(png=await asyncio.to_thread(path.read_bytes), caption=caption)
-        except Exception:  # a chart is a bonus: the digest goes out without it rather than not at all
-            log.exception("could not draw the chart of %s", window.label)
-            return None
-
-    async def _compute(self, window: Window) -> Digest:
-        started = time.monotonic()
-        digest = await make_digest(
-            self.config,
-            window,
-            self.config.settings.digest_deadline_seconds,
-            history=stored_history(self.config, self.history_store),
-        )
-        if self.metrics is not None:
-            self.metrics.observe_digest(digest, time.monotonic() - started)
-        return digest
-
-    async def html(self, window: Window) -> str:
-        """The digest of ``window`` as Telegram HTML."""
-        return self.renderer.render(await self.digest(window), "html")
-
-
-@dataclass
-class CommandAllowance:
-    """Per chat, at most ``burst`` digests start in any ``window_seconds`` (a sliding window); later ones wait.
-
-    `reserve` hands out the moment each request may start, queueing behind the ones already waiting, and refuses
-    when ``max_waiting`` requests of the chat are already waiting. ``clock`` and ``sleep`` are injectable so that
-    tests can move time by hand.
-    """
-
-    burst: int
-    window_seconds: float
-    max_waiting: int = MAX_WAITING
-    clock: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    # Per chat, the start moments granted (past ones within the window, and the future ones of waiting requests).
-    _starts: dict[int, deque[float]] = field(default_factory=dict)
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> CommandAllowance:
-        return cls(burst=settings.command_burst, window_seconds=settings.command_burst_window_seconds)
-
-    def reserve(self, chat_id: int) -> float | None:
-        """Seconds until this request may start (0: now), recorded as granted; None when too many already wait."""
-        now = self.clock()
-        starts = self._starts.setdefault(chat_id, deque())
-        while starts and starts[0] <= now - self.window_seconds:
-            starts.popleft()
-        if sum(start > now for start in starts) >= self.max_waiting:
-            return None
-        # The new start must leave at most burst - 1 earlier starts in the window before it.
-        start = now if len(starts) < self.burst else max(now, starts[-self.burst] + self.window_seconds)
-        starts.append(start)
-        return start - now
-
-    def next_free(self, chat_id: int) -> float:
-        """Seconds until a waiting place of the chat frees up (when its first waiting request starts)."""
-        now = self.clock()
-        waiting = [start for start in self._starts.get(chat_id, ()) if start > now]
-        return min(waiting, default=now) - now
 
 
 @dataclass
@@ -312,7 +195,9 @@ class DigestBot:
     def _allowance(self) -> CommandAllowance:
         """The allowance given at creation (tests move its clock), else the one the settings describe."""
         if self.allowance is None:
-            self.allowance = CommandAllowance.from_settings(self.settings)
+            self.allowance = CommandAllowance(
+                burst=self.settings.command_burst, window_seconds=self.settings.command_burst_window_seconds
+            )
         return self.allowance
 
     async def _answer_later(self, chat_id: int, window: Window, delay: float) -> None:
@@ -380,7 +265,7 @@ class DigestBot:
                 )
             except StateError as exc:
                 log.error("cannot post %s to chat %s: %s", key, chat_id, exc)
-                result = PostResult(Outcome.FAILED, chat_id, error=str(exc))
+                result = PostResult(Outcome.FAILED, recipient(chat_id), error=str(exc))
             if result.outcome is not Outcome.ALREADY_SENT:
                 log.info("post %s to chat %s: %s%s", key, chat_id, result.outcome.value, " (late)" if late else "")
             self._record(chat_id, result)
@@ -418,7 +303,7 @@ class DigestBot:
             return
         for chat_id in self.settings.telegram_chat_ids:
             try:
-                sent = [d.sent_at for d in self.state.latest(self.state.current_chat(chat_id)) if d.sent_at]
+                sent = [d.sent_at for d in self.state.latest(self.state.current(recipient(chat_id))) if d.sent_at]
             except StateError as exc:
                 log.error("cannot read the state file for chat %s: %s", chat_id, exc)
                 continue
@@ -441,7 +326,7 @@ class DigestBot:
         lines.append(f"Next post: {nxt:%Y-%m-%d %H:%M} {zone}")
         for chat_id in self.settings.telegram_chat_ids:
             try:
-                deliveries = self.state.latest(self.state.current_chat(chat_id))
+                deliveries = self.state.latest(self.state.current(recipient(chat_id)))
             except StateError as exc:
                 lines.append(f"Chat {chat_id}: state unreadable ({exc})")
                 continue
@@ -458,39 +343,6 @@ class DigestBot:
                 lines.append(f"Chat {chat_id}: {last.key} {kind} after {last.attempts} attempt(s): {last.error}")
         lines.extend(await source_status(self.config, now))
         return "\n".join(lines)
-
-
-async def source_status(config: Config, now: datetime) -> list[str]:
-    """Whether each backend answers a trivial query, and how fast.
-
-    Asked through the digest's own clients, so with their credentials, tenant headers and TLS.
-    """
-
-    async def probe(name: str, ask: Callable[[], Awaitable[object]]) -> str:
-        started = time.monotonic()
-        try:
-            async with asyncio.timeout(5.0):
-                await ask()
-            reason = ""
-        except SourceError as exc:
-            reason = f" ({exc.message})"
-        except TimeoutError:
-            reason = " (no answer within 5 s)"
-        elapsed = (time.monotonic() - started) * 1000
-        return f"{name}: {'UNREACHABLE' + reason if reason else 'reachable'}, {elapsed:.0f} ms"
-
-    async with open_sources(config.settings, config.policy) as sources:
-        return list(
-            await asyncio.gather(
-                probe("VictoriaMetrics", lambda: sources.metrics.instant("1", now)),
-                probe(sources.logs.name, lambda: sources.logs.count(_last_minute(now))),
-            )
-        )
-
-
-def _last_minute(now: datetime) -> LineCount:
-    """A question any log backend answers cheaply: the lines of the last minute."""
-    return LineCount(window=Window(now - timedelta(minutes=1), now, UTC, "last minute"))
 
 
 def build_application(bot: DigestBot, token: str) -> Application[Any, Any, Any, Any, Any, Any]:

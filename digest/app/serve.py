@@ -19,12 +19,15 @@ from pathlib import Path
 from telegram import Update
 
 from checks.contract import Window
-from digest.app.bot import DigestBot, DigestService, build_application
+from digest.app.bot import DigestBot, build_application
 from digest.app.engine import Config, make_chart, make_digest, open_history_store, stored_history
 from digest.app.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
 from digest.app.health import DigestMetrics
 from digest.app.replay import replay
-from digest.channels.telegram.sender import DeliveryError, Outcome, Photo, Poster, Sender, open_bot
+from digest.app.service import DigestService
+from digest.channels.channel import Channel, DeliveryError, Outcome, Photo
+from digest.channels.telegram.channel import TelegramChannel
+from digest.channels.telegram.sender import Poster, Sender, open_bot
 from digest.output.render import Renderer, headline, unseen_spans
 from digest.pipeline.score import Digest
 from digest.pipeline.state import DeliveryState, StateError
@@ -89,43 +92,37 @@ async def _check_bot(token: str, api_root: str) -> None:
 
 
 @dataclass
-class ChatPoster:
-    """Posts a digest to every configured chat once per window (the `run --post` and `replay --post` path)."""
+class ChannelPoster:
+    """Posts a digest to every recipient of a channel once per window (the `run --post` and `replay --post` path)."""
 
-    poster: Poster
-    chat_ids: tuple[int, ...]
+    channel: Channel
     renderer: Renderer
     failures: int = 0
 
     async def __call__(self, digest: Digest, photo: Photo | None = None) -> str:
         """Post ``digest`` (and ``photo``); returns a short account ("chat 1: sent; chat 2: already_sent")."""
-        html = self.renderer.render(digest, "html")
+        text = self.renderer.render(digest, self.channel.format)
 
         async def message() -> str:
-            return html
+            return text
 
         async def attachment() -> Photo | None:
             return photo
 
         outcomes: list[str] = []
-        for chat_id in self.chat_ids:
-            result = await self.poster.post_once(chat_id, window_key(digest.window), message, photo=attachment)
-            log.info(
-                "chat %s, %s: %s%s",
-                chat_id,
-                digest.window.label,
-                result.outcome.value,
-                f" ({result.error})" if result.error else "",
-            )
-            outcomes.append(f"chat {chat_id}: {result.outcome.value}" + (f" ({result.error})" if result.error else ""))
+        for recipient in self.channel.recipients:
+            result = await self.channel.post_once(recipient, window_key(digest.window), message, photo=attachment)
+            error = f" ({result.error})" if result.error else ""
+            log.info("%s %s, %s: %s%s", self.channel.name, recipient, digest.window.label, result.outcome.value, error)
+            outcomes.append(f"chat {recipient}: {result.outcome.value}{error}")
             if result.outcome in (Outcome.FAILED, Outcome.FAILED_PERMANENT, Outcome.BUSY):
                 self.failures += 1
         return "; ".join(outcomes)
 
 
 @asynccontextmanager
-async def chat_poster(config: Config, token: str) -> AsyncIterator[ChatPoster]:
-    """A `ChatPoster` with an open Bot and the delivery state.
+async def chat_poster(config: Config, token: str) -> AsyncIterator[ChannelPoster]:
+    """A `ChannelPoster` on the Telegram channel, with an open Bot and the delivery state.
 
     `StateError` if the state file is unusable; `DeliveryError` if the Telegram API cannot be opened.
     """
@@ -133,11 +130,8 @@ async def chat_poster(config: Config, token: str) -> AsyncIterator[ChatPoster]:
     state = DeliveryState(settings.state_path, _owner())
     try:
         async with open_bot(token, settings.telegram_api_url) as bot:
-            yield ChatPoster(
-                Poster(sender=Sender(bot, state=state), state=state),
-                settings.telegram_chat_ids,
-                Renderer().preload("html"),
-            )
+            channel = TelegramChannel(Poster(sender=Sender(bot, state=state), state=state), settings.telegram_chat_ids)
+            yield ChannelPoster(channel, Renderer().preload(channel.format))
     finally:
         state.close()
 

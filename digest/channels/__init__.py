@@ -1,1 +1,5 @@
-"""Channels: where a rendered digest is delivered. ``channel`` is the protocol; ``telegram`` its one implementation."""
+"""Channels: where a rendered digest is delivered.
+
+``channel`` is the contract (the `Channel` protocol, `PostResult`, `DeliveryError`); ``telegram`` is its one
+implementation today.
+"""

@@ -1,4 +1,7 @@
-"""Delivery state in SQLite: each (chat, digest key) is posted once, across restarts, crashes and a second instance.
+"""Delivery state in SQLite: each (channel, recipient, key) is posted once, across restarts, crashes, a 2nd instance.
+
+Rows are keyed by the channel's name and the recipient as text: Telegram's chat ids ("-1001234", or a channel's
+"@name", which the Bot API accepts too) and any later channel's addresses share one file.
 
 Protocol: a sender first *claims* the delivery (an atomic insert-or-take-over under ``BEGIN IMMEDIATE``), then
 computes and sends, then records the outcome. A claim is a lease: if its holder dies, the lease expires and another
@@ -17,7 +20,9 @@ The one window that cannot be closed without help from Telegram is a crash betwe
 write here — the lease makes that a rare duplicate *of that one part* after a crash, never a silent loss.
 
 Schema changes are additive (``CREATE TABLE IF NOT EXISTS``), so a state file written by an older version opens
-as is: its deliveries simply have no stored parts, and a claim of one of them stores its parts then.
+as is: its deliveries simply have no stored parts, and a claim of one of them stores its parts then. The one change
+that was not additive, integer chat ids becoming (channel, recipient) text keys, is migrated in place when the file
+is opened (`_migrate_integer_chat_ids`): a delivery sent before the upgrade stays sent.
 
 SQLite runs in WAL mode (readers never block the writer) with ``synchronous=NORMAL``; each write is its own short
 transaction, and no transaction is ever held across network I/O (the lesson of seed 001's lock cascade).
@@ -27,16 +32,20 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+# The channel whose deliveries a state file held before rows were keyed by channel (all of them Telegram's).
+TELEGRAM = "telegram"
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS deliveries (
-    chat_id      INTEGER NOT NULL,
+    channel      TEXT    NOT NULL,
+    recipient    TEXT    NOT NULL,
     key          TEXT    NOT NULL,
     status       TEXT    NOT NULL,
     owner        TEXT    NOT NULL,
@@ -48,12 +57,14 @@ CREATE TABLE IF NOT EXISTS deliveries (
     error        TEXT,
     permanent    INTEGER NOT NULL DEFAULT 0,
     message_ids  TEXT,
-    PRIMARY KEY (chat_id, key)
+    PRIMARY KEY (channel, recipient, key)
 );
--- One row per part of a delivery still owed: its content (text: the HTML of one message; photo: the caption, with
--- the PNG in data), and the message id once Telegram accepted it. Added after deliveries: existing files get it here.
+-- One row per part of a delivery still owed: its content (text: one message in the channel's format, photo: the
+-- caption, with the PNG in data), and the message id once the channel accepted it. No semicolon in comments: the
+-- migration runs this schema statement by statement, inside its transaction.
 CREATE TABLE IF NOT EXISTS delivery_parts (
-    chat_id      INTEGER NOT NULL,
+    channel      TEXT    NOT NULL,
+    recipient    TEXT    NOT NULL,
     key          TEXT    NOT NULL,
     part         INTEGER NOT NULL,
     kind         TEXT    NOT NULL,
@@ -62,14 +73,77 @@ CREATE TABLE IF NOT EXISTS delivery_parts (
     filename     TEXT,
     message_id   INTEGER,
     sent_at      REAL,
-    PRIMARY KEY (chat_id, key, part)
+    PRIMARY KEY (channel, recipient, key, part)
 );
-CREATE TABLE IF NOT EXISTS chat_moves (
-    old_chat_id INTEGER PRIMARY KEY,
-    new_chat_id INTEGER NOT NULL,
-    moved_at    REAL    NOT NULL
+CREATE TABLE IF NOT EXISTS recipient_moves (
+    channel        TEXT NOT NULL,
+    old_recipient  TEXT NOT NULL,
+    new_recipient  TEXT NOT NULL,
+    moved_at       REAL NOT NULL,
+    PRIMARY KEY (channel, old_recipient)
 );
 """
+
+# The tables as they were when every recipient was a Telegram chat's integer id, and how their rows are copied.
+_INTEGER_ID_DELIVERIES = {
+    "chat_id", "key", "status", "owner", "lease_until", "attempts", "updated_at", "sent_at", "late", "error",
+    "permanent", "message_ids",
+}  # fmt: skip
+_COPY_INTEGER_IDS = {
+    "deliveries": (
+        "INSERT INTO deliveries (channel, recipient, key, status, owner, lease_until, attempts, updated_at, sent_at, "
+        "late, error, permanent, message_ids) SELECT ?, CAST(chat_id AS TEXT), key, status, owner, lease_until, "
+        "attempts, updated_at, sent_at, late, error, permanent, message_ids FROM deliveries_integer_ids"
+    ),
+    "delivery_parts": (
+        "INSERT INTO delivery_parts (channel, recipient, key, part, kind, text, data, filename, message_id, sent_at) "
+        "SELECT ?, CAST(chat_id AS TEXT), key, part, kind, text, data, filename, message_id, sent_at "
+        "FROM delivery_parts_integer_ids"
+    ),
+}
+
+
+def _columns(connection: sqlite3.Connection, table: str) -> set[str]:
+    return {str(row[1]) for row in connection.execute(f"PRAGMA table_info({table})")}
+
+
+def _migrate_integer_chat_ids(connection: sqlite3.Connection) -> None:
+    """Rekey a state file written when recipients were Telegram's integer chat ids: same rows, channel "telegram".
+
+    One transaction: a second process opening the file meanwhile waits, then finds it migrated. A ``deliveries``
+    table without all the old columns is not ours and is left for `_unusable` to refuse. A file already migrated is
+    only read: opening the state never takes the write lock another instance may hold.
+    """
+    if not _columns(connection, "deliveries") >= _INTEGER_ID_DELIVERIES:
+        return
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        if not _columns(connection, "deliveries") >= _INTEGER_ID_DELIVERIES:
+            connection.execute("ROLLBACK")
+            return
+        for table in _COPY_INTEGER_IDS:
+            if _columns(connection, table):
+                connection.execute(f"ALTER TABLE {table} RENAME TO {table}_integer_ids")
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                connection.execute(statement)
+        for table, copy in _COPY_INTEGER_IDS.items():
+            if _columns(connection, f"{table}_integer_ids"):  # a file older than the parts table has none
+                connection.execute(copy, (TELEGRAM,))
+                connection.execute(f"DROP TABLE {table}_integer_ids")
+        if _columns(connection, "chat_moves"):
+            connection.execute(
+                "INSERT OR REPLACE INTO recipient_moves (channel, old_recipient, new_recipient, moved_at) "
+                "SELECT ?, CAST(old_chat_id AS TEXT), CAST(new_chat_id AS TEXT), moved_at FROM chat_moves",
+                (TELEGRAM,),
+            )
+            connection.execute("DROP TABLE chat_moves")
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+
+
 _BUSY_TIMEOUT_SECONDS = 30.0
 # The trends' store is a cache read on the event loop: a locked file costs it the cache, not 30 s of the bot.
 _HISTORY_BUSY_TIMEOUT_SECONDS = 1.0
@@ -84,13 +158,20 @@ class DeliveryStatus(StrEnum):
     FAILED = "failed"
 
 
-def _connect(path: Path, schema: str, busy_timeout_seconds: float) -> sqlite3.Connection:
+def _connect(
+    path: Path,
+    schema: str,
+    busy_timeout_seconds: float,
+    migrate: Callable[[sqlite3.Connection], None] | None = None,
+) -> sqlite3.Connection:
     """The state file opened in WAL mode with ``schema`` in place; `StateError` naming the file if it cannot be."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(path, timeout=busy_timeout_seconds, isolation_level=None, check_same_thread=False)
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
+        if migrate is not None:
+            migrate(connection)
         connection.executescript(schema)
         problem = _unusable(connection, schema)
     except (sqlite3.Error, OSError) as exc:
@@ -169,7 +250,7 @@ def _state_error(path: Path, error: BaseException) -> StateError:
 class Delivery:
     """One row of the delivery table."""
 
-    chat_id: int
+    recipient: str
     key: str
     status: DeliveryStatus
     attempts: int
@@ -181,12 +262,24 @@ class Delivery:
 
 
 class DeliveryState:
-    """The SQLite delivery table. One instance per process; every method is a short transaction of its own."""
+    """One channel's deliveries in the SQLite state file; every method is a short transaction of its own.
 
-    def __init__(self, path: Path, owner: str, busy_timeout_seconds: float = _BUSY_TIMEOUT_SECONDS) -> None:
+    Rows are keyed by (channel, recipient, key): a recipient is whatever the channel addresses (a Telegram chat id
+    "-1001234" or "@ops_digest", a webhook's name), so a channel whose ids are not integers fits the same file. One
+    instance per process and channel.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        owner: str,
+        busy_timeout_seconds: float = _BUSY_TIMEOUT_SECONDS,
+        channel: str = TELEGRAM,
+    ) -> None:
         self._path = path
         self._owner = owner
-        self._connection = _connect(path, _SCHEMA, busy_timeout_seconds)
+        self._channel = channel
+        self._connection = _connect(path, _SCHEMA, busy_timeout_seconds, migrate=_migrate_integer_chat_ids)
 
     def close(self) -> None:
         self._connection.close()
@@ -204,19 +297,20 @@ class DeliveryState:
         except sqlite3.Error as exc:
             raise _state_error(self._path, exc) from None
 
-    def claim(self, chat_id: int, key: str, lease_seconds: float, now: float | None = None) -> bool:
-        """Take the delivery of ``key`` to ``chat_id``; False if it was sent, or another live owner holds it."""
+    def claim(self, recipient: str, key: str, lease_seconds: float, now: float | None = None) -> bool:
+        """Take the delivery of ``key`` to ``recipient``; False if it was sent, or another live owner holds it."""
         moment = time.time() if now is None else now
         with self._write() as db:
             row = db.execute(
-                "SELECT status, owner, lease_until, permanent FROM deliveries WHERE chat_id = ? AND key = ?",
-                (chat_id, key),
+                "SELECT status, owner, lease_until, permanent FROM deliveries "
+                "WHERE channel = ? AND recipient = ? AND key = ?",
+                (self._channel, recipient, key),
             ).fetchone()
             if row is None:
                 db.execute(
-                    "INSERT INTO deliveries (chat_id, key, status, owner, lease_until, attempts, updated_at) "
-                    "VALUES (?, ?, 'sending', ?, ?, 1, ?)",
-                    (chat_id, key, self._owner, moment + lease_seconds, moment),
+                    "INSERT INTO deliveries (channel, recipient, key, status, owner, lease_until, attempts, "
+                    "updated_at) VALUES (?, ?, ?, 'sending', ?, ?, 1, ?)",
+                    (self._channel, recipient, key, self._owner, moment + lease_seconds, moment),
                 )
                 return True
             status, owner, lease_until, permanent = row
@@ -226,40 +320,42 @@ class DeliveryState:
                 return False
             db.execute(
                 "UPDATE deliveries SET status = 'sending', owner = ?, lease_until = ?, attempts = attempts + 1, "
-                "updated_at = ? WHERE chat_id = ? AND key = ?",
-                (self._owner, moment + lease_seconds, moment, chat_id, key),
+                "updated_at = ? WHERE channel = ? AND recipient = ? AND key = ?",
+                (self._owner, moment + lease_seconds, moment, self._channel, recipient, key),
             )
             return True
 
-    def store_parts(self, chat_id: int, key: str, parts: list[Part]) -> list[Part]:
+    def store_parts(self, recipient: str, key: str, parts: list[Part]) -> list[Part]:
         """Keep the content of a claimed delivery's parts; if parts are stored already, those win and are returned.
 
         Called by the claim's holder before anything is sent, so that every later attempt sends the same messages.
         """
         with self._write() as db:
-            stored = self._parts(db, chat_id, key)
+            stored = self._parts(db, recipient, key)
             if stored:
                 return stored
             db.executemany(
-                "INSERT INTO delivery_parts (chat_id, key, part, kind, text, data, filename) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(chat_id, key, part.index, part.kind.value, part.text, part.data, part.filename) for part in parts],
+                "INSERT INTO delivery_parts (channel, recipient, key, part, kind, text, data, filename) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (self._channel, recipient, key, part.index, part.kind.value, part.text, part.data, part.filename)
+                    for part in parts
+                ],
             )
         return parts
 
-    def parts(self, chat_id: int, key: str) -> list[Part]:
+    def parts(self, recipient: str, key: str) -> list[Part]:
         """The stored parts of a delivery still owed, in sending order (none once it is ``sent``)."""
         try:
-            return self._parts(self._connection, chat_id, key)
+            return self._parts(self._connection, recipient, key)
         except sqlite3.Error as exc:
             raise _state_error(self._path, exc) from None
 
-    @staticmethod
-    def _parts(db: sqlite3.Connection, chat_id: int, key: str) -> list[Part]:
+    def _parts(self, db: sqlite3.Connection, recipient: str, key: str) -> list[Part]:
         rows = db.execute(
             "SELECT part, kind, text, data, filename, message_id FROM delivery_parts "
-            "WHERE chat_id = ? AND key = ? ORDER BY part",
-            (chat_id, key),
+            "WHERE channel = ? AND recipient = ? AND key = ? ORDER BY part",
+            (self._channel, recipient, key),
         ).fetchall()
         return [
             Part(
@@ -273,20 +369,20 @@ class DeliveryState:
             for index, kind, text, data, filename, message_id in rows
         ]
 
-    def mark_part_sent(self, chat_id: int, key: str, index: int, message_id: int, now: float | None = None) -> None:
-        """Record that Telegram accepted part ``index`` as ``message_id``: no later attempt sends it again."""
+    def mark_part_sent(self, recipient: str, key: str, index: int, message_id: int, now: float | None = None) -> None:
+        """Record that the channel accepted part ``index`` as ``message_id``: no later attempt sends it again."""
         moment = time.time() if now is None else now
         with self._write() as db:
             # The PNG is not needed once accepted; the text stays until the whole delivery is sent.
             db.execute(
                 "UPDATE delivery_parts SET message_id = ?, sent_at = ?, data = NULL "
-                "WHERE chat_id = ? AND key = ? AND part = ?",
-                (message_id, moment, chat_id, key, index),
+                "WHERE channel = ? AND recipient = ? AND key = ? AND part = ?",
+                (message_id, moment, self._channel, recipient, key, index),
             )
 
     def mark_sent(
         self,
-        chat_id: int,
+        recipient: str,
         key: str,
         message_ids: list[int],
         late: bool,
@@ -298,54 +394,61 @@ class DeliveryState:
         with self._write() as db:
             db.execute(
                 "UPDATE deliveries SET status = 'sent', sent_at = ?, updated_at = ?, late = ?, error = ?, "
-                "message_ids = ? WHERE chat_id = ? AND key = ?",
+                "message_ids = ? WHERE channel = ? AND recipient = ? AND key = ?",
                 (
                     moment,
                     moment,
                     int(late),
                     note[:500] if note else None,
                     ",".join(map(str, message_ids)),
-                    chat_id,
+                    self._channel,
+                    recipient,
                     key,
                 ),
             )
-            db.execute("DELETE FROM delivery_parts WHERE chat_id = ? AND key = ?", (chat_id, key))
+            db.execute(
+                "DELETE FROM delivery_parts WHERE channel = ? AND recipient = ? AND key = ?",
+                (self._channel, recipient, key),
+            )
 
-    def mark_failed(self, chat_id: int, key: str, error: str, permanent: bool, now: float | None = None) -> None:
+    def mark_failed(self, recipient: str, key: str, error: str, permanent: bool, now: float | None = None) -> None:
         """Record a failed delivery; a transient one is retried by a later run, a permanent one is not."""
         moment = time.time() if now is None else now
         with self._write() as db:
             db.execute(
                 "UPDATE deliveries SET status = 'failed', updated_at = ?, error = ?, permanent = ?, lease_until = 0 "
-                "WHERE chat_id = ? AND key = ?",
-                (moment, error[:500], int(permanent), chat_id, key),
+                "WHERE channel = ? AND recipient = ? AND key = ?",
+                (moment, error[:500], int(permanent), self._channel, recipient, key),
             )
 
-    def record_move(self, old_chat_id: int, new_chat_id: int, now: float | None = None) -> None:
-        """Remember that a group became a supergroup, so later posts go to the new id."""
+    def record_move(self, old: str, new: str, now: float | None = None) -> None:
+        """Remember that a recipient moved (a Telegram group became a supergroup), so later posts go to ``new``."""
         moment = time.time() if now is None else now
         with self._write() as db:
             db.execute(
-                "INSERT INTO chat_moves (old_chat_id, new_chat_id, moved_at) VALUES (?, ?, ?) "
-                "ON CONFLICT(old_chat_id) DO UPDATE SET new_chat_id = excluded.new_chat_id, "
+                "INSERT INTO recipient_moves (channel, old_recipient, new_recipient, moved_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(channel, old_recipient) DO UPDATE SET new_recipient = excluded.new_recipient, "
                 "moved_at = excluded.moved_at",
-                (old_chat_id, new_chat_id, moment),
+                (self._channel, old, new, moment),
             )
 
-    def earlier_ids(self, chat_id: int) -> list[int]:
-        """The ids this chat had before it moved (a group that became a supergroup, perhaps twice), nearest first."""
-        earlier: list[int] = []
-        pending = [chat_id]
+    def earlier_ids(self, recipient: str) -> list[str]:
+        """The ids this recipient had before it moved (a group turned supergroup, perhaps twice), nearest first."""
+        earlier: list[str] = []
+        pending = [recipient]
         while pending:
-            rows = self._read("SELECT old_chat_id FROM chat_moves WHERE new_chat_id = ?", (pending.pop(0),))
+            rows = self._read(
+                "SELECT old_recipient FROM recipient_moves WHERE channel = ? AND new_recipient = ?",
+                (self._channel, pending.pop(0)),
+            )
             for (old,) in rows:
-                if int(old) != chat_id and int(old) not in earlier:
-                    earlier.append(int(old))
-                    pending.append(int(old))
+                if str(old) != recipient and str(old) not in earlier:
+                    earlier.append(str(old))
+                    pending.append(str(old))
         return earlier
 
-    def adopt_parts(self, chat_id: int, key: str, earlier_ids: list[int]) -> list[Part]:
-        """Parts of ``key`` stored under one of ``earlier_ids`` (see `earlier_ids`), now stored under ``chat_id``.
+    def adopt_parts(self, recipient: str, key: str, earlier_ids: list[str]) -> list[Part]:
+        """Parts of ``key`` stored under one of ``earlier_ids`` (see `earlier_ids`), now stored under ``recipient``.
 
         A group that turned supergroup in the middle of a delivery: the rerun goes on where it stopped instead of
         sending the first parts again to the new id.
@@ -354,37 +457,41 @@ class DeliveryState:
             for old in earlier_ids:
                 if self._parts(db, old, key):
                     db.execute(
-                        "UPDATE delivery_parts SET chat_id = ? WHERE chat_id = ? AND key = ?", (chat_id, old, key)
+                        "UPDATE delivery_parts SET recipient = ? WHERE channel = ? AND recipient = ? AND key = ?",
+                        (recipient, self._channel, old, key),
                     )
                     break
-            return self._parts(db, chat_id, key)
+            return self._parts(db, recipient, key)
 
-    def current_chat(self, chat_id: int) -> int:
-        """The id a chat has now, following recorded migrations."""
-        seen = {chat_id}
-        current = chat_id
+    def current(self, recipient: str) -> str:
+        """The id a recipient has now, following recorded moves."""
+        seen = {recipient}
+        current = recipient
         while True:
-            row = self._read("SELECT new_chat_id FROM chat_moves WHERE old_chat_id = ?", (current,))
-            if not row or row[0][0] in seen:
+            row = self._read(
+                "SELECT new_recipient FROM recipient_moves WHERE channel = ? AND old_recipient = ?",
+                (self._channel, current),
+            )
+            if not row or str(row[0][0]) in seen:
                 return current
-            current = int(row[0][0])
+            current = str(row[0][0])
             seen.add(current)
 
-    def get(self, chat_id: int, key: str) -> Delivery | None:
-        """The delivery of ``key`` to ``chat_id``, if any."""
+    def get(self, recipient: str, key: str) -> Delivery | None:
+        """The delivery of ``key`` to ``recipient``, if any."""
         rows = self._read(
-            "SELECT chat_id, key, status, attempts, updated_at, sent_at, late, error, permanent FROM deliveries "
-            "WHERE chat_id = ? AND key = ?",
-            (chat_id, key),
+            "SELECT recipient, key, status, attempts, updated_at, sent_at, late, error, permanent FROM deliveries "
+            "WHERE channel = ? AND recipient = ? AND key = ?",
+            (self._channel, recipient, key),
         )
         return _delivery(rows[0]) if rows else None
 
-    def latest(self, chat_id: int) -> list[Delivery]:
-        """The chat's ten most recent deliveries, newest first."""
+    def latest(self, recipient: str) -> list[Delivery]:
+        """The recipient's ten most recent deliveries, newest first."""
         rows = self._read(
-            "SELECT chat_id, key, status, attempts, updated_at, sent_at, late, error, permanent FROM deliveries "
-            "WHERE chat_id = ? ORDER BY updated_at DESC LIMIT 10",
-            (chat_id,),
+            "SELECT recipient, key, status, attempts, updated_at, sent_at, late, error, permanent FROM deliveries "
+            "WHERE channel = ? AND recipient = ? ORDER BY updated_at DESC LIMIT 10",
+            (self._channel, recipient),
         )
         return [_delivery(row) for row in rows]
 
@@ -396,9 +503,9 @@ class DeliveryState:
 
 
 def _delivery(row: tuple[Any, ...]) -> Delivery:
-    chat_id, key, status, attempts, updated_at, sent_at, late, error, permanent = row
+    recipient, key, status, attempts, updated_at, sent_at, late, error, permanent = row
     return Delivery(
-        chat_id=int(chat_id),
+        recipient=str(recipient),
         key=str(key),
         status=DeliveryStatus(status),
         attempts=int(attempts),

@@ -38,7 +38,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from enum import StrEnum
 from typing import Any
 
 import httpx
@@ -47,31 +46,17 @@ from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.request import HTTPXRequest
 
+from digest.channels.channel import DeliveryError, Outcome, Photo, PostResult
 from digest.channels.telegram.text import MAX_CAPTION, fit_utf16, plain_from_html, split_html
 from digest.pipeline.state import DeliveryState, DeliveryStatus, Part, PartKind, StateError
 
 log = logging.getLogger(__name__)
 
+# A chat as the Bot API takes it: its integer id, or a public channel's "@name".
+ChatId = int | str
+
 # A reason quoted in a log line, the state file or stderr stays one readable line (a proxy's page can be long).
 _MAX_REASON = 200
-
-
-class Outcome(StrEnum):
-    """How one post ended."""
-
-    SENT = "sent"
-    ALREADY_SENT = "already_sent"  # sent before, by this or another instance
-    BUSY = "busy"  # another live instance holds the delivery right now
-    FAILED = "failed"  # transient: a later run retries it
-    FAILED_PERMANENT = "failed_permanent"  # blocked, chat not found…: not retried
-
-
-class DeliveryError(Exception):
-    """A part could not be delivered; ``permanent`` says whether retrying later can help."""
-
-    def __init__(self, message: str, permanent: bool) -> None:
-        super().__init__(message)
-        self.permanent = permanent
 
 
 # What python-telegram-bot raises when an "ok" answer's ``result`` is not the object it expects (``true`` for a
@@ -195,25 +180,6 @@ class RetryPolicy:
     jitter_ratio: float = 0.2
 
 
-@dataclass(frozen=True)
-class Photo:
-    """A chart to attach after the digest's text."""
-
-    png: bytes
-    caption: str
-    filename: str = "digest.png"
-
-
-@dataclass(frozen=True)
-class PostResult:
-    """What happened to one (chat, key) post."""
-
-    outcome: Outcome
-    chat_id: int
-    message_ids: tuple[int, ...] = ()
-    error: str | None = None
-
-
 def _seconds(value: float | timedelta) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
@@ -318,10 +284,10 @@ class Pacer:
         self._interval = 1.0 / per_second
         self._per_chat_interval = per_chat_interval
         self._next_global = 0.0
-        self._next_by_chat: dict[int, float] = {}
+        self._next_by_chat: dict[ChatId, float] = {}
         self._lock = asyncio.Lock()
 
-    async def wait_turn(self, chat_id: int) -> None:
+    async def wait_turn(self, chat_id: ChatId) -> None:
         """Wait until a message to ``chat_id`` may leave; reserves the slot before sleeping."""
         async with self._lock:
             now = time.monotonic()
@@ -343,7 +309,7 @@ class Sender:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     random_unit: Callable[[], float] = random.random
 
-    async def send(self, chat_id: int, html_message: str) -> tuple[int, list[int]]:
+    async def send(self, chat_id: ChatId, html_message: str) -> tuple[ChatId, list[int]]:
         """Send ``html_message`` split into valid parts; returns the final chat id and the message ids."""
         message_ids: list[int] = []
         for part in split_html(html_message):
@@ -351,10 +317,10 @@ class Sender:
             message_ids.append(message_id)
         return chat_id, message_ids
 
-    async def send_text(self, chat_id: int, part: str) -> tuple[int, int]:
+    async def send_text(self, chat_id: ChatId, part: str) -> tuple[ChatId, int]:
         """Send one message of at most 4,096 visible characters (a part of `split_html`), with retries."""
 
-        async def text(chat: int, as_html: bool) -> Message:
+        async def text(chat: ChatId, as_html: bool) -> Message:
             return await self.bot.send_message(
                 chat_id=chat,
                 text=part if as_html else plain_from_html(part),
@@ -364,19 +330,21 @@ class Sender:
 
         return await self._with_retries(chat_id, text)
 
-    async def send_photo(self, chat_id: int, photo: Photo) -> tuple[int, int]:
+    async def send_photo(self, chat_id: ChatId, photo: Photo) -> tuple[ChatId, int]:
         """Send a PNG with its caption (cut to Telegram's 1,024 UTF-16 units), with the same retries."""
         caption = fit_utf16(photo.caption, MAX_CAPTION)
 
-        async def upload(chat: int, _as_html: bool) -> Message:
+        async def upload(chat: ChatId, _as_html: bool) -> Message:
             return await self.bot.send_photo(chat_id=chat, photo=photo.png, caption=caption, filename=photo.filename)
 
         return await self._with_retries(chat_id, upload)
 
-    async def _with_retries(self, chat_id: int, call: Callable[[int, bool], Awaitable[Message]]) -> tuple[int, int]:
+    async def _with_retries(
+        self, chat_id: ChatId, call: Callable[[ChatId, bool], Awaitable[Message]]
+    ) -> tuple[ChatId, int]:
         attempts = _Attempts(self.retry, self.sleep, self.random_unit)
         as_html = True
-        visited = {chat_id}
+        visited: set[ChatId] = {chat_id}
         while True:
             await self.pacer.wait_turn(chat_id)
             try:
@@ -395,7 +363,7 @@ class Sender:
                 visited.add(exc.new_chat_id)
                 log.warning("chat %s became supergroup %s: following it", chat_id, exc.new_chat_id)
                 if self.state is not None:
-                    self.state.record_move(chat_id, exc.new_chat_id)
+                    self.state.record_move(recipient(chat_id), recipient(exc.new_chat_id))
                 chat_id = exc.new_chat_id
                 continue
             except BadRequest as exc:
@@ -424,6 +392,19 @@ class Sender:
             await attempts.wait(delay, reason, f"chat {chat_id}")
 
 
+def recipient(chat_id: ChatId) -> str:
+    """A chat as the delivery state keys it: the id's text ("-1001234") or the channel's "@name"."""
+    return str(chat_id)
+
+
+def chat_of(recipient: str) -> ChatId:
+    """A recipient's chat as the Bot API takes it: an integer id when it is one, else the "@name"."""
+    try:
+        return int(recipient)
+    except ValueError:
+        return recipient
+
+
 @dataclass
 class Poster:
     """Exactly-once posting: claim the (chat, key) delivery, store its parts, send those still owed, record."""
@@ -434,7 +415,7 @@ class Poster:
 
     async def post_once(
         self,
-        chat_id: int,
+        chat_id: ChatId,
         key: str,
         message: Callable[[], Awaitable[str]],
         late: bool = False,
@@ -442,37 +423,39 @@ class Poster:
     ) -> PostResult:
         """Post what ``message()`` returns (and ``photo()`` after it) to ``chat_id``, each part once.
 
-        ``message`` and ``photo`` are called only when no earlier attempt stored the delivery's parts.
+        ``message`` and ``photo`` are called only when no earlier attempt stored the delivery's parts. The delivery
+        state knows the chat as text (`recipient`): "-1001234" or "@name".
         """
-        chat_id = self.state.current_chat(chat_id)
-        earlier_ids = self.state.earlier_ids(chat_id)
+        chat = self.state.current(recipient(chat_id))
+        chat_id = chat_of(chat)
+        earlier_ids = self.state.earlier_ids(chat)
         for earlier in earlier_ids:
             # Delivered before the group became a supergroup: the record stays on the id it was claimed under.
             delivered = self.state.get(earlier, key)
             if delivered is not None and delivered.status == DeliveryStatus.SENT:
-                return PostResult(Outcome.ALREADY_SENT, chat_id)
-        if not self.state.claim(chat_id, key, self.lease_seconds):
-            existing = self.state.get(chat_id, key)
+                return PostResult(Outcome.ALREADY_SENT, chat)
+        if not self.state.claim(chat, key, self.lease_seconds):
+            existing = self.state.get(chat, key)
             if existing is not None and existing.status == "sent":
-                return PostResult(Outcome.ALREADY_SENT, chat_id)
+                return PostResult(Outcome.ALREADY_SENT, chat)
             if existing is not None and existing.permanent:
-                return PostResult(Outcome.FAILED_PERMANENT, chat_id, error=existing.error)
-            return PostResult(Outcome.BUSY, chat_id)
+                return PostResult(Outcome.FAILED_PERMANENT, chat, error=existing.error)
+            return PostResult(Outcome.BUSY, chat)
         try:
-            parts = self.state.parts(chat_id, key) or self.state.adopt_parts(chat_id, key, earlier_ids)
+            parts = self.state.parts(chat, key) or self.state.adopt_parts(chat, key, earlier_ids)
             if not parts:
-                parts = self.state.store_parts(chat_id, key, await self._compose(chat_id, key, message, photo))
+                parts = self.state.store_parts(chat, key, await self._compose(chat_id, key, message, photo))
         except StateError:
             raise
         except Exception as exc:  # computing the message failed: record it so that it is retried and visible
             log.exception("delivery of %s to chat %s failed while preparing the message", key, chat_id)
-            self.state.mark_failed(chat_id, key, f"internal error: {type(exc).__name__}", permanent=False)
-            return PostResult(Outcome.FAILED, chat_id, error=f"internal error: {type(exc).__name__}")
+            self.state.mark_failed(chat, key, f"internal error: {type(exc).__name__}", permanent=False)
+            return PostResult(Outcome.FAILED, chat, error=f"internal error: {type(exc).__name__}")
         return await self._send_owed(chat_id, key, parts, late)
 
     async def _compose(
         self,
-        chat_id: int,
+        chat_id: ChatId,
         key: str,
         message: Callable[[], Awaitable[str]],
         photo: Callable[[], Awaitable[Photo | None]] | None,
@@ -492,7 +475,7 @@ class Poster:
             parts.append(Part(len(parts) + 1, PartKind.PHOTO, attachment.caption, attachment.png, attachment.filename))
         return parts
 
-    async def _send_owed(self, chat_id: int, key: str, parts: list[Part], late: bool) -> PostResult:
+    async def _send_owed(self, chat_id: ChatId, key: str, parts: list[Part], late: bool) -> PostResult:
         """Send the parts Telegram has not accepted yet, in order, recording each; then record the delivery."""
         texts = sum(part.kind is PartKind.TEXT for part in parts)
         current = chat_id
@@ -523,17 +506,17 @@ class Poster:
                     "permanent" if exc.permanent else "will retry",
                     error,
                 )
-                self.state.mark_failed(chat_id, key, error, permanent=exc.permanent)
+                self.state.mark_failed(recipient(chat_id), key, error, permanent=exc.permanent)
                 outcome = Outcome.FAILED_PERMANENT if exc.permanent else Outcome.FAILED
-                return PostResult(outcome, chat_id, tuple(message_ids), error=error)
+                return PostResult(outcome, recipient(chat_id), tuple(message_ids), error=error)
             except Exception as exc:  # e.g. the state file failing while a chat migration is recorded
                 log.exception("delivery of %s to chat %s failed while sending %s", key, chat_id, label)
                 error = f"{label}: internal error: {type(exc).__name__}"
-                self.state.mark_failed(chat_id, key, error, permanent=False)
-                return PostResult(Outcome.FAILED, chat_id, tuple(message_ids), error=error)
+                self.state.mark_failed(recipient(chat_id), key, error, permanent=False)
+                return PostResult(Outcome.FAILED, recipient(chat_id), tuple(message_ids), error=error)
             message_ids.append(message_id)
             try:
-                self.state.mark_part_sent(chat_id, key, part.index, message_id)
+                self.state.mark_part_sent(recipient(chat_id), key, part.index, message_id)
             except StateError as exc:
                 # Sent, not recorded: a later attempt may repeat this part — the lease makes that rare.
                 log.error("%s of %s reached chat %s but could not be recorded: %s", label, key, current, exc)
@@ -541,12 +524,12 @@ class Poster:
             # The delivery happened under the new id; keep the record on the id it was claimed under.
             log.info("delivery of %s moved from chat %s to %s", key, chat_id, current)
         try:
-            self.state.mark_sent(chat_id, key, message_ids, late=late, note=note)
+            self.state.mark_sent(recipient(chat_id), key, message_ids, late=late, note=note)
         except StateError:
             log.exception("delivery of %s to chat %s was sent but could not be recorded", key, chat_id)
-        return PostResult(Outcome.SENT, current, tuple(message_ids), error=note)
+        return PostResult(Outcome.SENT, recipient(current), tuple(message_ids), error=note)
 
-    async def _send_part(self, chat_id: int, part: Part) -> tuple[int, int]:
+    async def _send_part(self, chat_id: ChatId, part: Part) -> tuple[ChatId, int]:
         if part.kind is PartKind.TEXT:
             return await self.sender.send_text(chat_id, part.text)
         if part.data is None:  # the PNG is dropped only when the chart is accepted; a file edited by hand, then

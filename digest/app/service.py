@@ -1,0 +1,134 @@
+"""Digests on demand for the bot: one computation per window however many ask, its chart, and the sources' health.
+
+The bot's front end (`digest.app.bot`) asks this service; the service asks the engine. Concurrent requests for one
+window (ten people typing `/digest` at noon, the scheduled post among them) share one computation (single flight),
+and the chart is drawn once per window too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from checks.contract import SourceError, Window
+from checks.log_questions import LineCount
+from digest.app.engine import Config, make_chart, make_digest, open_sources, stored_history
+from digest.app.health import DigestMetrics
+from digest.channels.channel import Photo
+from digest.output.render import Renderer, headline, unseen_spans
+from digest.pipeline.score import Digest
+from digest.pipeline.state import HistoryStore
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+async def _single_flight(
+    in_flight: dict[tuple[datetime, datetime], asyncio.Task[T]],
+    window: Window,
+    start: Callable[[], Coroutine[Any, Any, T]],
+    on_start: Callable[[], None],
+) -> T:
+    """Join the task already computing ``window``, or start one; the task forgets itself when done."""
+    key = (window.start, window.end)
+    task = in_flight.get(key)
+    if task is None:
+        on_start()
+        task = asyncio.create_task(start())
+        in_flight[key] = task
+        task.add_done_callback(lambda _: in_flight.pop(key, None))
+    return await asyncio.shield(task)
+
+
+@dataclass
+class DigestService:
+    """Computes digests with single flight: concurrent requests for one window share one computation."""
+
+    config: Config
+    renderer: Renderer = field(default_factory=Renderer)
+    metrics: DigestMetrics | None = None
+    history_store: HistoryStore | None = None
+    _in_flight: dict[tuple[datetime, datetime], asyncio.Task[Digest]] = field(default_factory=dict)
+    _charts_in_flight: dict[tuple[datetime, datetime], asyncio.Task[Photo | None]] = field(default_factory=dict)
+    computations: int = 0
+
+    async def digest(self, window: Window) -> Digest:
+        """The digest of ``window``, joining a computation already running for it."""
+        return await _single_flight(self._in_flight, window, lambda: self._compute(window), self._count)
+
+    async def photo(self, window: Window) -> Photo | None:
+        """The window's chart as a Telegram photo, or None when charts are off or drawing failed."""
+        if not self.config.settings.telegram_chart:
+            return None
+        return await _single_flight(self._charts_in_flight, window, lambda: self._draw(window), lambda: None)
+
+    def _count(self) -> None:
+        self.computations += 1
+
+    async def _draw(self, window: Window) -> Photo | None:
+        digest = await self.digest(window)
+        try:
+            with tempfile.TemporaryDirectory(prefix="digest-chart-") as folder:
+                path = Path(folder) / "digest.png"
+                caption = await make_chart(self.config, window, path, headline(digest), unseen=unseen_spans(digest))
+                return Photo(png=await asyncio.to_thread(path.read_bytes), caption=caption)
+        except Exception:  # a chart is a bonus: the digest goes out without it rather than not at all
+            log.exception("could not draw the chart of %s", window.label)
+            return None
+
+    async def _compute(self, window: Window) -> Digest:
+        started = time.monotonic()
+        digest = await make_digest(
+            self.config,
+            window,
+            self.config.settings.digest_deadline_seconds,
+            history=stored_history(self.config, self.history_store),
+        )
+        if self.metrics is not None:
+            self.metrics.observe_digest(digest, time.monotonic() - started)
+        return digest
+
+    async def html(self, window: Window) -> str:
+        """The digest of ``window`` as Telegram HTML."""
+        return self.renderer.render(await self.digest(window), "html")
+
+
+async def source_status(config: Config, now: datetime) -> list[str]:
+    """Whether each backend answers a trivial query, and how fast.
+
+    Asked through the digest's own clients, so with their credentials, tenant headers and TLS.
+    """
+
+    async def probe(name: str, ask: Callable[[], Awaitable[object]]) -> str:
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(5.0):
+                await ask()
+            reason = ""
+        except SourceError as exc:
+            reason = f" ({exc.message})"
+        except TimeoutError:
+            reason = " (no answer within 5 s)"
+        elapsed = (time.monotonic() - started) * 1000
+        return f"{name}: {'UNREACHABLE' + reason if reason else 'reachable'}, {elapsed:.0f} ms"
+
+    async with open_sources(config.settings, config.policy) as sources:
+        return list(
+            await asyncio.gather(
+                probe("VictoriaMetrics", lambda: sources.metrics.instant("1", now)),
+                probe(sources.logs.name, lambda: sources.logs.count(_last_minute(now))),
+            )
+        )
+
+
+def _last_minute(now: datetime) -> LineCount:
+    """A question any log backend answers cheaply: the lines of the last minute."""
+    return LineCount(window=Window(now - timedelta(minutes=1), now, UTC, "last minute"))

@@ -1,0 +1,41 @@
+"""Telegram as a `digest.channels.channel.Channel`: the configured chats, each digest posted once by the `Poster`."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from digest.channels.channel import Photo, PostResult
+from digest.channels.telegram.sender import ChatId, Poster, chat_of, recipient
+from digest.pipeline.state import TELEGRAM
+
+
+@dataclass(frozen=True)
+class TelegramChannel:
+    """The digest chats of one bot; messages are Telegram HTML, split and paced by the sender."""
+
+    poster: Poster
+    chat_ids: tuple[ChatId, ...]
+
+    @property
+    def name(self) -> str:
+        return TELEGRAM
+
+    @property
+    def format(self) -> str:
+        return "html"
+
+    @property
+    def recipients(self) -> tuple[str, ...]:
+        return tuple(recipient(chat_id) for chat_id in self.chat_ids)
+
+    async def post_once(
+        self,
+        recipient: str,
+        key: str,
+        message: Callable[[], Awaitable[str]],
+        late: bool = False,
+        photo: Callable[[], Awaitable[Photo | None]] | None = None,
+    ) -> PostResult:
+        """Post to the chat ``recipient`` names (an id's text or "@name"), each part once."""
+        return await self.poster.post_once(chat_of(recipient), key, message, late=late, photo=photo)
