@@ -364,14 +364,18 @@ async def _measure_metrics(sources: Sources, grid: Grid, need: Need, policy: Cov
     except SourceError as exc:
         return seen, str(exc)
     label = _node_label(need, policy)
+    least = 1.0 if need.up_target else math.nextafter(0.0, 1.0)  # up: seen only when 1; a count: when above 0
+    first, step, count = grid.points[0], grid.step, len(grid.points)
     for one in series:
-        for moment, value in one.points:
-            index = grid.index_of_point(moment)
-            if index is None or value <= 0 or (need.up_target and value < 1):
-                continue
-            seen.buckets.add(index)
-            if need.per_node:
-                seen.nodes[one.labels.get(label, "")].add(index)
+        # A day's answer is ~200 nodes × 144 buckets, and a replay asks it per day: `Grid.index_of_point`, inlined.
+        found = {
+            index
+            for moment, value in one.points
+            if value >= least and 0 <= (index := round((moment - first) / step)) < count
+        }
+        seen.buckets.update(found)
+        if need.per_node and found:
+            seen.nodes[one.labels.get(label, "")].update(found)
     return seen, None
 
 
@@ -575,9 +579,11 @@ def _node_gaps(
     by_node: dict[str, set[int]] = defaultdict(set)
     lines: dict[str, dict[int, float]] = defaultdict(dict)
     for raw, buckets in seen.nodes.items():
-        by_node[fleet.canonical(raw)].update(buckets)
+        name = fleet.canonical(raw)
+        by_node[name].update(buckets)
+        node_lines = lines[name]
         for index, count in seen.node_lines.get(raw, {}).items():
-            lines[fleet.canonical(raw)][index] = lines[fleet.canonical(raw)].get(index, 0.0) + count
+            node_lines[index] = node_lines.get(index, 0.0) + count
     last = len(grid.points) - 1
     is_logs = need.backend is Backend.LOGS
     tolerance = policy.shipper_silence_minutes if is_logs else policy.node_gap_minutes
@@ -585,7 +591,8 @@ def _node_gaps(
         first = fleet.first_seen.get(node, 0)
         life = range(first, fleet.deleted_after.get(node, last) + 1)
         # Buckets the whole source missed are said once, as the source's gap, not once per node.
-        silent = [i for i in life if i not in by_node.get(node, ()) and i in seen.buckets]
+        heard = by_node.get(node, set())
+        silent = [i for i in life if i not in heard and i in seen.buckets]
         reasons = fleet.excused.get(node, {})
         for index in silent:
             if index in reasons:
@@ -670,6 +677,9 @@ def phrases(gaps: Iterable[Gap], window: Window) -> list[str]:
             out.append(f"data until {local_time(start.timestamp(), window)} ({_hours(seconds)} unseen)")
         else:
             out.append(f"no data {when(blind, window)}" if start > window.start or end < window.end else "no data")
+    if window.asked_at is not None and not any(gap.end >= window.end for gap in hours):
+        # Asked before the window's end with data up to the minute: what is unseen is what has not happened yet.
+        out.append(f"after {local_time(window.asked_at.timestamp(), window)} (not over yet)")
     grouped: dict[tuple[GapKind, str, datetime, datetime], list[str]] = defaultdict(list)
     for gap in unique:
         if gap.kind is not GapKind.HOURS and gap.source not in grouped[(gap.kind, gap.name, gap.start, gap.end)]:
@@ -696,6 +706,4 @@ def describe(coverage: Coverage, window: Window) -> str:
     if coverage.fraction < 1:
         parts.append(f"saw {_hours(window.seconds * coverage.fraction)} of {_hours(window.seconds)}")
     parts.extend(phrases(coverage.missing, window))
-    if window.asked_at is not None:
-        parts.append(f"the window is not over (asked at {local_time(window.asked_at.timestamp(), window)})")
     return "; ".join(parts)

@@ -161,11 +161,17 @@ class LogsqlWriter:
         """Fold the vector's rows (one per column) into one `CountRow` per group and bucket."""
         names = [(field_label(one), self.name_of(one)) for one in by]
         folded: dict[tuple[tuple[str, ...], float | None], dict[str, float]] = {}
+        starts: dict[str, float | None] = {}  # a day has 144 bucket times across ~100,000 rows: each parsed once
+        keys = [name for _, name in names]
         for sample in samples:
-            group = tuple(sample.labels.get(name, "") for _, name in names)
-            bucket = _bucket_start(sample.labels.get("_time", "")) if bucketed else None
+            labels = sample.labels
+            group = tuple([labels.get(name, "") for name in keys])
+            bucket = None
+            if bucketed:
+                raw = labels.get("_time", "")
+                bucket = starts[raw] if raw in starts else starts.setdefault(raw, _bucket_start(raw))
             counts = folded.setdefault((group, bucket), {})
-            column = sample.labels.get("__name__", "")
+            column = labels.get("__name__", "")
             counts[column] = counts.get(column, 0.0) + sample.value
         return [
             CountRow(group=dict(zip((label for label, _ in names), group, strict=True)), counts=counts, bucket=bucket)
