@@ -619,13 +619,13 @@ def apply(finding: Finding, coverage: Coverage, window: Window) -> Finding:
             status=Status.UNKNOWN,
             summary=f"{finding.summary}, in the part seen",
             error=note,
-            hint=_hint(coverage),
+            hint=_hint(coverage, window),
             coverage=coverage,
         )
     return replace(finding, evidence=(*finding.evidence, note), coverage=coverage)
 
 
-def _hint(coverage: Coverage) -> str:
+def _hint(coverage: Coverage, window: Window) -> str:
     if coverage.error:
         return "The coverage queries failed: see the error, then ask again."
     kinds = {gap.kind for gap in coverage.missing}
@@ -640,6 +640,8 @@ def _hint(coverage: Coverage) -> str:
         return f'Is every exporter on {", ".join(nodes)} running and scraped (up{{instance=~"{nodes[0]}.*"}})?'
     if GapKind.TARGET in kinds:
         return "Is that exporter running and scraped over the whole window (its up series)?"
+    if window.asked_at is not None:
+        return f"The window is not over: ask again after {local_time(window.end.timestamp(), window)} for all of it."
     return "The backends hold no data for part of the window: is the day over, and is ingestion keeping up?"
 
 

@@ -344,6 +344,18 @@ def test_a_window_asked_before_its_end_is_partial_even_with_every_bucket_seen() 
     judged = coverage_of(report, [need], CoveragePolicy())
     assert (judged.fraction, judged.partial) == (1.0, True)
     assert describe(judged, asked) == "after 23:59 (not over yet)"
+    from checks.contract import Finding, Status
+    from checks.coverage import apply
+    from digest.output.render import Renderer
+    from digest.pipeline.score import grade
+
+    clean = Finding(name="oom_kills", status=Status.OK, penalty=0, value=0, summary="no OOM kill")
+    seen_so_far = apply(clean, judged, asked)
+    assert seen_so_far.status is Status.UNKNOWN
+    assert seen_so_far.hint == "The window is not over: ask again after 00:00 for all of it."
+    text = Renderer().render(grade("homelab", asked, [seen_so_far], (), Policy()), "text")
+    assert text.startswith("UNKNOWN · homelab · 2026-07-19 · not seen: after 23:59 (not over yet)\n")
+    assert "\nscore 10/10 so far, on what could be seen: 0 of 1 graded checks saw the whole window" in text
 
 
 def test_a_quiet_log_source_is_not_a_stuck_shipper() -> None:

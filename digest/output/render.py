@@ -160,9 +160,8 @@ def _score_note(digest: Digest) -> str:
     if digest.status is not DigestStatus.UNKNOWN:
         return ""
     seen, graded = _graded_seen(digest)
-    if seen == 0:
-        return "nothing that grades the day could be checked"
-    # Graded checks that ran but saw only part (a check blind for its own reason is counted as not run).
+    # Graded checks that ran but saw only part (a check blind for its own reason is counted as not run). Before
+    # "nothing could be checked": checks that each saw part of the day (today, asked before it is over) did run.
     partial = [
         finding
         for finding in digest.partial
@@ -175,10 +174,13 @@ def _score_note(digest: Digest) -> str:
             for finding in digest.findings
             if digest.is_graded(finding) and finding.status is not Status.UNKNOWN and finding not in partial
         )
+        so_far = " so far," if digest.window.asked_at is not None else ""
         return (
-            f"score {digest.score}/{digest.max_score} on what could be seen: {whole} of {graded} graded checks saw "
-            "the whole window and every node"
+            f"score {digest.score}/{digest.max_score}{so_far} on what could be seen: {whole} of {graded} graded "
+            "checks saw the whole window and every node"
         )
+    if seen == 0:
+        return "nothing that grades the day could be checked"
     if seen == graded:
         return f"score {digest.score}/{digest.max_score} on what could be seen"
     return f"score {digest.score}/{digest.max_score} on the {seen} of {graded} graded checks that could run"
