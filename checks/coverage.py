@@ -68,6 +68,8 @@ from checks.log_questions import EVERY_LINE, Filter, LineCount
 # At most this many buckets per window: a day is cut in 10-minute buckets (144).
 _MAX_BUCKETS = 160
 _STEPS = (300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+# The least value a count can have and still be above zero: "at least this" is "above 0".
+_ABOVE_ZERO = math.nextafter(0.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,18 @@ class Grid:
     def index_of_start(self, moment: float) -> int | None:
         """The bucket starting at ``moment`` (a LogsQL ``_time:<step>`` row)."""
         return self.index_of_point(moment + self.step)
+
+    def buckets(self, points: Iterable[tuple[float, float]], least: float) -> set[int]:
+        """The buckets a range series' points fall in, counting the points whose value is at least ``least``.
+
+        A day's coverage answer is ~200 nodes × 144 buckets, asked per day of a replay: `index_of_point`, inlined.
+        """
+        first, step, count = self.points[0], self.step, len(self.points)
+        return {
+            index
+            for moment, value in points
+            if value >= least and 0 <= (index := round((moment - first) / step)) < count
+        }
 
     def span(self, first: int, last: int) -> tuple[datetime, datetime]:
         """Buckets ``first..last`` as a time span clipped to the window."""
@@ -364,15 +378,9 @@ async def _measure_metrics(sources: Sources, grid: Grid, need: Need, policy: Cov
     except SourceError as exc:
         return seen, str(exc)
     label = _node_label(need, policy)
-    least = 1.0 if need.up_target else math.nextafter(0.0, 1.0)  # up: seen only when 1; a count: when above 0
-    first, step, count = grid.points[0], grid.step, len(grid.points)
+    least = 1.0 if need.up_target else _ABOVE_ZERO  # up: seen only when 1; a count: when above 0
     for one in series:
-        # A day's answer is ~200 nodes × 144 buckets, and a replay asks it per day: `Grid.index_of_point`, inlined.
-        found = {
-            index
-            for moment, value in one.points
-            if value >= least and 0 <= (index := round((moment - first) / step)) < count
-        }
+        found = grid.buckets(one.points, least)
         seen.buckets.update(found)
         if need.per_node and found:
             seen.nodes[one.labels.get(label, "")].update(found)
@@ -445,7 +453,7 @@ def _fleet(
         return Fleet(first_seen={}, deleted_after={}, excused={}, error=rows)
 
     def buckets(one: RangeSeries) -> set[int]:
-        return {i for moment, value in one.points if value > 0 and (i := grid.index_of_point(moment)) is not None}
+        return grid.buckets(one.points, _ABOVE_ZERO)
 
     parts: dict[str, list[RangeSeries]] = defaultdict(list)
     for one in rows["nodes"]:
