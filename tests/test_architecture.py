@@ -2,7 +2,8 @@
 
 Rooms, lowest first: ``checks`` (the signals and their contract) → ``digest.backends`` (HTTP clients) →
 ``digest.pipeline`` (collect, score, explain, trends, policy, window, state) → ``digest.output`` (render, chart) →
-``digest.channels`` (Telegram's sender and text) → ``digest.app`` (settings, engine, cli, serve, replay, bot). A
+``digest.channels`` (the Channel protocol; Telegram's sender, text and bot) → ``digest.app`` (settings, engine, cli,
+serve, replay, and the bot's wiring: its settings view, digest service and hooks). A
 module may import its own room and the rooms below it, never one above. ``testbed`` (embedded backends, the corpus)
 is development tooling: the product imports it only in ``digest demo``, inside the command.
 """

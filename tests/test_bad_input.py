@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from checks.contract import SourceError, SourceErrorKind
-from digest.app.bot import parse_digest_arguments
 from digest.app.engine import Config
 from digest.app.settings import load_settings
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
+from digest.channels.telegram.bot import parse_digest_arguments
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import WindowError
 from tests.command import clean_env, run_digest
@@ -247,7 +247,7 @@ def test_bot_digest_arguments_are_checked_alike(argument: str, zone: str) -> Non
     """The bot's `/digest ARG` refuses non-ASCII digits, days out of range and skipped days (a usage reply)."""
     config = Config(settings=load_settings(timezone=zone, policy_file=None), policy=Policy())
     with pytest.raises(WindowError):
-        parse_digest_arguments([argument], datetime(2026, 7, 21, 12, tzinfo=UTC), config)
+        parse_digest_arguments([argument], datetime(2026, 7, 21, 12, tzinfo=UTC), config.settings.zone)
 
 
 # --- the state file and the exit-code table ------------------------------------------------------------------------

@@ -21,13 +21,14 @@ import httpx
 import pytest
 from telegram import Bot
 
-from digest.app.bot import DigestBot, build_application
+from digest.app.bot import make_bot
 from digest.app.engine import Config
 from digest.app.health import DigestMetrics, HealthServer
 from digest.app.logs import RedactingFormatter
 from digest.app.service import DigestService, source_status
 from digest.app.settings import load_settings
 from digest.channels.channel import Outcome
+from digest.channels.telegram.bot import DigestBot, build_application
 from digest.channels.telegram.sender import Poster, Sender
 from digest.channels.telegram.text import MAX_TEXT
 from digest.output.render import Renderer
@@ -88,7 +89,7 @@ async def running(
 ) -> AsyncIterator[DigestBot]:
     """The bot's application polling the fake server, stopped (and its state closed) at the end."""
     state = DeliveryState(config.settings.state_path, owner)
-    bot = DigestBot(config=config, state=state, service=DigestService(config, metrics=metrics), clock=clock)
+    bot = make_bot(config, state, DigestService(config, metrics=metrics), clock=clock)
     application = build_application(bot, TOKEN)
     try:
         async with application:
@@ -151,7 +152,7 @@ async def test_stranger_is_refused_once_and_logged(
         tg.push_message(STRANGER, "/status")
         await tg.wait_for_sent_async(1, timeout=10)
         await wait_until(lambda: sum("refused" in record.message for record in caplog.records) >= 2)
-        assert bot.service.computations == 0
+        assert bot.digests.computations == 0
     assert [visible(call) for call in tg.sent_to(STRANGER)] == ["This bot only answers the chats it is configured for."]
     assert any(str(STRANGER) in record.getMessage() for record in caplog.records)
 
@@ -571,7 +572,7 @@ def test_next_post_keeps_the_local_hour_across_a_dst_change(tmp_path: Path) -> N
     """Berlin, posts at 12:00: on the day before clocks go forward, /status names 12:00 local, not 13:00."""
     settings = load_settings(timezone="Europe/Berlin", post_at="12:00", policy_file=None)
     config = Config(settings=settings, policy=Policy())
-    bot = DigestBot(config=config, state=DeliveryState(tmp_path / "s.sqlite", "t"), service=DigestService(config))
+    bot = make_bot(config, DeliveryState(tmp_path / "s.sqlite", "t"), DigestService(config))
     after_noon = datetime(2026, 3, 28, 13, 0, tzinfo=ZoneInfo("Europe/Berlin"))
     assert bot.next_post(after_noon).astimezone(ZoneInfo("Europe/Berlin")) == datetime(
         2026, 3, 29, 12, 0, tzinfo=ZoneInfo("Europe/Berlin")

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from checks.contract import Finding, Status
+from checks.contract import Finding, Status, Window
 from digest.app.serve import ChannelPoster, window_key
 from digest.channels.channel import Outcome, Photo, PostResult
+from digest.channels.telegram.bot import BotSettings, DigestBot, build_application
 from digest.output.render import Renderer
 from digest.pipeline.policy import Policy
 from digest.pipeline.score import grade
 from digest.pipeline.state import DeliveryState, DeliveryStatus
 from digest.pipeline.window import day_window
+from tests.fake_telegram import FakeTelegram
+
+TOKEN = "123456:AAE-channel-bot-token"  # noqa: S105  # a fake token for the loopback Bot API
+CHAT = -1009876543210
 
 
 @dataclass
@@ -60,3 +65,42 @@ async def test_a_second_channel_is_one_class_and_shares_the_state_file_with_tele
     pending = telegram.get("ops-room", window_key(window))
     assert pending is not None
     assert pending.status is DeliveryStatus.SENDING  # Telegram's delivery of that name was not touched
+
+
+@dataclass
+class CannedDigests:
+    """The bot's `Digests` without the app: one fixed HTML per window, the windows asked recorded."""
+
+    asked: list[Window] = field(default_factory=list)
+
+    async def html(self, window: Window) -> str:
+        self.asked.append(window)
+        return "<b>OK 10/10</b> · 24h"
+
+    async def photo(self, window: Window) -> Photo | None:
+        return None
+
+
+async def test_the_telegram_bot_runs_without_the_app(tmp_path: Path) -> None:
+    """The channel's bot, given a settings view and canned digests (no engine, no app hooks), posts once and reports."""
+    noon = datetime(2026, 7, 21, 12, 0, 5, tzinfo=UTC)
+    digests = CannedDigests()
+    state = DeliveryState(tmp_path / "state.sqlite", "bot")
+    with FakeTelegram(TOKEN, known_chats={CHAT}) as tg:
+        settings = BotSettings(
+            cluster="lab", zone=ZoneInfo("UTC"), post_at="12:00", late_grace_hours=6, chat_ids=(CHAT,), api_url=tg.root
+        )
+        bot = DigestBot(settings=settings, state=state, digests=digests, clock=lambda: noon)
+        async with build_application(bot, TOKEN):
+            first = await bot.post_due()
+            second = await bot.post_due()
+            status = await bot.status_text(None)
+        [post] = tg.sent_to(CHAT)
+    state.close()
+    assert [result.outcome for result in first] == [Outcome.SENT]
+    assert [result.outcome for result in second] == [Outcome.ALREADY_SENT]
+    assert post.visible == "OK 10/10 · 24h"
+    [window] = digests.asked
+    assert window.end == datetime(2026, 7, 21, 12, tzinfo=UTC)
+    assert status.splitlines()[:2] == ["digest status · lab", "Next post: 2026-07-22 12:00 UTC"]
+    assert status.splitlines()[2].startswith(f"Chat {CHAT}: daily:2026-07-21 sent")

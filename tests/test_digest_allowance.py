@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from digest.app.bot import DigestBot
 from digest.channels.telegram.allowance import CommandAllowance
+from digest.channels.telegram.bot import DigestBot
 from testbed.embedded import EmbeddedBackends
 from tests.command import clean_env, run_digest
 from tests.fake_telegram import FakeTelegram, SentCall

@@ -195,7 +195,7 @@ async def test_hundred_chats_at_once(corpus_backends: EmbeddedBackends, tmp_path
                 tg.push_message(chat, "/digest", chat_type="supergroup")
             await tg.wait_for_sent_async(100, timeout=60)
             await wait_until(lambda: len(tg.sent) >= 100)
-            assert bot.service.computations == 1
+            assert bot.digests.computations == 1
         sent = list(tg.sent)
     answered = {call.chat_id for call in sent}
     times = sorted(call.at for call in sent)

@@ -19,13 +19,14 @@ from pathlib import Path
 from telegram import Update
 
 from checks.contract import Window
-from digest.app.bot import DigestBot, build_application
+from digest.app.bot import make_bot
 from digest.app.engine import Config, make_chart, make_digest, open_history_store, stored_history
 from digest.app.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
 from digest.app.health import DigestMetrics
 from digest.app.replay import replay
 from digest.app.service import DigestService
 from digest.channels.channel import Channel, DeliveryError, Outcome, Photo
+from digest.channels.telegram.bot import build_application
 from digest.channels.telegram.channel import TelegramChannel
 from digest.channels.telegram.sender import Poster, Sender, open_bot
 from digest.output.render import Renderer, headline, unseen_spans
@@ -63,7 +64,7 @@ def serve(config: Config, token: str) -> int:
         return EXIT_USAGE if exc.permanent else EXIT_FAILED
     store = open_history_store(settings)
     service = DigestService(config, metrics=DigestMetrics(), history_store=store)
-    bot = DigestBot(config=config, state=state, service=service)
+    bot = make_bot(config, state, service)
     application = build_application(bot, token)
     try:
         if settings.telegram_webhook_url:

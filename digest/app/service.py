@@ -1,8 +1,8 @@
 """Digests on demand for the bot: one computation per window however many ask, its chart, and the sources' health.
 
-The bot's front end (`digest.app.bot`) asks this service; the service asks the engine. Concurrent requests for one
-window (ten people typing `/digest` at noon, the scheduled post among them) share one computation (single flight),
-and the chart is drawn once per window too.
+The bot (`digest.channels.telegram.bot`, whose `Digests` this is) asks this service; the service asks the engine.
+Concurrent requests for one window (ten people typing `/digest` at noon, the scheduled post among them) share one
+computation (single flight), and the chart is drawn once per window too.
 """
 
 from __future__ import annotations

@@ -1,0 +1,456 @@
+"""The Telegram bot `digest serve` runs: the noon digest exactly once, `/digest` on demand, `/status`, `/help`.
+
+One python-telegram-bot Application; its JobQueue (APScheduler 3 inside, no second scheduler) runs `post_due` at
+``DIGEST_POST_AT`` in ``DIGEST_TIMEZONE``, once at start-up and every few minutes. `post_due` is idempotent: it
+posts the digest of the most recent scheduled moment to every chat that has not had it, if that moment is within
+the grace period — so the noon post, the late post after downtime, the retry of a failed delivery and a restart at
+12:01 are one code path, and the SQLite claim makes a second instance harmless.
+
+The noon digest covers the 24 h ending at the scheduled moment (not at the moment it is sent), so a late post says
+exactly what the on-time one would have said.
+
+Only the allowlisted chats (and admin users) get answers; any other chat gets one short, rate-limited refusal,
+nothing is computed, and the attempt is logged with its chat id.
+
+`/digest` has a per-chat burst allowance (`CommandAllowance`): a few digests a minute are answered at once, the next
+few are queued and answered when the allowance frees a slot (the asker is told when), and only a flood beyond that is
+turned away. Usage errors and refused chats never use the allowance, so a typo does not make anyone wait.
+
+The bot sits in the channels' room, below the app: what it needs from above is handed to it. `BotSettings` is the
+view of the settings it reads; `Digests` computes a window's HTML and chart (the app's single-flight service);
+`BotHooks` is what the app does around it — the health server and metrics, the heartbeat after a post, the sources'
+lines of `/status`. `digest.app.bot` builds all three from the settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from datetime import time as time_of_day
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo
+
+from telegram import BotCommand, Update
+from telegram.error import TelegramError
+from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
+
+from checks.contract import Window
+from digest.channels.channel import Outcome, Photo, PostResult
+from digest.channels.telegram.allowance import CommandAllowance
+from digest.channels.telegram.sender import BotApiRequest, ChatId, Poster, Sender, recipient
+from digest.pipeline.state import DeliveryState, StateError
+from digest.pipeline.window import WindowError, as_asked, day_window, last_window, parse_date, parse_duration
+
+log = logging.getLogger(__name__)
+
+USAGE = "Usage: /digest [YYYY-MM-DD | yesterday | 6h] — a day, or the last hours (up to 7d); no argument: last 24h."
+HELP = (
+    "I post the cluster's health digest every day and answer:\n"
+    "/digest — the last 24 h\n"
+    "/digest 2026-07-20 — that calendar day\n"
+    "/digest yesterday — yesterday\n"
+    "/digest 6h — the last 6 hours (up to 7d)\n"
+    "/status — last posts, failures, sources, next post\n"
+    "/help — this message"
+)
+COMMANDS = [
+    BotCommand("digest", "Health digest: last 24h, a date, yesterday or e.g. 6h"),
+    BotCommand("status", "Last posts, failures, sources and next post time"),
+    BotCommand("help", "How to use this bot"),
+]
+_REFUSAL = "This bot only answers the chats it is configured for."
+_REFUSAL_EVERY_SECONDS = 3600.0
+_RECHECK_EVERY_SECONDS = 300.0
+# python-telegram-bot reads first=0 as "not given" (one interval from now); a small positive delay means "at start".
+_FIRST_CHECK_SECONDS = 0.5
+_LATE_AFTER = timedelta(minutes=2)
+
+Clock = Callable[[], datetime]
+
+
+@dataclass(frozen=True)
+class BotSettings:
+    """What the bot reads of the settings (built once by the app from DIGEST_* and handed down)."""
+
+    cluster: str
+    zone: ZoneInfo
+    post_at: str  # "HH:MM", local to ``zone``
+    late_grace_hours: float
+    chat_ids: tuple[ChatId, ...]
+    admin_ids: frozenset[int] = frozenset()
+    command_burst: int = 3
+    command_burst_window_seconds: float = 60.0
+    api_url: str = "https://api.telegram.org"
+
+    @property
+    def post_time(self) -> time_of_day:
+        """The daily post time, in ``zone``."""
+        hours, minutes = (int(part) for part in self.post_at.split(":"))
+        return time_of_day(hours, minutes, tzinfo=self.zone)
+
+
+class Digests(Protocol):
+    """Where the bot gets a window's digest and chart (one computation per window however many ask)."""
+
+    async def html(self, window: Window) -> str: ...
+
+    async def photo(self, window: Window) -> Photo | None: ...
+
+
+class BotHooks(Protocol):
+    """What the app does around the bot: its health endpoint and metrics, the heartbeat, the sources' status."""
+
+    async def started(self, ready: Callable[[], bool]) -> None:
+        """The application is up; ``ready`` says whether updates arrive and the scheduler runs."""
+
+    async def stopped(self) -> None:
+        """The application is shutting down."""
+
+    def posted(self, chat_id: ChatId, result: PostResult) -> None:
+        """One scheduled post ended (sent, already sent, failed…)."""
+
+    async def delivered(self) -> None:
+        """A scheduled round sent at least one digest."""
+
+    async def status_lines(self, now: datetime) -> list[str]:
+        """The lines /status adds after the posts: the sources' health."""
+
+
+class NoHooks:
+    """A bot with nothing around it: no health server, no metrics, no heartbeat, no sources' lines."""
+
+    async def started(self, ready: Callable[[], bool]) -> None:
+        return None
+
+    async def stopped(self) -> None:
+        return None
+
+    def posted(self, chat_id: ChatId, result: PostResult) -> None:
+        return None
+
+    async def delivered(self) -> None:
+        return None
+
+    async def status_lines(self, now: datetime) -> list[str]:
+        return []
+
+
+def utc_now() -> datetime:
+    """The bot's clock: the scheduler's and the commands' "now" (tests hand the bot another)."""
+    return datetime.now(UTC)
+
+
+def daily_key(moment: datetime, zone: ZoneInfo) -> str:
+    """The delivery key of the scheduled post at ``moment``: one per local calendar day."""
+    return f"daily:{moment.astimezone(zone).date().isoformat()}"
+
+
+def last_scheduled(now: datetime, settings: BotSettings) -> datetime:
+    """The most recent scheduled post moment at or before ``now`` (today's or yesterday's), in UTC."""
+    zone = settings.zone
+    local_now = now.astimezone(zone)
+    post = settings.post_time.replace(tzinfo=None)
+    today = datetime.combine(local_now.date(), post, tzinfo=zone)
+    moment = today if today <= local_now else datetime.combine(local_now.date() - timedelta(days=1), post, tzinfo=zone)
+    return moment.astimezone(UTC)
+
+
+def parse_digest_arguments(arguments: list[str], now: datetime, zone: ZoneInfo) -> Window:
+    """The window a /digest command asks for; `WindowError` (→ usage reply) for anything else."""
+    # "now" rounded down to the minute: requests in the same minute share one window, hence one computation.
+    minute = now.astimezone(UTC).replace(second=0, microsecond=0)
+    if len(arguments) > 1:
+        raise WindowError("one argument at most")
+    if not arguments:
+        return last_window(timedelta(hours=24), minute, zone)
+    argument = arguments[0].strip().lower()
+    if argument == "yesterday":
+        return day_window(minute.astimezone(zone).date() - timedelta(days=1), zone)
+    if argument[:1].isdigit() and "-" in argument:
+        day = parse_date(argument)
+        if day > minute.astimezone(zone).date():
+            raise WindowError(f"{day} has not happened yet")
+        return as_asked(day_window(day, zone), minute)
+    return last_window(parse_duration(argument), minute, zone)
+
+
+@dataclass
+class DigestBot:
+    """The bot's behaviour, independent of how updates arrive (polling or webhook)."""
+
+    settings: BotSettings
+    state: DeliveryState
+    digests: Digests
+    hooks: BotHooks = field(default_factory=NoHooks)
+    clock: Clock = utc_now
+    poster: Poster | None = None
+    last_results: dict[ChatId, PostResult] = field(default_factory=dict)
+    allowance: CommandAllowance | None = None
+    _refused_at: dict[int, float] = field(default_factory=dict)
+    _queued: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @property
+    def _poster(self) -> Poster:
+        if self.poster is None:
+            raise RuntimeError("the bot's poster is set when its application is built")
+        return self.poster
+
+    def allowed(self, update: Update) -> bool:
+        """Whether the update comes from a digest chat or an admin user."""
+        chat = update.effective_chat
+        user = update.effective_user
+        if chat is not None and chat.id in self.settings.chat_ids:
+            return True
+        return user is not None and user.id in self.settings.admin_ids
+
+    async def refuse(self, update: Update) -> None:
+        """One short refusal per chat and hour; the attempt is logged with its chat id."""
+        chat_id = update.effective_chat.id if update.effective_chat else 0
+        user_id = update.effective_user.id if update.effective_user else 0
+        log.warning("refused a command from chat %s (user %s): not in the allowlist", chat_id, user_id)
+        now = time.monotonic()
+        if now - self._refused_at.get(chat_id, -_REFUSAL_EVERY_SECONDS) < _REFUSAL_EVERY_SECONDS:
+            return
+        self._refused_at[chat_id] = now
+        if update.effective_message is not None:
+            await update.effective_message.reply_text(_REFUSAL)
+
+    # Handlers -----------------------------------------------------------------------------------------------------
+
+    async def on_digest(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if not self.allowed(update):
+            await self.refuse(update)
+            return
+        message = update.effective_message
+        chat = update.effective_chat
+        if message is None or chat is None:
+            return
+        try:
+            window = parse_digest_arguments(list(context.args or []), self.clock(), self.settings.zone)
+        except WindowError as exc:
+            await message.reply_text(f"{exc}. {USAGE}")
+            return
+        allowance = self._allowance
+        delay = allowance.reserve(chat.id)
+        if delay is None:
+            again = math.ceil(allowance.next_free(chat.id))
+            await message.reply_text(
+                f"{allowance.max_waiting} digests are already waiting in this chat; ask again in {again} s."
+            )
+            return
+        if delay <= 0:
+            await self._answer(chat.id, window)
+            return
+        await message.reply_text(
+            f"{allowance.burst} digests per {allowance.window_seconds:g} s is this chat's limit: "
+            f"computing yours in {math.ceil(delay)} s."
+        )
+        # Not the handler's own task: python-telegram-bot waits for handlers at stop, and a queued digest must not
+        # hold up a shutdown; `cancel_queued` ends these instead.
+        task = asyncio.create_task(self._answer_later(chat.id, window, delay))
+        self._queued.add(task)
+        task.add_done_callback(self._queued.discard)
+
+    @property
+    def _allowance(self) -> CommandAllowance:
+        """The allowance given at creation (tests move its clock), else the one the settings describe."""
+        if self.allowance is None:
+            self.allowance = CommandAllowance(
+                burst=self.settings.command_burst, window_seconds=self.settings.command_burst_window_seconds
+            )
+        return self.allowance
+
+    async def _answer_later(self, chat_id: int, window: Window, delay: float) -> None:
+        await self._allowance.sleep(delay)
+        await self._answer(chat_id, window)
+
+    async def _answer(self, chat_id: int, window: Window) -> None:
+        """Compute (or join) the digest of ``window`` and send it, then its chart, to ``chat_id``."""
+        try:
+            html = await self.digests.html(window)
+            final_chat, _ = await self._poster.sender.send(chat_id, html)
+            photo = await self.digests.photo(window)
+            if photo is not None:
+                await self._poster.sender.send_photo(final_chat, photo)
+        except Exception as exc:  # a failed answer is logged; the user sees nothing to retry on
+            log.error("answer to /digest in chat %s failed: %s", chat_id, exc)
+
+    async def cancel_queued(self) -> None:
+        """Cancel the digests still waiting for the allowance (at shutdown), and wait until they are gone."""
+        tasks = list(self._queued)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def on_status(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if not self.allowed(update):
+            await self.refuse(update)
+            return
+        if update.effective_message is None:
+            return
+        text = await self.status_text(context.application if context else None)
+        await update.effective_message.reply_text(text)
+
+    async def on_help(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if not self.allowed(update):
+            await self.refuse(update)
+            return
+        if update.effective_message is not None:
+            await update.effective_message.reply_text(HELP)
+
+    async def on_other(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Any other command: refusal for strangers, usage for the allowed chats."""
+        if not self.allowed(update):
+            await self.refuse(update)
+            return
+        if update.effective_message is not None:
+            await update.effective_message.reply_text(f"Unknown command. {USAGE}")
+
+    # Scheduled posts ----------------------------------------------------------------------------------------------
+
+    async def post_due(self, _context: Any = None) -> list[PostResult]:
+        """Post the most recent scheduled digest to every chat that has not had it, within the grace period."""
+        now = self.clock()
+        moment = last_scheduled(now, self.settings)
+        if now - moment > timedelta(hours=self.settings.late_grace_hours):
+            return []
+        late = now - moment > _LATE_AFTER
+        window = last_window(timedelta(hours=24), moment, self.settings.zone)
+        key = daily_key(moment, self.settings.zone)
+        results: list[PostResult] = []
+        for chat_id in self.settings.chat_ids:
+            try:
+                result = await self._poster.post_once(
+                    chat_id, key, lambda: self.digests.html(window), late=late, photo=lambda: self.digests.photo(window)
+                )
+            except StateError as exc:
+                log.error("cannot post %s to chat %s: %s", key, chat_id, exc)
+                result = PostResult(Outcome.FAILED, recipient(chat_id), error=str(exc))
+            if result.outcome is not Outcome.ALREADY_SENT:
+                log.info("post %s to chat %s: %s%s", key, chat_id, result.outcome.value, " (late)" if late else "")
+            self.hooks.posted(chat_id, result)
+            self.last_results[chat_id] = result
+            results.append(result)
+        if any(result.outcome is Outcome.SENT for result in results):
+            await self.hooks.delivered()
+        return results
+
+    def next_post(self, now: datetime) -> datetime:
+        """The next scheduled post moment after ``now``: the post time on the next local day (23 or 25 h on DST)."""
+        zone = self.settings.zone
+        last = last_scheduled(now, self.settings).astimezone(zone)
+        post = self.settings.post_time.replace(tzinfo=None)
+        return datetime.combine(last.date() + timedelta(days=1), post, tzinfo=zone).astimezone(UTC)
+
+    async def status_text(self, application: Application[Any, Any, Any, Any, Any, Any] | None) -> str:
+        """What /status answers: posts per chat, failures, sources, next post."""
+        now = self.clock()
+        zone = self.settings.zone
+        lines = [f"digest status · {self.settings.cluster}"]
+        nxt = self.next_post(now).astimezone(zone)
+        lines.append(f"Next post: {nxt:%Y-%m-%d %H:%M} {zone}")
+        for chat_id in self.settings.chat_ids:
+            try:
+                deliveries = self.state.latest(self.state.current(recipient(chat_id)))
+            except StateError as exc:
+                lines.append(f"Chat {chat_id}: state unreadable ({exc})")
+                continue
+            daily = [delivery for delivery in deliveries if delivery.key.startswith("daily:")]
+            if not daily:
+                lines.append(f"Chat {chat_id}: nothing posted yet")
+                continue
+            last = daily[0]
+            when = datetime.fromtimestamp(last.sent_at or last.updated_at, tz=zone)
+            if last.status == "sent":
+                lines.append(f"Chat {chat_id}: {last.key} sent {when:%m-%d %H:%M}{' (late)' if last.late else ''}")
+            else:
+                kind = "failed for good" if last.permanent else "failed, will retry"
+                lines.append(f"Chat {chat_id}: {last.key} {kind} after {last.attempts} attempt(s): {last.error}")
+        lines.extend(await self.hooks.status_lines(now))
+        return "\n".join(lines)
+
+
+def build_application(bot: DigestBot, token: str) -> Application[Any, Any, Any, Any, Any, Any]:
+    """The python-telegram-bot Application wired to ``bot``: handlers, commands and the daily jobs."""
+    settings = bot.settings
+    root = settings.api_url.rstrip("/")
+    application = (
+        ApplicationBuilder()
+        .token(token)
+        .base_url(f"{root}/bot")
+        .base_file_url(f"{root}/file/bot")
+        # python-telegram-bot's pool sizes, with answers that are not the Bot API's refused as a network error.
+        .request(BotApiRequest(connection_pool_size=256))
+        .get_updates_request(BotApiRequest(connection_pool_size=1))
+        .concurrent_updates(True)
+        .post_init(lambda app: _post_init(app, bot))
+        .post_stop(lambda app: bot.cancel_queued())
+        .post_shutdown(lambda app: _post_shutdown(app, bot))
+        .build()
+    )
+    bot.poster = Poster(sender=Sender(application.bot, state=bot.state), state=bot.state)
+    application.add_handler(CommandHandler("digest", bot.on_digest))
+    application.add_handler(CommandHandler("status", bot.on_status))
+    application.add_handler(CommandHandler(["help", "start"], bot.on_help))
+    application.add_handler(MessageHandler(filters.COMMAND, bot.on_other))
+    application.add_error_handler(_on_error)
+    job_queue = application.job_queue
+    if job_queue is None:
+        raise RuntimeError("python-telegram-bot was installed without its job-queue extra")
+    # APScheduler drops a run that starts more than 1 s late by default; a late post is still owed, so never drop.
+    late_ok = {"misfire_grace_time": None, "coalesce": True}
+    job_queue.run_daily(_job(bot.post_due), time=settings.post_time, name="daily-digest", job_kwargs=late_ok)
+    job_queue.run_repeating(
+        _job(bot.post_due),
+        interval=_RECHECK_EVERY_SECONDS,
+        first=_FIRST_CHECK_SECONDS,
+        name="due-digest",
+        job_kwargs=late_ok,
+    )
+    return application
+
+
+def _job(function: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Coroutine[Any, Any, None]]:
+    async def run(context: Any) -> None:
+        await function(context)
+
+    return run
+
+
+async def _post_init(application: Application[Any, Any, Any, Any, Any, Any], bot: DigestBot) -> None:
+    await bot.hooks.started(lambda: _ready(application))
+    try:
+        await application.bot.set_my_commands(COMMANDS)
+    except TelegramError as exc:
+        # The command menu is a convenience: the bot still answers typed commands without it.
+        log.warning("could not register the command menu: %s", exc)
+    log.info(
+        "bot ready; posting at %s %s to %d chat(s)",
+        bot.settings.post_at,
+        bot.settings.zone,
+        len(bot.settings.chat_ids),
+    )
+
+
+async def _post_shutdown(application: Application[Any, Any, Any, Any, Any, Any], bot: DigestBot) -> None:
+    # post_stop already did this under run_polling/run_webhook; a harness that skips post_stop is covered here.
+    await bot.cancel_queued()
+    await bot.hooks.stopped()
+
+
+def _ready(application: Application[Any, Any, Any, Any, Any, Any]) -> bool:
+    """Alive for the noon post: updates arrive (polling or webhook) and the scheduler runs."""
+    updater = application.updater
+    job_queue = application.job_queue
+    polling = updater is not None and updater.running
+    scheduling = job_queue is not None and job_queue.scheduler.running
+    return bool(application.running and polling and scheduling)
+
+
+async def _on_error(update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+    log.error("error while handling an update: %s", type(context.error).__name__ if context.error else "unknown")
