@@ -246,11 +246,13 @@ class LokiServer:
         end_ns = unix_nanos(end)
         return self._count(end_ns, end_ns - unix_nanos(start), selector)
 
-    def _count(self, end_ns: int, span_ns: int, selector: str) -> int:
+    def _count(self, end_ns: int, span_ns: int, selector: str, timeout_seconds: float = 120.0) -> int:
         span_ms = max(1, -(-span_ns // 1_000_000))
         response = self.client.get(
             "/loki/api/v1/query",
             params={"query": f"sum(count_over_time({selector}[{span_ms}ms]))", "time": str(end_ns)},
+            # A count over millions of lines takes Loki minutes on 2 cores: the poll's own deadline bounds it.
+            timeout=timeout_seconds,
         )
         if response.status_code != 200:
             raise LokiError(f"Loki count query failed: HTTP {response.status_code} {response.text.strip()[:300]}")
@@ -273,7 +275,7 @@ class LokiServer:
         deadline = time.monotonic() + timeout_seconds
         where = f"{selector} in the {span_ns / 1e9:g} s up to {rfc3339_nanos(end_ns)}"
         while True:
-            seen = self._count(end_ns, span_ns, selector)
+            seen = self._count(end_ns, span_ns, selector, max(120.0, deadline - time.monotonic()))
             if seen == expected:
                 return
             if seen > expected:
