@@ -33,6 +33,7 @@ import datetime as dt
 import json
 import math
 import random
+import signal
 import sys
 import time
 from bisect import bisect_left
@@ -958,6 +959,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bool(args.vm_url) != bool(args.vl_url):
         print("bench.generate: give both --vm-url and --vl-url, or neither", file=sys.stderr)
         return 2
+    # SIGTERM (a `kill`, or a shell that started this in the background, where Ctrl-C's SIGINT is ignored) stops the
+    # embedded backends too: SystemExit runs the `finally` below.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     backends = RemoteBackends(vm_url=args.vm_url, vl_url=args.vl_url) if args.vm_url else EmbeddedBackends().start()
     try:
         report = load(backends, cluster, days, volume, progress=True)
