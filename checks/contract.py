@@ -38,6 +38,7 @@ class SourceErrorKind(enum.StrEnum):
     HTTP = "http"  # the backend answered with an error status
     BAD_RESPONSE = "bad_response"  # the backend answered 200 with something that is not the expected JSON
     QUERY = "query"  # the backend rejected the query itself (400/422): a bug or an incompatible backend
+    UNSUPPORTED = "unsupported"  # the backend has no way to answer this kind of question (not a failure to retry)
 
 
 class SourceError(Exception):
@@ -203,6 +204,33 @@ class Offender:
         return quantity.value if quantity is not None else None
 
 
+@dataclass(frozen=True)
+class Signature:
+    """One shape of a workload's error lines: what they said, how often, when, and one of them as written.
+
+    ``text`` is the message with numbers, hex, UUIDs and IPs collapsed; ``example`` one line of it, cut short. Both
+    are redacted (`checks.redaction`) before they are stored here, and ``example`` is None when the policy shows no
+    log line. ``share`` is of the workload's error lines; ``first`` and ``last`` are unix seconds.
+    """
+
+    text: str
+    lines: float
+    share: float
+    first: float
+    last: float
+    example: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadSignatures:
+    """The top signatures of one workload's error lines, and how many distinct ones it wrote (``capped``: at least)."""
+
+    labels: Mapping[str, str]
+    signatures: Sequence[Signature]
+    distinct: int
+    capped: bool = False
+
+
 class Backend(enum.StrEnum):
     """Which backend answers for a source."""
 
@@ -288,6 +316,10 @@ class Finding:
     observed: Sequence[str] = field(default_factory=tuple)
     unobserved: Sequence[str] = field(default_factory=tuple)
     events: Sequence[Event] = field(default_factory=tuple)
+    # What the error lines said (error_lines), per workload that cost points or stood out; ``signatures_note`` says
+    # why there are none when some were expected ("not available on Loki…", the backend's error).
+    signatures: Sequence[WorkloadSignatures] = field(default_factory=tuple)
+    signatures_note: str = ""
 
     def __post_init__(self) -> None:
         if self.penalty < 0:

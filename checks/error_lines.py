@@ -21,12 +21,22 @@ beyond noise, 500,000 is a flood that loads the log pipeline and usually the nod
 at 72 %). Windows shorter or longer than 24 h scale the thresholds proportionally.
 
 No log line at all in the window means the log pipeline (or the query) is blind: UNKNOWN, never "0 errors".
+
+What the errors said: for each workload that costs points (or, on a day when none does, the worst one if it wrote
+at least ``signature_min_lines`` a day), its top ``signatures`` message shapes — the message with numbers, hex,
+UUIDs and IPs collapsed, grouped and counted in the backend (a `ShapeCount`; VictoriaLogs' ``collapse_nums``), each
+with its count, its share of the workload's errors, its first and last time and one line of it, all redacted
+(`checks.redaction`) before they enter the finding; ``show_log_examples: false`` keeps only the shapes. Shapes
+never change the grade: a backend that cannot group by them (Loki) or does not answer in ``signature_timeout_seconds``
+leaves a note instead, and the count stands.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from checks import coverage
@@ -35,11 +45,14 @@ from checks.contract import (
     Need,
     Offender,
     Quantity,
+    Signature,
     SourceError,
+    SourceErrorKind,
     Sources,
     Status,
     Unit,
     Window,
+    WorkloadSignatures,
     fmt_int,
     fmt_percent,
     grade,
@@ -55,9 +68,11 @@ from checks.log_questions import (
     LineCount,
     Native,
     OneOf,
+    ShapeCount,
     every,
     native,
 )
+from checks.redaction import redact, shorten
 
 NAME = "error_lines"
 _DAY_SECONDS = 86_400
@@ -96,6 +111,14 @@ class ErrorLinesPolicy:
     # An extra filter in the log backend's language applied to every line; empty means all logs.
     scope_filter: str = ""
     top: int = 5
+    # What the errors said: shapes per workload (0: none asked), for at most this many workloads, and the daily
+    # error lines that make a workload that costs no point worth it (scaled to the window).
+    signatures: int = 3
+    signature_workloads: int = 3
+    signature_min_lines: int = 1_000
+    signature_timeout_seconds: float = 20.0
+    # False: only the collapsed shapes are shown, never a line as it was written (it may hold what redaction misses).
+    show_log_examples: bool = True
 
 
 @dataclass(frozen=True)
@@ -143,12 +166,16 @@ class ErrorLinesCheck:
         policy = self.policy
         totals: dict[tuple[str, str], float] = defaultdict(float)
         errors: dict[tuple[str, str], float] = defaultdict(float)
+        pods: dict[tuple[str, str], set[str]] = defaultdict(set)
         for row in rows:
-            key = (row.group.get("namespace", ""), workload_of(row.group.get("pod", "")))
+            pod = row.group.get("pod", "")
+            key = (row.group.get("namespace", ""), workload_of(pod))
             if "total" in row.counts:
                 totals[key] += row.counts["total"]
             if "errors" in row.counts:
                 errors[key] += row.counts["errors"]
+                if row.counts["errors"] > 0:
+                    pods[key].add(pod)
 
         all_lines = sum(totals.values())
         if all_lines == 0:
@@ -199,6 +226,7 @@ class ErrorLinesCheck:
                 f"Read the first errors of {namespace}/{workload} ({sources.logs.language}: {reading}) and look for a "
                 "retry loop without backoff; cap per-pod log volume in the shipper."
             )
+        said, note = await self._signatures(sources, window, ranked, pods)
         return Finding(
             name=NAME,
             status=status,
@@ -208,4 +236,63 @@ class ErrorLinesCheck:
             offenders=offenders,
             hint=hint,
             evidence=evidence,
+            signatures=said,
+            signatures_note=note,
         )
+
+    def signature_workloads(self, window: Window, ranked: list[tuple[float, tuple[str, str]]]) -> list[tuple[str, str]]:
+        """The workloads whose error shapes are asked: those that cost points, else the worst if it stands out."""
+        policy = self.policy
+        if policy.signatures <= 0 or policy.signature_workloads <= 0:
+            return []
+        warn_at, _ = self.thresholds(window)
+        costly = [key for count, key in ranked if count >= warn_at]
+        if costly:
+            return costly[: policy.signature_workloads]
+        standing_out = policy.signature_min_lines * window.seconds / _DAY_SECONDS
+        return [key for count, key in ranked[:1] if count >= standing_out]
+
+    def shape_question(self, window: Window, namespace: str, pods: set[str]) -> ShapeCount:
+        """The shapes of one workload's error lines (its pods named exactly: a prefix would catch its neighbours)."""
+        lines = every(
+            self.scope(), self.error_rule(), Is("namespace", namespace), OneOf("pod", tuple(sorted(pods)), False)
+        )
+        return ShapeCount(window=window, lines=lines, top=self.policy.signatures)
+
+    async def _signatures(
+        self,
+        sources: Sources,
+        window: Window,
+        ranked: list[tuple[float, tuple[str, str]]],
+        pods: Mapping[tuple[str, str], set[str]],
+    ) -> tuple[tuple[WorkloadSignatures, ...], str]:
+        chosen = self.signature_workloads(window, ranked)
+        if not chosen:
+            return (), ""
+        errors = {key: count for count, key in ranked}
+        questions = [self.shape_question(window, key[0], pods[key]) for key in chosen]
+        try:
+            async with asyncio.timeout(self.policy.signature_timeout_seconds):
+                answers = await asyncio.gather(*(sources.logs.shapes(question) for question in questions))
+        except TimeoutError:
+            return (), f"what the errors said: no answer within {self.policy.signature_timeout_seconds:g} s"
+        except SourceError as exc:
+            if exc.kind is SourceErrorKind.UNSUPPORTED:
+                return (), f"what the errors said: {exc.message}"
+            return (), f"what the errors said: the log backend did not answer ({exc})"
+        said: list[WorkloadSignatures] = []
+        for key, answer in zip(chosen, answers, strict=True):
+            signatures = tuple(
+                Signature(
+                    text=shorten(redact(shape.text)),
+                    lines=shape.lines,
+                    share=shape.lines / errors[key] if errors[key] else 0.0,
+                    first=shape.first,
+                    last=shape.last,
+                    example=shorten(redact(shape.example)) if self.policy.show_log_examples else None,
+                )
+                for shape in answer.top
+            )
+            labels = {"namespace": key[0], "workload": key[1]}
+            said.append(WorkloadSignatures(labels, signatures, distinct=answer.distinct, capped=answer.capped))
+        return tuple(said), ""

@@ -202,6 +202,44 @@ class CountRow:
     notes: tuple[str, ...] = field(default=())
 
 
+@dataclass(frozen=True)
+class ShapeCount:
+    """Which message shapes the lines matching ``lines`` in ``window`` have, the most frequent first.
+
+    A shape is the message with numbers, hex, UUIDs, IPs and times collapsed (VictoriaLogs' ``collapse_nums
+    prettify``), cut to its first ``length`` characters so that one pathological message cannot make a group key of
+    unbounded size. The backend groups the lines by shape and answers at most ``group_limit`` shapes, the largest
+    first: the ``top`` are shown, and the number answered is how many distinct shapes there were (at least, when it
+    reaches the limit).
+    """
+
+    window: Window
+    lines: Filter
+    top: int = 3
+    length: int = 160
+    group_limit: int = 200
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One message shape: its lines, the first and last of them (unix seconds), and one line of it as written."""
+
+    text: str
+    lines: float
+    first: float
+    last: float
+    example: str
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The answer to a `ShapeCount`: the top shapes, and how many there were (``capped``: at least that many)."""
+
+    top: tuple[Shape, ...]
+    distinct: int
+    capped: bool = False
+
+
 class LogsSource(Protocol):
     """A log backend that counts lines server-side (VictoriaLogs, Loki); it never hands lines to the digest."""
 
@@ -221,6 +259,10 @@ class LogsSource(Protocol):
 
     async def peak(self, question: PeakCount) -> list[CountRow]:
         """Answer ``question``; raise `SourceError` on any failure, including an answer the backend cut short."""
+        ...
+
+    async def shapes(self, question: ShapeCount) -> Shapes:
+        """Answer ``question`` in the backend; `SourceError` of kind UNSUPPORTED where it cannot group by shape."""
         ...
 
     def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:

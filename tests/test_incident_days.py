@@ -91,6 +91,25 @@ async def test_reconnect_storm_reads_critical_8(corpus_backends: EmbeddedBackend
     assert "94,083 / 131,072" in conntrack["summary"]
 
 
+async def test_reconnect_storm_names_what_the_errors_said(corpus_backends: EmbeddedBackends) -> None:
+    """07-20: the relay's errors are three signatures, ETIMEDOUT first with its count, named with an example."""
+    digest = await digest_of(corpus_backends, date(2026, 7, 20))
+    [workload] = check(to_json(digest), "error_lines")["signatures"]
+    assert workload["labels"] == {"namespace": "feeds", "workload": "feed-aggregator"}
+    top = workload["top"]
+    assert [one["text"] for one in top] == [
+        "ERROR feeds.ws relay: connect ETIMEDOUT <IP4>:<N>",
+        "ERROR feeds.ws relay: certificate has expired",
+        "ERROR feeds.ws relay: connect EADDRNOTAVAIL <IP4>:<N> - Local (<IP4>:<N>)",
+    ]
+    assert [one["lines"] for one in top] == [4_174_072, 318_553, 47_100]
+    assert sum(one["lines"] for one in top) <= 4_539_734  # of the workload's error lines, never more
+    assert (top[1]["first"], top[1]["last"]) == ("2026-07-20T00:00:00Z", "2026-07-20T05:09:59Z")
+    text = Renderer().render(digest, "text")
+    assert "• 4,174,072 (92 %) 04:50–21:33 · ERROR feeds.ws relay: connect ETIMEDOUT <IP4>:<N>" in text
+    assert "   e.g. ERROR feeds.ws relay: connect ETIMEDOUT 203.0.113.7:443" in text
+
+
 async def test_keepalive_race_reads_warning_9(corpus_backends: EmbeddedBackends) -> None:
     """08-16: WARNING 9/10 from 35 UC, with the idle-timeout ordering in the hint."""
     payload = to_json(await digest_of(corpus_backends, date(2026, 8, 16)))

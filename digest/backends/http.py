@@ -440,6 +440,19 @@ def _short_error(text: str) -> str:
     return line[:_MAX_ERROR_TEXT] or "no reason given"
 
 
+def result_labels_and_text(data: Any, source: HttpSource) -> list[tuple[dict[str, str], str]]:
+    """The rows of an instant vector whose values are text (VictoriaLogs' ``min(_msg)``, ``max(_time)``), unparsed."""
+    if not isinstance(data, dict) or data.get("resultType") != "vector":
+        raise source._error(SourceErrorKind.BAD_RESPONSE, "expected an instant vector")
+    rows: list[tuple[dict[str, str], str]] = []
+    for item in _result_list(data, source):
+        pair = item.get("value")
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise source._error(SourceErrorKind.BAD_RESPONSE, "sample is not a [time, value] pair")
+        rows.append((_labels(item, source), str(pair[1])))
+    return rows
+
+
 def _result_list(data: Mapping[str, Any], source: HttpSource) -> list[Mapping[str, Any]]:
     result = data.get("result")
     if not isinstance(result, list) or not all(isinstance(item, dict) for item in result):

@@ -95,6 +95,8 @@ from checks.log_questions import (
     OneOf,
     PeakCount,
     Role,
+    ShapeCount,
+    Shapes,
     every,
     field_label,
     json_keys,
@@ -576,6 +578,14 @@ class LokiSource(HttpSource):
             CountRow(group=group, counts={"peak": max(values), "lines": sum(values)})
             for group, values in per_group.values()
         ]
+
+    async def shapes(self, question: ShapeCount) -> Shapes:
+        # Metric LogQL has no way to group lines by their collapsed message, and reading the lines to do it here is
+        # what the digest never does. (Loki's patterns API, with its pattern ingester on, is not asked yet.)
+        raise self._error(
+            SourceErrorKind.UNSUPPORTED,
+            "message shapes are not available on this backend (metric LogQL has no grouping by them)",
+        )
 
     @property
     def language(self) -> str:

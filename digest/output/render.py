@@ -15,10 +15,11 @@ characters written as ``\uXXXX`` escapes (`digest.output.safe_text.escape_json`)
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from checks.contract import Coverage, Finding, Status, rfc3339
+from checks.contract import Coverage, Finding, Status, fmt_int, fmt_percent, rfc3339
 from checks.coverage import PARTIAL, phrases
 from digest.output.safe_text import escape_json, finalize
 from digest.pipeline.score import Digest, DigestStatus
@@ -139,7 +140,43 @@ def _context(digest: Digest) -> dict[str, Any]:
         "quiet": [finding.name for finding in digest.quiet],
         "score_note": _score_note(digest),
         "excused": excused(digest),
+        "said": _said(digest),
+        "said_notes": [finding.signatures_note for finding in digest.findings if finding.signatures_note],
     }
+
+
+def _said(digest: Digest) -> list[dict[str, Any]]:
+    """What the errors said, per workload: a heading and one line per signature (with its example if it differs)."""
+    window = digest.window
+    multi_day = window.seconds > 86_400
+
+    def when(seconds: float) -> str:
+        moment = datetime.fromtimestamp(seconds, tz=window.zone)
+        return f"{moment:%m-%d %H:%M}" if multi_day else f"{moment:%H:%M}"
+
+    said = []
+    for finding in digest.findings:
+        for workload in finding.signatures:
+            shown = len(workload.signatures)
+            total = f"{fmt_int(workload.distinct)}{'+' if workload.capped else ''}"
+            noun = "error signature" if shown == 1 and str(shown) == total else "error signatures"
+            count = f"{total} {noun}" if str(shown) == total else f"{shown} of its {total} {noun}"
+            said.append(
+                {
+                    "workload": f"{workload.labels.get('namespace', '')}/{workload.labels.get('workload', '')}",
+                    "count": count,
+                    "lines": [
+                        {
+                            "numbers": f"{fmt_int(one.lines)} ({fmt_percent(one.share)}) "
+                            f"{when(one.first)}–{when(one.last)}",
+                            "text": one.text,
+                            "example": one.example if one.example is not None and one.example != one.text else None,
+                        }
+                        for one in workload.signatures
+                    ],
+                }
+            )
+    return said
 
 
 def _blind(finding: Finding, verb: str) -> tuple[str, str, str]:
@@ -259,6 +296,26 @@ def to_json(digest: Digest) -> dict[str, Any]:
                 "observed": list(finding.observed),
                 "unobserved": list(finding.unobserved),
                 "coverage": coverage_json(finding.coverage),
+                "signatures": [
+                    {
+                        "labels": dict(workload.labels),
+                        "distinct": workload.distinct,
+                        "capped": workload.capped,
+                        "top": [
+                            {
+                                "text": one.text,
+                                "lines": one.lines,
+                                "share": one.share,
+                                "first": rfc3339(datetime.fromtimestamp(one.first, tz=UTC)),
+                                "last": rfc3339(datetime.fromtimestamp(one.last, tz=UTC)),
+                                "example": one.example,
+                            }
+                            for one in workload.signatures
+                        ],
+                    }
+                    for workload in finding.signatures
+                ],
+                "signatures_note": finding.signatures_note or None,
             }
             for finding in digest.findings
         ],

@@ -23,11 +23,12 @@ from checks.contract import (
     RangeSeries,
     Sample,
     SourceError,
+    SourceErrorKind,
     Sources,
     Window,
     unknown,
 )
-from checks.log_questions import CountRow, Filter, LineCount, LogsSource, PeakCount
+from checks.log_questions import CountRow, Filter, LineCount, LogsSource, PeakCount, ShapeCount, Shapes
 from digest.pipeline.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,15 @@ class _WatchedLogs:
             return await self.inner.peak(question)
         except SourceError:
             self.failures.seen = True
+            raise
+
+    async def shapes(self, question: ShapeCount) -> Shapes:
+        try:
+            return await self.inner.shapes(question)
+        except SourceError as exc:
+            # A backend that cannot group by shape has not failed: nothing to retry on a later run.
+            if exc.kind is not SourceErrorKind.UNSUPPORTED:
+                self.failures.seen = True
             raise
 
     def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:

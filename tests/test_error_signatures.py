@@ -1,0 +1,194 @@
+"""What the errors said: message shapes counted in a real VictoriaLogs, redacted before anything shows them.
+
+One hour of a workload's error lines — three shapes that carry a token, an e-mail address, a bearer JWT, a password
+and a URL with credentials, plus rarer shapes — is ingested into a private VictoriaLogs. The error_lines check asks
+the backend for the shapes (never the lines): counts, shares, first and last times and the number of distinct shapes
+must be exact, and no planted secret may reach the text, the HTML, the JSON or the logs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from checks.contract import Finding, Sources, Status, Window
+from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from checks.log_questions import Is, ShapeCount
+from checks.redaction import redact, shorten
+from digest.backends.http import Endpoint
+from digest.backends.prometheus import PrometheusSource
+from digest.backends.victorialogs import VictoriaLogsSource, readable_shape
+from digest.output.render import Renderer
+from digest.pipeline.policy import Policy
+from digest.pipeline.score import grade
+from testbed.embedded import EmbeddedBackends
+
+START = datetime(2026, 3, 2, 10, tzinfo=UTC)
+END = START + timedelta(hours=1)
+WINDOW = Window(START, END, ZoneInfo("UTC"), "2026-03-02 10:00–11:00")
+NAMESPACE = "payments"
+POD = "checkout-7d9f8c6b4d-xk2lp"
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZUBleGFtcGxlLmNvbSJ9.c2lnbmF0dXJlLW9mLXRoZS10b2tlbg"
+SECRETS = (
+    "tok_live_SECRET",
+    "alice@example.com",
+    JWT,
+    "eyJhbGciOiJIUzI1NiJ9",
+    "hunter2pass",
+    "dbadmin:s3cr3tpw",
+    "s3cr3tpw",
+)
+# (message template, lines): 2,000 + 800 + 300 error lines, then four rare shapes of 10 each.
+SHAPES = (
+    ("payment {i} failed after {ms}ms token=tok_live_SECRET{i} user=alice@example.com", 2_000),
+    ("upstream 10.1.{b}.{c}:8443 reset; Authorization: Bearer " + JWT, 800),
+    ("db connect postgres://dbadmin:s3cr3tpw@db-{i}.internal:5432/pay password=hunter2pass refused", 300),
+    *((f"rare failure kind {kind} code {{i}}", 10) for kind in ("alpha", "beta", "gamma", "delta")),
+)
+ERROR_LINES = sum(lines for _, lines in SHAPES)
+
+
+def _records() -> Iterator[bytes]:
+    offset = 0
+    for template, lines in SHAPES:
+        for index in range(lines):
+            moment = START + timedelta(seconds=60 + (offset % 3_000))
+            offset += 1
+            message = template.format(i=index, ms=index % 997, b=index % 200, c=index % 250)
+            record = {
+                "timestamp": moment.isoformat().replace("+00:00", "Z"),
+                "message": message,
+                "level": "error",
+                "kubernetes.pod_namespace": NAMESPACE,
+                "kubernetes.pod_name": POD,
+                "kubernetes.container_name": "app",
+                "stream": "stderr",
+            }
+            yield (json.dumps(record) + "\n").encode()
+
+
+@pytest.fixture(scope="module")
+def secret_backends() -> Iterator[EmbeddedBackends]:
+    """A private VictoriaMetrics + VictoriaLogs pair holding the secret-bearing hour."""
+    with EmbeddedBackends() as backends:
+        backends.ingest_logs(_records())
+        backends.wait_for_logs(START, END, ERROR_LINES)
+        yield backends
+
+
+@pytest.fixture
+async def sources(secret_backends: EmbeddedBackends) -> AsyncIterator[Sources]:
+    metrics = PrometheusSource(Endpoint(name="VictoriaMetrics", url=secret_backends.metrics.url, timeout_seconds=20))
+    logs = VictoriaLogsSource(Endpoint(name="VictoriaLogs", url=secret_backends.logs.url, timeout_seconds=20))
+    try:
+        yield Sources(metrics=metrics, logs=logs)
+    finally:
+        await metrics.aclose()
+        await logs.aclose()
+
+
+async def _finding(sources: Sources, **policy: object) -> Finding:
+    return await ErrorLinesCheck(ErrorLinesPolicy(**policy))(sources, WINDOW)  # type: ignore[arg-type]  # test overrides
+
+
+async def test_the_top_shapes_are_counted_in_the_backend_with_their_times(sources: Sources) -> None:
+    """The three largest shapes, their exact counts and shares, first/last times, and 7 distinct shapes in all."""
+    finding = await _finding(sources)
+    assert finding.status is Status.WARN  # 3,140 error lines in an hour: over the scaled 50,000 a day
+    [workload] = finding.signatures
+    assert dict(workload.labels) == {"namespace": NAMESPACE, "workload": "checkout"}
+    assert (workload.distinct, workload.capped) == (7, False)
+    assert [one.lines for one in workload.signatures] == [2_000, 800, 300]
+    assert [round(one.share, 3) for one in workload.signatures] == [
+        round(n / ERROR_LINES, 3) for n in (2_000, 800, 300)
+    ]
+    assert workload.signatures[0].text == "payment <N> failed after <N>ms token=<secret> user=<email>"
+    assert workload.signatures[1].text == "upstream <IP4>:<N> reset; Authorization: Bearer <jwt>"
+    assert workload.signatures[2].text.startswith(
+        "db connect postgres://<secret>@db-<N>.internal:<N>/pay password=<secret>"
+    )
+    first = workload.signatures[0]
+    assert datetime.fromtimestamp(first.first, UTC) == START + timedelta(seconds=60)
+    assert datetime.fromtimestamp(first.last, UTC) == START + timedelta(seconds=60 + 1_999)
+    assert first.example is not None
+    assert first.example.startswith("payment 0 failed after 0ms token=<secret>")
+    assert all(len(one.example or "") <= 120 for one in workload.signatures)
+
+
+async def test_no_planted_secret_reaches_text_html_json_or_logs(
+    sources: Sources, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tokens, a JWT, an e-mail address, a password and URL credentials appear in no output and no log record."""
+    caplog.set_level(logging.DEBUG)
+    digest = grade("prod", WINDOW, [await _finding(sources)], [], Policy())
+    renderer = Renderer()
+    outputs = {fmt: renderer.render(digest, fmt) for fmt in ("text", "html", "json")}
+    assert "What the errors said" in outputs["text"]
+    assert "payments/checkout · 3 of its 7 error signatures" in outputs["text"]
+    assert "• 2,000 (64 %) 10:01–10:34 · <code>payment &lt;N&gt; failed" in outputs["html"]
+    for fmt, output in (*outputs.items(), ("logs", caplog.text)):
+        for secret in SECRETS:
+            assert secret not in output, (fmt, secret)
+
+
+async def test_show_log_examples_false_keeps_only_the_shapes(sources: Sources) -> None:
+    """With show_log_examples off, no signature carries an example and the text shows no line as written."""
+    finding = await _finding(sources, show_log_examples=False)
+    assert all(one.example is None for workload in finding.signatures for one in workload.signatures)
+    text = Renderer().render(grade("prod", WINDOW, [finding], [], Policy()), "text")
+    assert "e.g." not in text
+    assert "payment 0 failed" not in text
+
+
+async def test_a_distinct_count_at_its_bound_says_at_least(sources: Sources) -> None:
+    """An answer cut at the question's group limit says its number of shapes is a lower bound."""
+    lines = Is("namespace", NAMESPACE)
+    shapes = await sources.logs.shapes(ShapeCount(window=WINDOW, lines=lines, top=2, group_limit=3))
+    assert (shapes.distinct, shapes.capped) == (3, True)
+    assert [shape.lines for shape in shapes.top] == [2_000, 800]
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("login failed user=bob@example.com password=hunter2", "login failed user=<email> password=<secret>"),
+        (
+            '{"password": "p@ss w", "api_key":"k-1", "msg":"x"}',
+            '{"password": "<secret>", "api_key":"<secret>", "msg":"x"}',
+        ),
+        ("GET https://admin:pw@db:5432/x", "GET https://<secret>@db:5432/x"),
+        ("Authorization: Bearer abcdefgh.ijklmnop", "Authorization: Bearer <secret>"),
+        (f"session {JWT} expired", "session <jwt> expired"),
+        ("sha deadbeefdeadbeefdeadbeefdeadbeef01 ok", "sha <hex> ok"),
+        ("blob dGhpcyBpcyBhIHNlY3JldCBrZXkgd2l0aCAxMjM0NTY3ODk= end", "blob <base64> end"),
+        ('secret="two words" left', "secret=<secret> left"),
+        ("ERROR auth: connection refused", "ERROR auth: connection refused"),
+        ("/var/lib/kubelet/pods/0f3c8a8e-2b6f-4e1b-9a3c-7d2f1e5b6a90/volumes", None),
+        ("connect ETIMEDOUT 203.0.113.7:443", None),
+    ],
+)
+def test_redaction_masks_each_kind_and_leaves_plain_text(line: str, expected: str | None) -> None:
+    """Each kind of secret becomes its marker; a path, a UUID, an address and a plain message stay as written."""
+    assert redact(line) == (line if expected is None else expected)
+
+
+def test_a_cut_line_ends_with_an_ellipsis_on_one_line() -> None:
+    """Examples are cut to 120 characters on one line, after redaction, so a cut cannot reveal half a secret."""
+    assert shorten("a\nb  c") == "a b c"
+    cut = shorten("x" * 200)
+    assert len(cut) == 120
+    assert cut.endswith("…")
+
+
+def test_words_collapse_nums_took_for_hex_are_put_back() -> None:
+    """collapse_nums turns "feeds" into "<N>s"; the example restores letter-only runs, never digits."""
+    shape = "ERROR <N>s.ws relay: connect ETIMEDOUT <IP4>:<N>"
+    example = "ERROR feeds.ws relay: connect ETIMEDOUT 203.0.113.7:443"
+    assert readable_shape(shape, example) == "ERROR feeds.ws relay: connect ETIMEDOUT <IP4>:<N>"
+    assert readable_shape("code <N>", "code 42") == "code <N>"
+    assert readable_shape("cut <IP", "cut 10.0.0.1") == "cut <IP"
