@@ -273,15 +273,22 @@ class ErrorLinesCheck:
         questions = [self.shape_question(window, key[0], pods[key]) for key in chosen]
         try:
             async with asyncio.timeout(self.policy.signature_timeout_seconds):
-                answers = await asyncio.gather(*(sources.logs.shapes(question) for question in questions))
+                # Every answer is awaited (none left running unobserved); one workload's failure keeps the others'.
+                answers = await asyncio.gather(
+                    *(sources.logs.shapes(question) for question in questions), return_exceptions=True
+                )
         except TimeoutError:
             return (), f"what the errors said: no answer within {self.policy.signature_timeout_seconds:g} s"
-        except SourceError as exc:
-            if exc.kind is SourceErrorKind.UNSUPPORTED:
-                return (), f"what the errors said: {exc.message}"
-            return (), f"what the errors said: the log backend did not answer ({exc})"
         said: list[WorkloadSignatures] = []
+        notes: list[str] = []
         for key, answer in zip(chosen, answers, strict=True):
+            if isinstance(answer, SourceError):
+                unsupported = answer.kind is SourceErrorKind.UNSUPPORTED
+                note = answer.message if unsupported else f"the log backend did not answer ({answer})"
+                notes.append(f"what the errors said: {note}")
+                continue
+            if isinstance(answer, BaseException):
+                raise answer
             signatures = tuple(
                 Signature(
                     text=shorten(redact(shape.text)),
@@ -295,4 +302,4 @@ class ErrorLinesCheck:
             )
             labels = {"namespace": key[0], "workload": key[1]}
             said.append(WorkloadSignatures(labels, signatures, distinct=answer.distinct, capped=answer.capped))
-        return tuple(said), ""
+        return tuple(said), "; ".join(dict.fromkeys(notes))

@@ -11,14 +11,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from checks.contract import Finding, Sources, Status, Window
+from checks.contract import Finding, SourceError, SourceErrorKind, Sources, Status, Window
 from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
-from checks.log_questions import Is, ShapeCount
+from checks.log_questions import CountRow, Filter, Is, LineCount, PeakCount, ShapeCount, Shapes
 from checks.redaction import redact, shorten
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
@@ -192,3 +193,51 @@ def test_words_collapse_nums_took_for_hex_are_put_back() -> None:
     assert readable_shape(shape, example) == "ERROR feeds.ws relay: connect ETIMEDOUT <IP4>:<N>"
     assert readable_shape("code <N>", "code 42") == "code <N>"
     assert readable_shape("cut <IP", "cut 10.0.0.1") == "cut <IP"
+
+
+@dataclass
+class ShapelessLogs:
+    """The real VictoriaLogs for counts, and a shapes question that fails as ``kind`` says."""
+
+    inner: VictoriaLogsSource
+    kind: SourceErrorKind
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def language(self) -> str:
+        return self.inner.language
+
+    async def count(self, question: LineCount) -> list[CountRow]:
+        return await self.inner.count(question)
+
+    async def peak(self, question: PeakCount) -> list[CountRow]:
+        return await self.inner.peak(question)
+
+    async def shapes(self, question: ShapeCount) -> Shapes:
+        raise SourceError("VictoriaLogs", self.kind, "shapes refused for the test")
+
+    def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
+        return self.inner.reading_query(window, lines, most_repeated)
+
+
+@pytest.mark.parametrize(
+    ("kind", "note"),
+    [
+        (SourceErrorKind.UNSUPPORTED, "what the errors said: shapes refused for the test"),
+        (SourceErrorKind.TIMEOUT, "what the errors said: the log backend did not answer (VictoriaLogs timeout: "),
+    ],
+)
+async def test_shapes_that_fail_leave_a_note_and_the_grade(sources: Sources, kind: SourceErrorKind, note: str) -> None:
+    """A backend that cannot or does not answer the shapes: same status, penalty and count, and a note saying why."""
+    assert isinstance(sources.logs, VictoriaLogsSource)
+    failing = Sources(metrics=sources.metrics, logs=ShapelessLogs(sources.logs, kind))
+    finding = await ErrorLinesCheck(ErrorLinesPolicy())(failing, WINDOW)
+    reference = await _finding(sources)
+    assert (finding.status, finding.penalty, finding.value) == (reference.status, reference.penalty, reference.value)
+    assert finding.signatures == ()
+    assert finding.signatures_note.startswith(note)
+    text = Renderer().render(grade("prod", WINDOW, [finding], [], Policy()), "text")
+    assert f"? {finding.signatures_note}" in text
