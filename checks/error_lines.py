@@ -226,7 +226,7 @@ class ErrorLinesCheck:
                 f"Read the first errors of {namespace}/{workload} ({sources.logs.language}: {reading}) and look for a "
                 "retry loop without backoff; cap per-pod log volume in the shipper."
             )
-        said, note = await self._signatures(sources, window, ranked, pods)
+        said, note = await self._signatures(sources, window, ranked, errors, pods)
         return Finding(
             name=NAME,
             status=status,
@@ -264,12 +264,12 @@ class ErrorLinesCheck:
         sources: Sources,
         window: Window,
         ranked: list[tuple[float, tuple[str, str]]],
+        errors: Mapping[tuple[str, str], float],
         pods: Mapping[tuple[str, str], set[str]],
     ) -> tuple[tuple[WorkloadSignatures, ...], str]:
         chosen = self.signature_workloads(window, ranked)
         if not chosen:
             return (), ""
-        errors = {key: count for count, key in ranked}
         questions = [self.shape_question(window, key[0], pods[key]) for key in chosen]
         try:
             async with asyncio.timeout(self.policy.signature_timeout_seconds):

@@ -191,7 +191,7 @@ class LogsqlWriter:
             bucket = None
             if bucketed:
                 raw = labels.get("_time", "")
-                bucket = starts[raw] if raw in starts else starts.setdefault(raw, _bucket_start(raw))
+                bucket = starts[raw] if raw in starts else starts.setdefault(raw, _moment(raw))
             counts = folded.setdefault((group, bucket), {})
             column = labels.get("__name__", "")
             counts[column] = counts.get(column, 0.0) + sample.value
@@ -236,7 +236,10 @@ def readable_shape(shape: str, example: str) -> str:
 
 
 def _moment(raw: str) -> float | None:
-    """Unix seconds of an RFC 3339 time as VictoriaLogs writes it (nanoseconds cut to what Python reads)."""
+    """Unix seconds of an RFC 3339 time as VictoriaLogs writes it (a bucket's start, a line's time); None if not one.
+
+    Nanoseconds are cut to the microseconds Python reads.
+    """
     try:
         moment = datetime.fromisoformat(_FRACTION.sub(r".\1", raw).replace("Z", "+00:00"))
     except ValueError:
@@ -262,14 +265,6 @@ def _number(raw: str | None) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
-
-
-def _bucket_start(raw: str) -> float | None:
-    try:
-        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 class VictoriaLogsSource(HttpSource):

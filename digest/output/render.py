@@ -158,9 +158,11 @@ def _said(digest: Digest) -> list[dict[str, Any]]:
     for finding in digest.findings:
         for workload in finding.signatures:
             shown = len(workload.signatures)
-            total = f"{fmt_int(workload.distinct)}{'+' if workload.capped else ''}"
-            noun = "error signature" if shown == 1 and str(shown) == total else "error signatures"
-            count = f"{total} {noun}" if str(shown) == total else f"{shown} of its {total} {noun}"
+            every_one = shown == workload.distinct and not workload.capped
+            if every_one:
+                count = f"{shown} error signature{'' if shown == 1 else 's'}"
+            else:
+                count = f"{shown} of its {fmt_int(workload.distinct)}{'+' if workload.capped else ''} error signatures"
             said.append(
                 {
                     "workload": f"{workload.labels.get('namespace', '')}/{workload.labels.get('workload', '')}",
