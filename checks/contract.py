@@ -210,7 +210,8 @@ class Signature:
 
     ``text`` is the message with numbers, hex, UUIDs and IPs collapsed; ``example`` one line of it, cut short. Both
     are redacted (`checks.redaction`) before they are stored here, and ``example`` is None when the policy shows no
-    log line. ``share`` is of the workload's error lines; ``first`` and ``last`` are unix seconds.
+    log line. ``share`` is of the workload's error lines; ``first`` and ``last`` are unix seconds. ``key`` is stable
+    across days (a hash of the workload and the redacted shape as the backend grouped it): what "new today" compares.
     """
 
     text: str
@@ -219,16 +220,21 @@ class Signature:
     first: float
     last: float
     example: str | None = None
+    key: str = ""
 
 
 @dataclass(frozen=True)
 class WorkloadSignatures:
-    """The top signatures of one workload's error lines, and how many distinct ones it wrote (``capped``: at least)."""
+    """The top signatures of one workload's error lines, and how many distinct ones it wrote (``capped``: at least).
+
+    ``keys`` are the keys of every signature answered, the top ones included (at most the backend's group limit).
+    """
 
     labels: Mapping[str, str]
     signatures: Sequence[Signature]
     distinct: int
     capped: bool = False
+    keys: frozenset[str] = frozenset()
 
 
 class Backend(enum.StrEnum):

@@ -34,6 +34,7 @@ leaves a note instead, and the count stands.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from collections import defaultdict
 from collections.abc import Mapping
@@ -66,6 +67,7 @@ from checks.log_questions import (
     HasWord,
     Is,
     LineCount,
+    Matches,
     Native,
     OneOf,
     ShapeCount,
@@ -92,6 +94,25 @@ def workload_of(pod: str) -> str:
         if match:
             return match.group("workload")
     return pod
+
+
+def workload_pods(workload: str) -> str:
+    """An RE2 regex (anchored by `Matches`) for the names of the pods `workload_of` maps to ``workload``."""
+    name = re.escape(workload)
+    return rf"{name}-{_SAFE}{{6,10}}-{_SAFE}{{5}}|{name}-{_SAFE}{{5}}|{name}-\d+|{name}"
+
+
+def signature_key(namespace: str, workload: str, shape: str) -> str:
+    """A signature's stable id: its workload and redacted shape, hashed, so a history keeps no log text."""
+    return hashlib.sha256(f"{namespace}\0{workload}\0{redact(shape)}".encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ShapeKeys:
+    """Every signature key one workload's error lines had in a window (``capped``: the backend answered its limit)."""
+
+    keys: frozenset[str]
+    capped: bool
 
 
 @dataclass(frozen=True)
@@ -259,6 +280,21 @@ class ErrorLinesCheck:
         )
         return ShapeCount(window=window, lines=lines, top=self.policy.signatures)
 
+    def history_question(self, window: Window, namespace: str, workload: str) -> ShapeCount:
+        """The shapes of one workload's error lines in another window, its pods found by their names' pattern.
+
+        The pattern, not the names: that window's pods are not known without counting it.
+        """
+        lines = every(
+            self.scope(), self.error_rule(), Is("namespace", namespace), Matches("pod", workload_pods(workload))
+        )
+        return ShapeCount(window=window, lines=lines, top=0)
+
+    async def shape_keys(self, sources: Sources, window: Window, namespace: str, workload: str) -> ShapeKeys:
+        """The keys of every signature ``workload`` wrote in ``window``; raises `SourceError` if the backend fails."""
+        answer = await sources.logs.shapes(self.history_question(window, namespace, workload))
+        return ShapeKeys(frozenset(signature_key(namespace, workload, key) for key in answer.keys), answer.capped)
+
     async def _signatures(
         self,
         sources: Sources,
@@ -297,9 +333,13 @@ class ErrorLinesCheck:
                     first=shape.first,
                     last=shape.last,
                     example=shorten(redact(shape.example)) if self.policy.show_log_examples else None,
+                    key=signature_key(key[0], key[1], shape.key),
                 )
                 for shape in answer.top
             )
             labels = {"namespace": key[0], "workload": key[1]}
-            said.append(WorkloadSignatures(labels, signatures, distinct=answer.distinct, capped=answer.capped))
+            keys = frozenset(signature_key(key[0], key[1], shape) for shape in answer.keys)
+            said.append(
+                WorkloadSignatures(labels, signatures, distinct=answer.distinct, capped=answer.capped, keys=keys)
+            )
         return tuple(said), "; ".join(dict.fromkeys(notes))

@@ -222,22 +222,31 @@ class ShapeCount:
 
 @dataclass(frozen=True)
 class Shape:
-    """One message shape: its lines, the first and last of them (unix seconds), and one line of it as written."""
+    """One message shape: its lines, the first and last of them (unix seconds), and one line of it as written.
+
+    ``text`` is made for reading; ``key`` is the shape as the backend grouped it, the same on every day the same
+    message was written (the readable text may restore words from the example, which varies).
+    """
 
     text: str
     lines: float
     first: float
     last: float
     example: str
+    key: str = ""
 
 
 @dataclass(frozen=True)
 class Shapes:
-    """The answer to a `ShapeCount`: the top shapes, and how many there were (``capped``: at least that many)."""
+    """The answer to a `ShapeCount`: the top shapes, and how many there were (``capped``: at least that many).
+
+    ``keys`` are every answered shape's key, the top ones included: what a history of the workload's shapes keeps.
+    """
 
     top: tuple[Shape, ...]
     distinct: int
     capped: bool = False
+    keys: tuple[str, ...] = ()
 
 
 class LogsSource(Protocol):

@@ -76,8 +76,9 @@ def make_config(backends: EmbeddedBackends, tg: FakeTelegram, state_path: Path, 
         "telegram_api_url": tg.root,
         "telegram_chat_ids": str(ALLOWED),
         "state_path": state_path,
-        # Most tests count text messages; the chart has its own test.
+        # Most tests count text messages; the chart and the weekly post (2026-07-20 is a Monday) have their own tests.
         "telegram_chart": False,
+        "weekly_post": "off",
     }
     settings = load_settings(**{**values, **overrides})
     return Config(settings=settings, policy=Policy())
@@ -369,6 +370,34 @@ def test_run_post_cronjob_path_posts_once_and_keeps_the_token_out_of_logs(
     assert "HTTP Request" in first.stderr  # verbose logging ran, with the token masked
 
 
+def test_run_week_post_posts_the_week_once_with_its_chart(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """`digest run --week W --post --chart` posts the week and its PNG once per chat; a second run posts nothing."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    env = backend_env(
+        corpus_backends,
+        DIGEST_TELEGRAM_API_URL=tg.root,
+        DIGEST_TELEGRAM_CHAT_IDS=str(ALLOWED),
+        DIGEST_STATE_PATH=str(tmp_path / "state.sqlite"),
+        DIGEST_TELEGRAM_TOKEN_FILE=str(token_file),
+    )
+    command = ("run", "--week", "2026-W33", "--post", "--chart", str(tmp_path / "week.png"))
+    first = run_digest(*command, env=env, timeout=300)
+    second = run_digest(*command, env=env, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr
+    assert "chat -1001234567890: sent" in first.stderr
+    assert "chat -1001234567890: already_sent" in second.stderr
+    text, photo = tg.sent_to(ALLOWED)
+    assert visible(text).startswith("CRITICAL · homelab · week 2026-W33 (08-10 – 08-16)")
+    assert photo.method == "sendPhoto"
+    assert photo.caption is not None
+    assert photo.caption.endswith("Scores ??▆???▇")
+    assert first.stdout.startswith("CRITICAL · homelab · week 2026-W33")
+
+
 def _text(value: str) -> Callable[[], object]:
     async def message() -> str:
         return value
@@ -594,3 +623,47 @@ async def test_source_status_uses_the_digests_credentials() -> None:
     assert [line.split(",")[0] for line in lines] == ["VictoriaMetrics: reachable", "VictoriaLogs: reachable"]
     vm_request = next(request for request in served.requests if request.path == "/api/v1/query")
     assert vm_request.headers.get("Authorization", "").startswith("Basic ")
+
+
+async def test_weekly_post_on_monday_once_and_digest_week_on_demand(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """Monday noon posts last week at a glance once (a second round: already sent); /digest week asks for any week."""
+    config = make_config(corpus_backends, tg, tmp_path / "state.sqlite", weekly_post="monday")
+    monday = Clock(datetime(2026, 8, 17, 12, 0, 5, tzinfo=UTC))
+    weekly = "CRITICAL · homelab · week 2026-W33 (08-10 – 08-16) · worst 8/10 on Wed · 5 days not graded"
+    async with running(config, monday) as bot:
+        await wait_until(lambda: any(visible(call).startswith(weekly) for call in tg.sent_to(ALLOWED)), within=120)
+        delivery = bot.state.get(ALLOWED, "weekly:2026-W33")
+        assert delivery is not None
+        assert delivery.status.value == "sent"
+        [again] = await bot.post_week_due()
+        assert again.outcome is Outcome.ALREADY_SENT
+        tg.push_message(ALLOWED, "/digest week 2026-W30", chat_type="supergroup")
+        await wait_until(lambda: any("week 2026-W30" in visible(call) for call in tg.sent_to(ALLOWED)), within=120)
+        tg.push_message(ALLOWED, "/digest week 2999-W01", chat_type="supergroup")
+        await wait_until(lambda: any("not over yet" in visible(call) for call in tg.sent_to(ALLOWED)))
+    texts = [visible(call) for call in tg.sent_to(ALLOWED)]
+    assert sum(text.startswith(weekly) for text in texts) == 1
+    [w30] = [text for text in texts if "week 2026-W30" in text]
+    assert w30.startswith("CRITICAL · homelab · week 2026-W30 (07-20 – 07-26) · worst 8/10 on Mon · 6 days not graded")
+    assert "Usage: /digest" in next(text for text in texts if "not over yet" in text)
+    # The weekly post is no daily post: Monday's own daily digest went out once beside it.
+    assert sum("24h to 2026-08-17 12:00" in text.splitlines()[0] for text in texts) == 1
+
+
+def test_weekly_post_is_off_on_other_days_and_when_off(tmp_path: Path) -> None:
+    """A Tuesday, or DIGEST_WEEKLY_POST=off, posts no week; a bad day name is a one-line config error."""
+    from digest.app.settings import ConfigError
+
+    tuesday = Clock(datetime(2026, 8, 18, 12, 0, 5, tzinfo=UTC))
+    for day, clock in (("monday", tuesday), ("off", Clock(datetime(2026, 8, 17, 12, 0, 5, tzinfo=UTC)))):
+        settings = load_settings(timezone="UTC", policy_file=None, weekly_post=day, telegram_chat_ids="1")
+        config = Config(settings=settings, policy=Policy())
+        bot = make_bot(config, DeliveryState(tmp_path / f"{day}.sqlite", "t"), DigestService(config), clock=clock)
+        try:
+            assert asyncio.run(bot.post_week_due()) == []
+        finally:
+            bot.state.close()
+    with pytest.raises(ConfigError, match="DIGEST_WEEKLY_POST"):
+        load_settings(weekly_post="mondays")

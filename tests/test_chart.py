@@ -279,6 +279,9 @@ def test_caption_never_exceeds_telegrams_limit() -> None:
     caption = chart_caption("CRITICAL 0/10 · " + "c" * 2000, data)
     assert len(caption) <= CAPTION_LIMIT
     assert caption.endswith("…")
+    said = chart_caption("CRITICAL 0/10 · x", data, "Most said: a/b · 92 % of its errors · " + "e" * 2000)
+    assert len(said) <= CAPTION_LIMIT
+    assert said.endswith("…")
 
 
 def test_ticks_follow_the_readers_clock_on_a_dst_day() -> None:
@@ -359,7 +362,7 @@ async def test_unseen_spans_are_shaded_on_the_chart(corpus_backends: EmbeddedBac
 
 
 def test_a_long_not_seen_title_wraps_on_real_lines_inside_the_figure(tmp_path: Path) -> None:
-    """A long "not seen" headline and a wrapped panel message break on real lines, and no text leaves the figure."""
+    """A long headline, panel message and "most said" line break on real lines, and no text leaves the figure."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.text import Text
 
@@ -379,7 +382,11 @@ def test_a_long_not_seen_title_wraps_on_real_lines_inside_the_figure(tmp_path: P
         "WARNING 7/10 · homelab-production-cluster · 2026-07-25 · not seen: cAdvisor (24 h); "
         "kube-state-metrics (24 h); node_exporter on pi5-1, pi5-2, pi5-3 (02:00–09:30); 2 more"
     )
-    figure = chart_figure(data, title)
+    said = (
+        "Most said: feeds/feed-aggregator · 92 % of its errors · new today · ERROR feeds.ws relay: connect "
+        "ETIMEDOUT <IP4>:<N> while resolving upstream relay-backup-east.feeds.svc.cluster.local after 3 retries"
+    )
+    figure = chart_figure(data, title, (), said)
     try:
         canvas = figure.canvas
         assert isinstance(canvas, FigureCanvasAgg)
@@ -394,6 +401,9 @@ def test_a_long_not_seen_title_wraps_on_real_lines_inside_the_figure(tmp_path: P
         assert heading.count("\n") >= 2, heading  # wrapped, the unseen parts on lines of their own
         assert any("not seen: cAdvisor" in line for line in heading.split("\n"))
         assert [text.get_text() for text in texts if "\\n" in text.get_text()] == []
+        [note] = [text.get_text() for text in texts if text.get_text().startswith("Most said")]
+        assert note.count("\n") == 1  # wrapped on two lines, the rest left out
+        assert note.endswith("…")
         outside = []
         for text in texts:
             box = text.get_window_extent(renderer)

@@ -124,11 +124,27 @@ async def test_the_top_shapes_are_counted_in_the_backend_with_their_times(source
 async def test_no_planted_secret_reaches_text_html_json_or_logs(
     sources: Sources, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Tokens, a JWT, an e-mail address, a password and URL credentials appear in no output and no log record."""
+    """Tokens, a JWT, an e-mail address, a password and URL credentials appear in no output, chart or log record."""
+    from matplotlib.text import Text
+
+    from digest.output.chart import chart_caption, chart_figure
+    from digest.output.chart_data import collect_chart_data
+    from digest.output.render import most_said
+
     caplog.set_level(logging.DEBUG)
     digest = grade("prod", WINDOW, [await _finding(sources)], [], Policy())
     renderer = Renderer()
     outputs = {fmt: renderer.render(digest, fmt) for fmt in ("text", "html", "json")}
+    said = most_said(digest)
+    assert said == (
+        "Most said: payments/checkout · 64 % of its errors · payment <N> failed after <N>ms token=<secret> user=<email>"
+    )
+    data = await collect_chart_data(sources, WINDOW, Policy())
+    outputs["caption"] = chart_caption("WARNING 9/10 · prod", data, said)
+    assert outputs["caption"].split("\n")[2] == said  # the photo's caption gains the line under its panels
+    figure = chart_figure(data, "WARNING 9/10 · prod", (), said)
+    outputs["chart"] = "\n".join(text.get_text() for text in figure.findobj(Text))
+    assert "payment <N> failed" in outputs["chart"]
     assert "What the errors said" in outputs["text"]
     assert "payments/checkout · 3 of its 7 error signatures" in outputs["text"]
     assert "• 2,000 (64 %) 10:01–10:34 · <code>payment &lt;N&gt; failed" in outputs["html"]

@@ -92,7 +92,7 @@ async def test_reconnect_storm_reads_critical_8(corpus_backends: EmbeddedBackend
 
 
 async def test_reconnect_storm_names_what_the_errors_said(corpus_backends: EmbeddedBackends) -> None:
-    """07-20: the relay's errors are three signatures, ETIMEDOUT first with its count, named with an example."""
+    """07-20: the relay's errors are three signatures, ETIMEDOUT first with its count and an example, new today."""
     digest = await digest_of(corpus_backends, date(2026, 7, 20))
     [workload] = check(to_json(digest), "error_lines")["signatures"]
     assert workload["labels"] == {"namespace": "feeds", "workload": "feed-aggregator"}
@@ -106,7 +106,11 @@ async def test_reconnect_storm_names_what_the_errors_said(corpus_backends: Embed
     assert sum(one["lines"] for one in top) <= 4_539_734  # of the workload's error lines, never more
     assert (top[1]["first"], top[1]["last"]) == ("2026-07-20T00:00:00Z", "2026-07-20T05:09:59Z")
     text = Renderer().render(digest, "text")
-    assert "• 4,174,072 (92 %) 04:50–21:33 · ERROR feeds.ws relay: connect ETIMEDOUT <IP4>:<N>" in text
+    assert "• 4,174,072 (92 %) 04:50–21:33 · new today · ERROR feeds.ws relay: connect ETIMEDOUT <IP4>:<N>" in text
+    # New against 07-19, the one earlier day the corpus holds (07-13..07-18 have no log line: not "no error").
+    assert "(new today: not written on the previous day whose logs were seen whole)" in text
+    assert top[0]["new_today"] is True
+    assert top[0]["key"] in to_json(digest)["novelty"]["new_today"]
     assert "   e.g. ERROR feeds.ws relay: connect ETIMEDOUT 203.0.113.7:443" in text
 
 

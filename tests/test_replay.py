@@ -84,7 +84,7 @@ def test_bad_ranges_are_usage_errors(tmp_path: Path) -> None:
 async def test_replay_shares_history_between_days(
     corpus_backends: EmbeddedBackends, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Replaying consecutive days computes each previous day's graded checks once, not once per day that looks back."""
+    """Replaying consecutive days computes each previous day's graded checks once, and marks the storm new today."""
     import io
 
     from digest.app.engine import Config
@@ -125,6 +125,12 @@ async def test_replay_shares_history_between_days(
     assert sorted(calls) == sorted({label for label in calls})
     assert "2026-07-19" not in calls
     assert "score 10 → 8 since yesterday" in digests[1].trends
+    # The shared history serves "new today" too: the storm's signatures were not written on 07-19.
+    storm = digests[1].novelty
+    assert storm is not None
+    assert storm.compared == 1
+    [said] = next(f for f in digests[1].findings if f.name == "error_lines").signatures
+    assert storm.new == {one.key for one in said.signatures}
 
 
 def test_progress_bar_on_a_terminal() -> None:

@@ -35,6 +35,7 @@ def bot_settings(settings: Settings) -> BotSettings:
         cluster=settings.cluster,
         zone=settings.zone,
         post_at=settings.post_at,
+        weekly_on=settings.weekly_post_day,
         late_grace_hours=settings.late_grace_hours,
         chat_ids=settings.telegram_chat_ids,
         admin_ids=frozenset(settings.telegram_admin_ids),

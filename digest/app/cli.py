@@ -23,7 +23,7 @@ from digest.app.engine import Config, load_config, make_chart, make_digest, open
 from digest.app.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
 from digest.app.logs import configure_logging
 from digest.app.settings import ConfigError, Settings, load_settings
-from digest.output.render import FORMATS, Renderer, headline, unseen_spans
+from digest.output.render import FORMATS, Renderer, headline, most_said, unseen_spans
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import (
     WindowError,
@@ -60,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     which = run.add_mutually_exclusive_group()
     which.add_argument("--date", metavar="YYYY-MM-DD", help="that calendar day in DIGEST_TIMEZONE")
     which.add_argument("--last", metavar="DURATION", help="a window ending at --at or now, e.g. 24h (default), 6h")
+    which.add_argument(
+        "--week", metavar="YYYY-Www", help="the week at a glance: that ISO week's seven days, e.g. 2026-W33"
+    )
     run.add_argument("--at", metavar="RFC3339", help="end of a --last window, e.g. 2026-07-21T12:00:00Z")
     run.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
     run.add_argument("--chart", metavar="FILE.png", help="also draw the window's chart (hourly errors, 5xx, conntrack)")
@@ -120,8 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.verbose)
     if args.command == "demo":
         return _demo(args)
-    if args.command == "run" and args.at and args.date:
-        return _fail("--at goes with --last, not --date")
+    if args.command == "run" and args.at and (args.date or args.week):
+        return _fail(f"--at goes with --last, not --{'date' if args.date else 'week'}")
     try:
         config = load_config()
         wants_telegram = args.command == "serve" or getattr(args, "post", False)
@@ -136,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(config, token or "")
     if args.command == "replay":
         return _replay(args, config, token)
+    if args.week is not None:
+        return _week(args, config, token)
     try:
         window = window_from_args(args, config.settings, datetime.now(UTC))
     except WindowError as exc:
@@ -157,8 +162,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         if store is not None:
             store.close()
     if chart is not None:
-        asyncio.run(make_chart(config, window, chart, headline(digest), unseen=unseen_spans(digest)))
+        asyncio.run(
+            make_chart(config, window, chart, headline(digest), unseen=unseen_spans(digest), said=most_said(digest))
+        )
     sys.stdout.write(Renderer().render(digest, args.format))
+    return EXIT_OK
+
+
+def _week(args: argparse.Namespace, config: Config, token: str | None) -> int:
+    """`digest run --week 2026-W33`: the week at a glance, from the state file's days and the backends'."""
+    from digest.app.engine import make_week
+    from digest.pipeline.week import parse_iso_week, week_days
+
+    try:
+        year, week = parse_iso_week(args.week)
+        last = week_days(year, week)[-1]
+        ends = day_window(last, config.settings.zone).end
+    except WindowError as exc:
+        return _fail(str(exc))
+    if ends > datetime.now(UTC):
+        return _fail(f"week {args.week} is not over yet: its last day is {last}")
+    chart = Path(args.chart) if args.chart else None
+    if args.post:
+        from digest.app.serve import post_week
+
+        problem = _state_problem(config.settings)
+        if problem is not None:
+            return problem
+        return asyncio.run(post_week(config, token or "", year, week, args.format, chart))
+    store = open_history_store(config.settings) if "state_path" in config.settings.model_fields_set else None
+    try:
+        summary = asyncio.run(make_week(config, year, week, store))
+    finally:
+        if store is not None:
+            store.close()
+    if chart is not None:
+        from digest.output.week_chart import render_week_chart
+
+        render_week_chart(summary, chart)
+    sys.stdout.write(Renderer().render_week(summary, args.format))
     return EXIT_OK
 
 

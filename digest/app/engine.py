@@ -11,19 +11,24 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
+from datetime import date
 from pathlib import Path
 
-from checks.contract import Sources, Window
+from checks.contract import Finding, Sources, Window
+from checks.error_lines import ErrorLinesCheck
 from digest.app.settings import ConfigError, LogBackend, Settings, load_settings
 from digest.backends.http import tls_context
 from digest.backends.loki import LokiSource
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
 from digest.pipeline.collect import Collected, build_checks, collect
+from digest.pipeline.novelty import Novelty, ShapeHistory, judge
 from digest.pipeline.policy import Policy, PolicyError, load_policy
 from digest.pipeline.score import Digest, grade
 from digest.pipeline.state import HistoryStore, StateError
-from digest.pipeline.trends import History, graded_only, previous_digests, trend_lines
+from digest.pipeline.trends import History, graded_only, previous_digests, shifted, trend_lines
+from digest.pipeline.week import DayResult, Week, day_result, skipped_day, week_days
+from digest.pipeline.window import WindowError, day_window
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +121,77 @@ async def _digest(config: Config, window: Window, deadline: float, sources: Sour
         past = await previous_digests(cluster, window, sources, policy, deadline, history)
     collected = await today
     digest = grade(cluster, window, collected.findings, collected.disabled, policy)
-    return replace(digest, trends=trend_lines(digest, past, policy))
+    novelty = await _novelty(policy, sources, window, digest, past, history)
+    digest = replace(digest, trends=trend_lines(digest, past, policy), novelty=novelty)
+    if history is not None:
+        history.keep_day(window, digest)  # for the weekly digest, when a state file holds the history
+    return digest
+
+
+async def make_week(
+    config: Config, year: int, week: int, store: HistoryStore | None = None, concurrency: int = 2
+) -> Week:
+    """The week at a glance: each day's result read from ``store``, or computed with `make_digest` (and stored).
+
+    The days computed share clients (one bound on queries in flight) and one `History`, so the trends' earlier days
+    they have in common are asked once; at most ``concurrency`` days are computed at once.
+    """
+    settings = config.settings
+    history = History(store=store, cluster=settings.cluster, policy=config.policy)
+    days = week_days(year, week)
+    results: dict[date, DayResult] = {}
+    windows: dict[date, Window] = {}
+    for day in days:
+        try:
+            windows[day] = day_window(day, settings.zone)
+        except WindowError:
+            # A day the zone skipped (Samoa's 2011-12-30) has no digest: said so, never scored.
+            results[day] = skipped_day(day, config.policy.grade.max_score, settings.zone)
+            continue
+        stored = history.stored_day(windows[day])
+        if stored is not None:
+            results[day] = stored
+    stored_days = sum(1 for day in results if day in windows)
+    missing = [day for day in days if day not in results]
+    if missing:
+        gate = asyncio.Semaphore(max(1, concurrency))
+        async with open_sources(settings, config.policy) as sources:
+
+            async def one(day: date) -> tuple[date, Digest]:
+                async with gate:
+                    return day, await make_digest(config, windows[day], sources=sources, history=history)
+
+            for day, digest in await asyncio.gather(*(one(day) for day in missing)):
+                results[day] = day_result(day, digest)
+    return Week(
+        cluster=settings.cluster,
+        year=year,
+        week=week,
+        days=tuple(results[day] for day in days),
+        stored=stored_days,
+    )
+
+
+async def _novelty(
+    policy: Policy, sources: Sources, window: Window, digest: Digest, past: list[Digest], history: History | None
+) -> Novelty | None:
+    """New today and gone since yesterday, against the trends' earlier days (none when trends are off)."""
+    check = next((one for one in build_checks(policy) if isinstance(one, ErrorLinesCheck)), None)
+    if check is None or not past:
+        return None
+    earlier = [(day.window, _finding(day, check.name)) for day in past]
+    try:
+        yesterday: Window | None = shifted(window, 1)
+    except WindowError:
+        yesterday = None  # the zone skipped the day before: there is no yesterday to compare with
+    if yesterday is not None and (past[0].window.start, past[0].window.end) != (yesterday.start, yesterday.end):
+        yesterday = None
+    shapes = history.shapes if history is not None else ShapeHistory()
+    return await judge(check, sources, window, _finding(digest, check.name), earlier, shapes, yesterday)
+
+
+def _finding(digest: Digest, name: str) -> Finding | None:
+    return next((finding for finding in digest.findings if finding.name == name), None)
 
 
 async def _graded(today: Awaitable[Collected], policy: Policy) -> Collected:
@@ -130,10 +205,13 @@ async def make_chart(
     headline: str,
     sources: Sources | None = None,
     unseen: Sequence[tuple[float, float, str]] = (),
+    said: str = "",
 ) -> str:
     """Draw the day's chart to ``path`` (PNG) and return its caption; the drawing runs off the event loop.
 
-    ``unseen``: the digest's unseen spans (`digest.output.render.unseen_spans`), shaded on every panel.
+    ``unseen``: the digest's unseen spans (`digest.output.render.unseen_spans`), shaded on every panel; ``said``:
+    what the worst workload's errors said (`digest.output.render.most_said`), under the error panel's title and in
+    the caption.
     """
     # matplotlib costs every `digest run` its import time: only a chart pays it.
     from digest.output.chart import chart_caption, render_chart
@@ -144,5 +222,5 @@ async def make_chart(
             data = await collect_chart_data(own, window, config.policy)
     else:
         data = await collect_chart_data(sources, window, config.policy)
-    await asyncio.to_thread(render_chart, data, path, headline, unseen)
-    return chart_caption(headline, data)
+    await asyncio.to_thread(render_chart, data, path, headline, unseen, said)
+    return chart_caption(headline, data, said)

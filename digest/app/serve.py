@@ -10,7 +10,7 @@ import logging
 import socket
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import date
@@ -20,16 +20,16 @@ from telegram import Update
 
 from checks.contract import Window
 from digest.app.bot import make_bot
-from digest.app.engine import Config, make_chart, make_digest, open_history_store, stored_history
+from digest.app.engine import Config, make_chart, make_digest, make_week, open_history_store, stored_history
 from digest.app.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
 from digest.app.health import DigestMetrics
 from digest.app.replay import replay
 from digest.app.service import DigestService
 from digest.channels.channel import Channel, DeliveryError, Outcome, Photo
-from digest.channels.telegram.bot import build_application
+from digest.channels.telegram.bot import build_application, weekly_key
 from digest.channels.telegram.channel import TelegramChannel
 from digest.channels.telegram.sender import Poster, Sender, open_bot
-from digest.output.render import Renderer, headline, unseen_spans
+from digest.output.render import Renderer, headline, most_said, unseen_spans
 from digest.pipeline.score import Digest
 from digest.pipeline.state import DeliveryState, StateError
 
@@ -103,6 +103,10 @@ class ChannelPoster:
     async def __call__(self, digest: Digest, photo: Photo | None = None) -> str:
         """Post ``digest`` (and ``photo``); returns a short account ("chat 1: sent; chat 2: already_sent")."""
         text = self.renderer.render(digest, self.channel.format)
+        return await self.post_text(window_key(digest.window), digest.window.label, text, photo)
+
+    async def post_text(self, key: str, label: str, text: str, photo: Photo | None = None) -> str:
+        """Post ``text`` (and ``photo``) once per recipient under the delivery ``key``; the account as above."""
 
         async def message() -> str:
             return text
@@ -112,9 +116,9 @@ class ChannelPoster:
 
         outcomes: list[str] = []
         for recipient in self.channel.recipients:
-            result = await self.channel.post_once(recipient, window_key(digest.window), message, photo=attachment)
+            result = await self.channel.post_once(recipient, key, message, photo=attachment)
             error = f" ({result.error})" if result.error else ""
-            log.info("%s %s, %s: %s%s", self.channel.name, recipient, digest.window.label, result.outcome.value, error)
+            log.info("%s %s, %s: %s%s", self.channel.name, recipient, label, result.outcome.value, error)
             outcomes.append(f"chat {recipient}: {result.outcome.value}{error}")
             if result.outcome in (Outcome.FAILED, Outcome.FAILED_PERMANENT, Outcome.BUSY):
                 self.failures += 1
@@ -150,23 +154,62 @@ async def post_window(config: Config, token: str, window: Window, fmt: str, char
             store.close()
     photo = None
     if chart is not None:
-        caption = await make_chart(config, window, chart, headline(digest), unseen=unseen_spans(digest))
+        caption = await make_chart(
+            config, window, chart, headline(digest), unseen=unseen_spans(digest), said=most_said(digest)
+        )
         photo = Photo(png=await asyncio.to_thread(chart.read_bytes), caption=caption)
+    return await _post_and_print(
+        config,
+        token,
+        lambda post: post(digest, photo),
+        printed=Renderer().render(digest, fmt),
+    )
+
+
+async def _post_and_print(
+    config: Config, token: str, deliver: Callable[[ChannelPoster], Awaitable[str]], printed: str
+) -> int:
+    """Run ``deliver`` on the channel poster, say each chat's outcome on stderr, print ``printed`` (the answer).
+
+    The state file or the channel unusable: nothing was claimed or sent, one line says why, and the answer is still
+    printed when the channel was the problem.
+    """
     try:
         async with chat_poster(config, token) as post:
-            account = await post(digest, photo)
+            account = await deliver(post)
     except StateError as exc:
         print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
         return for_state_error(exc)
     except DeliveryError as exc:
-        # Nothing was claimed or sent; the digest is still the run's answer, on stdout.
         print(f"digest: not posted: {exc}", file=sys.stderr)
-        sys.stdout.write(Renderer().render(digest, fmt))
+        sys.stdout.write(printed)
         return EXIT_USAGE if exc.permanent else EXIT_FAILED
     for line in account.split("; "):
         print(f"digest: {line}", file=sys.stderr)
-    sys.stdout.write(post.renderer.render(digest, fmt))
+    sys.stdout.write(printed)
     return EXIT_FAILED if post.failures else EXIT_OK
+
+
+async def post_week(config: Config, token: str, year: int, week: int, fmt: str, chart: Path | None = None) -> int:
+    """`digest run --week W --post`: the week at a glance, posted once per chat and week (the weekly post's key)."""
+    from digest.output.week_chart import render_week_chart, week_caption
+
+    store = open_history_store(config.settings)
+    try:
+        summary = await make_week(config, year, week, store)
+    finally:
+        if store is not None:
+            store.close()
+    photo = None
+    if chart is not None:
+        await asyncio.to_thread(render_week_chart, summary, chart)
+        photo = Photo(png=await asyncio.to_thread(chart.read_bytes), caption=week_caption(summary))
+
+    async def deliver(post: ChannelPoster) -> str:
+        text = post.renderer.render_week(summary, post.channel.format)
+        return await post.post_text(weekly_key(year, week), summary.label, text, photo)
+
+    return await _post_and_print(config, token, deliver, printed=Renderer().render_week(summary, fmt))
 
 
 async def replay_and_post(config: Config, token: str, days: list[date], fmt: str, concurrency: int) -> int:

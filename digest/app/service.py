@@ -19,12 +19,13 @@ from typing import Any, TypeVar
 
 from checks.contract import SourceError, Window
 from checks.log_questions import LineCount
-from digest.app.engine import Config, make_chart, make_digest, open_sources, stored_history
+from digest.app.engine import Config, make_chart, make_digest, make_week, open_sources, stored_history
 from digest.app.health import DigestMetrics
 from digest.channels.channel import Photo
-from digest.output.render import Renderer, headline, unseen_spans
+from digest.output.render import Renderer, headline, most_said, unseen_spans
 from digest.pipeline.score import Digest
 from digest.pipeline.state import HistoryStore
+from digest.pipeline.week import Week
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class DigestService:
     _in_flight: dict[tuple[datetime, datetime], asyncio.Task[Digest]] = field(default_factory=dict)
     _charts_in_flight: dict[tuple[datetime, datetime], asyncio.Task[Photo | None]] = field(default_factory=dict)
     computations: int = 0
+    _weeks_in_flight: dict[tuple[int, int], asyncio.Task[Week]] = field(default_factory=dict)
 
     async def digest(self, window: Window) -> Digest:
         """The digest of ``window``, joining a computation already running for it."""
@@ -78,7 +80,9 @@ class DigestService:
         try:
             with tempfile.TemporaryDirectory(prefix="digest-chart-") as folder:
                 path = Path(folder) / "digest.png"
-                caption = await make_chart(self.config, window, path, headline(digest), unseen=unseen_spans(digest))
+                caption = await make_chart(
+                    self.config, window, path, headline(digest), unseen=unseen_spans(digest), said=most_said(digest)
+                )
                 return Photo(png=await asyncio.to_thread(path.read_bytes), caption=caption)
         except Exception:  # a chart is a bonus: the digest goes out without it rather than not at all
             log.exception("could not draw the chart of %s", window.label)
@@ -99,6 +103,37 @@ class DigestService:
     async def html(self, window: Window) -> str:
         """The digest of ``window`` as Telegram HTML."""
         return self.renderer.render(await self.digest(window), "html")
+
+    async def week(self, year: int, week: int) -> Week:
+        """The week at a glance, joining a computation already running for it (the weekly post and `/digest week`)."""
+        key = (year, week)
+        task = self._weeks_in_flight.get(key)
+        if task is None:
+            task = asyncio.create_task(make_week(self.config, year, week, self.history_store))
+            self._weeks_in_flight[key] = task
+            task.add_done_callback(lambda _: self._weeks_in_flight.pop(key, None))
+        return await asyncio.shield(task)
+
+    async def week_html(self, year: int, week: int) -> str:
+        """The week at a glance as Telegram HTML."""
+        return self.renderer.render_week(await self.week(year, week), "html")
+
+    async def week_photo(self, year: int, week: int) -> Photo | None:
+        """The week's chart (scores and error lines per day) as a Telegram photo, or None when charts are off."""
+        if not self.config.settings.telegram_chart:
+            return None
+        summary = await self.week(year, week)
+        # The drawing is matplotlib's: imported on first use, run off the event loop.
+        from digest.output.week_chart import render_week_chart, week_caption
+
+        try:
+            with tempfile.TemporaryDirectory(prefix="digest-week-") as folder:
+                path = Path(folder) / "week.png"
+                await asyncio.to_thread(render_week_chart, summary, path)
+                return Photo(png=await asyncio.to_thread(path.read_bytes), caption=week_caption(summary))
+        except Exception:  # a chart is a bonus, as for the daily digest
+            log.exception("could not draw the chart of week %s", summary.label)
+            return None
 
 
 async def source_status(config: Config, now: datetime) -> list[str]:

@@ -86,6 +86,9 @@ def _check_headers(headers: dict[str, str]) -> dict[str, str]:
 _TELEGRAM_TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
 
 
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+
 class Settings(BaseSettings):
     """Everything the digest reads from its environment."""
 
@@ -139,6 +142,8 @@ class Settings(BaseSettings):
     telegram_webhook_port: Annotated[int, Field(ge=1, le=65535)] = 8443
     telegram_webhook_secret: SecretStr | None = None
     post_at: str = "12:00"
+    # The week at a glance, posted on this day at POST_AT for the ISO week before; "off" for none.
+    weekly_post: str = "monday"
     late_grace_hours: Annotated[float, Field(ge=0, le=24)] = 6.0
     state_path: Path = Path("digest-state.sqlite")
     # /digest per chat: up to COMMAND_BURST digests in any COMMAND_BURST_WINDOW_SECONDS; more are queued, not refused.
@@ -182,6 +187,19 @@ class Settings(BaseSettings):
     @classmethod
     def _headers(cls, value: dict[str, str]) -> dict[str, str]:
         return _check_headers(value)
+
+    @field_validator("weekly_post")
+    @classmethod
+    def _weekly_post(cls, value: str) -> str:
+        day = value.strip().lower()
+        if day != "off" and day not in WEEKDAYS:
+            raise ValueError("must be a day of the week (monday … sunday) or off")
+        return day
+
+    @property
+    def weekly_post_day(self) -> int | None:
+        """The weekday of the weekly post (Monday is 0), or None when it is off."""
+        return None if self.weekly_post == "off" else WEEKDAYS.index(self.weekly_post)
 
     @field_validator("post_at")
     @classmethod

@@ -294,10 +294,15 @@ class VictoriaLogsSource(HttpSource):
                     SourceErrorKind.BAD_RESPONSE, "a message shape without its count, times or first line"
                 )
             example = first[1]
-            shapes.append(Shape(readable_shape(text, example), lines=lines, first=first[0], last=last, example=example))
+            shapes.append(
+                Shape(readable_shape(text, example), lines=lines, first=first[0], last=last, example=example, key=text)
+            )
         shapes.sort(key=lambda shape: (-shape.lines, shape.text))
         return Shapes(
-            top=tuple(shapes[: question.top]), distinct=len(shapes), capped=len(shapes) >= question.group_limit
+            top=tuple(shapes[: question.top]),
+            distinct=len(shapes),
+            capped=len(shapes) >= question.group_limit,
+            keys=tuple(shape.key for shape in shapes),
         )
 
     @property

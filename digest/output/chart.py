@@ -66,6 +66,8 @@ _TITLE_PT = 16
 _PANEL_TITLE_PT = 13
 _LABEL_PT = 12
 _TICK_PT = 12
+_SAID_PT = 11  # the line under the error panel's title: what the worst workload's errors said
+_SAID_WIDTH = 80  # characters of it per line that fit the panel's width at that size
 _LEGEND_PT = 11
 _LINE_WIDTH = 2.8
 # Characters of a series' name in a legend: the widest that fits beside its count at the legend's size.
@@ -94,8 +96,11 @@ def _blind_note(data: ChartData, panel: HourlyPanel, what: str) -> str:
     return f"; {what} in {hours:g} of {data.window.seconds / 3600:g} h" if hours else ""
 
 
-def chart_caption(headline: str, data: ChartData) -> str:
-    """The photo's caption: the headline, then one line for the panels; never over Telegram's 1,024 characters."""
+def chart_caption(headline: str, data: ChartData, said: str = "") -> str:
+    """The photo's caption: the headline, one line for the panels, then what the worst workload's errors said.
+
+    Never over Telegram's 1,024 characters; ``said`` (`digest.output.render.most_said`) is redacted already.
+    """
     errors_panel, flags_panel = data.errors, data.flags
     if errors_panel is None:
         errors = f"Errors: not available ({_short(data.errors_reason)})"
@@ -125,6 +130,8 @@ def chart_caption(headline: str, data: ChartData) -> str:
         conntrack = f"Conntrack: peak {fmt_percent(fill.peak)} on {fill.node}{at}"
     # The headline and each panel's line carry labels and backend errors: made visible, the newline between is ours.
     caption = f"{_short(visible(headline), 200)}\n{visible(errors)} · {visible(flags)} · {visible(conntrack)}"
+    if said:
+        caption += f"\n{_short(visible(said), 300)}"
     return caption if len(caption) <= CAPTION_LIMIT else caption[: CAPTION_LIMIT - 1] + "…"
 
 
@@ -270,8 +277,33 @@ def _legend(ax: Axes) -> None:
     ax.legend(loc="best", fontsize=_LEGEND_PT, frameon=True, framealpha=0.92, edgecolor="#CCCCCC", borderpad=0.5)
 
 
-def _draw_errors(ax: Axes, data: ChartData) -> None:
-    _panel_title(ax, f"Error lines per {_per_bucket(data)} · top workloads")
+def _draw_errors(ax: Axes, data: ChartData, said: str = "") -> None:
+    if said:
+        # The title is lifted by the lines of small text that sit between it and the plot; they are kept out of the
+        # layout (wrapped to the panel's width instead), which would otherwise narrow every panel to fit them.
+        lines = for_matplotlib(said, width=_SAID_WIDTH, max_lines=2)
+        ax.set_title(
+            f"Error lines per {_per_bucket(data)} · top workloads",
+            loc="left",
+            fontsize=_PANEL_TITLE_PT,
+            fontweight="bold",
+            color=_TEXT_COLOUR,
+            pad=10 + _SAID_PT * 1.35 * (lines.count("\n") + 1),
+        )
+        note = ax.annotate(
+            lines,
+            xy=(0, 1),
+            xycoords="axes fraction",
+            xytext=(0, 5),
+            textcoords="offset points",
+            ha="left",
+            va="bottom",
+            fontsize=_SAID_PT,
+            color=_TEXT_COLOUR,
+        )
+        note.set_in_layout(False)
+    else:
+        _panel_title(ax, f"Error lines per {_per_bucket(data)} · top workloads")
     panel = data.errors
     if panel is None:
         _message(ax, f"not available: {data.errors_reason}")
@@ -440,21 +472,26 @@ def _time_axis(ax: Axes, data: ChartData) -> None:
 PANEL_SOURCES = (("logs",), ("access logs", "Istio metrics"), ("node_exporter",))
 
 
-def render_chart(data: ChartData, path: Path, title: str, unseen: Sequence[tuple[float, float, str]] = ()) -> None:
+def render_chart(
+    data: ChartData, path: Path, title: str, unseen: Sequence[tuple[float, float, str]] = (), said: str = ""
+) -> None:
     """Draw the three panels into a PNG at ``path`` (1080 × 1350 px), titled ``title``.
 
     ``unseen`` are the spans (unix seconds) the digest's coverage could not vouch for, with the source that missed
     them: each panel shades those of its own sources (`PANEL_SOURCES`), so a quiet stretch of a line is never read
-    as a calm one. A long title (the headline's unseen parts) is wrapped.
+    as a calm one. A long title (the headline's unseen parts) is wrapped. ``said`` (what the worst workload's errors
+    said) is written under the error panel's title.
     """
-    figure = chart_figure(data, title, unseen)
+    figure = chart_figure(data, title, unseen, said)
     try:
         figure.savefig(path, format="png", dpi=_DPI)
     finally:
         figure.clear()  # drop every artist now rather than at the next garbage collection
 
 
-def chart_figure(data: ChartData, title: str, unseen: Sequence[tuple[float, float, str]] = ()) -> Figure:
+def chart_figure(
+    data: ChartData, title: str, unseen: Sequence[tuple[float, float, str]] = (), said: str = ""
+) -> Figure:
     """The chart's figure on an Agg canvas, drawn but not saved (`render_chart` saves it; tests inspect it)."""
     # Constrained layout (matplotlib's successor of tight_layout) fits titles, legends and tick labels.
     layout = ConstrainedLayoutEngine(h_pad=0.1, hspace=0.07, w_pad=0.08)
@@ -468,7 +505,7 @@ def chart_figure(data: ChartData, title: str, unseen: Sequence[tuple[float, floa
             ax.tick_params(axis="x", which="major", length=6, width=1.2)
         for ax, sources in zip(axes, PANEL_SOURCES, strict=True):
             _shade_unseen(ax, data, [(first, last) for first, last, source in unseen if source in sources])
-        _draw_errors(axes[0], data)
+        _draw_errors(axes[0], data, said)
         _draw_flags(axes[1], data)
         _draw_conntrack(axes[2], data)
         _time_axis(axes[2], data)

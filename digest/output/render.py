@@ -15,7 +15,7 @@ characters written as ``\uXXXX`` escapes (`digest.output.safe_text.escape_json`)
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ from checks.contract import Coverage, Finding, Status, fmt_int, fmt_percent, rfc
 from checks.coverage import PARTIAL, phrases
 from digest.output.safe_text import escape_json, finalize
 from digest.pipeline.score import Digest, DigestStatus
+from digest.pipeline.week import DayResult, Week, format_value, series_line
 
 if TYPE_CHECKING:
     import jinja2
@@ -60,6 +61,16 @@ class Renderer:
             # Readable UTF-8, except the characters that could deceive a reader or a terminal: \uXXXX escapes.
             return escape_json(json.dumps(to_json(digest), ensure_ascii=False, indent=2))
         return self._template(fmt).render(**_context(digest)).strip() + "\n"
+
+    def render_week(self, week: Week, fmt: str) -> str:
+        """The week at a glance in ``fmt`` (text, html or json)."""
+        if fmt == "json":
+            return escape_json(json.dumps(week_json(week), ensure_ascii=False, indent=2))
+        key = f"week-{fmt}"
+        if key not in self._templates:
+            html = fmt == "html"
+            self._templates[key] = _environment(autoescape=html).get_template("week.html.j2" if html else "week.txt.j2")
+        return self._templates[key].render(**_week_context(week)).strip() + "\n"
 
     def preload(self, *formats: str) -> Renderer:
         """Compile the templates of ``formats`` now, so that a long-running service fails at start, not at noon."""
@@ -141,8 +152,60 @@ def _context(digest: Digest) -> dict[str, Any]:
         "score_note": _score_note(digest),
         "excused": excused(digest),
         "said": _said(digest),
-        "said_notes": [finding.signatures_note for finding in digest.findings if finding.signatures_note],
+        "said_notes": [finding.signatures_note for finding in digest.findings if finding.signatures_note]
+        + list(digest.novelty.notes if digest.novelty else ()),
+        "gone": _gone(digest),
+        "compared": _compared(digest),
     }
+
+
+def _compared(digest: Digest) -> str:
+    """What "new today" was compared with, said once under the signatures when one of them is marked."""
+    novelty = digest.novelty
+    if novelty is None or not novelty.new:
+        return ""
+    days = "the previous day" if novelty.compared == 1 else f"the {novelty.compared} previous days"
+    return f"new today: not written on {days} whose logs were seen whole"
+
+
+def _gone(digest: Digest) -> list[dict[str, str]]:
+    """Yesterday's dominant signatures that today's logs no longer hold."""
+    if digest.novelty is None:
+        return []
+    return [
+        {
+            "workload": f"{one.labels.get('namespace', '')}/{one.labels.get('workload', '')}",
+            "numbers": f"{fmt_int(one.lines)} ({fmt_percent(one.share)}) yesterday",
+            "text": one.text,
+        }
+        for one in digest.novelty.gone
+    ]
+
+
+def most_said(digest: Digest) -> str:
+    """The top signature of the worst workload, in one line for the chart ("" when no signature was shown).
+
+    "Most said: feeds/feed-aggregator · 92 % of its errors · new today · ERROR feeds.ws relay: connect …".
+    """
+    for finding in digest.findings:
+        for workload in finding.signatures:
+            if not workload.signatures:
+                continue
+            top = workload.signatures[0]
+            name = f"{workload.labels.get('namespace', '')}/{workload.labels.get('workload', '')}"
+            new = " · new today" if new_today(digest, top.key) else ""
+            return f"Most said: {name} · {fmt_percent(top.share)} of its errors{new} · {top.text}"
+    return ""
+
+
+def new_today(digest: Digest, key: str) -> bool | None:
+    """Whether a shown signature is new today: True, False (written on an earlier day), None (could not tell)."""
+    novelty = digest.novelty
+    if novelty is None or not key:
+        return None
+    if key in novelty.new:
+        return True
+    return False if key in novelty.seen else None
 
 
 def _said(digest: Digest) -> list[dict[str, Any]]:
@@ -171,6 +234,7 @@ def _said(digest: Digest) -> list[dict[str, Any]]:
                         {
                             "numbers": f"{fmt_int(one.lines)} ({fmt_percent(one.share)}) "
                             f"{when(one.first)}–{when(one.last)}",
+                            "new": new_today(digest, one.key) is True,
                             "text": one.text,
                             "example": one.example if one.example is not None and one.example != one.text else None,
                         }
@@ -179,6 +243,22 @@ def _said(digest: Digest) -> list[dict[str, Any]]:
                 }
             )
     return said
+
+
+def novelty_json(digest: Digest) -> dict[str, Any] | None:
+    """New today and gone since yesterday, for machines: null when there were no signatures to judge."""
+    novelty = digest.novelty
+    if novelty is None:
+        return None
+    return {
+        "compared_days": novelty.compared,
+        "new_today": sorted(novelty.new),
+        "gone_since_yesterday": [
+            {"labels": dict(one.labels), "text": one.text, "lines": one.lines, "share": one.share}
+            for one in novelty.gone
+        ],
+        "notes": list(novelty.notes),
+    }
 
 
 def _blind(finding: Finding, verb: str) -> tuple[str, str, str]:
@@ -311,6 +391,8 @@ def to_json(digest: Digest) -> dict[str, Any]:
                                 "first": rfc3339(datetime.fromtimestamp(one.first, tz=UTC)),
                                 "last": rfc3339(datetime.fromtimestamp(one.last, tz=UTC)),
                                 "example": one.example,
+                                "key": one.key or None,
+                                "new_today": new_today(digest, one.key),
                             }
                             for one in workload.signatures
                         ],
@@ -331,9 +413,129 @@ def to_json(digest: Digest) -> dict[str, Any]:
         "not_checked": [finding.name for finding in (*digest.unknown, *digest.unexplained)],
         "explanations": [{"rule": e.rule, "cause": e.cause, "text": e.text} for e in digest.explanations],
         "trends": list(digest.trends),
+        "novelty": novelty_json(digest),
         "disabled": list(digest.disabled),
         "caps": [
             {"checks": list(cap.checks), "max_penalty": cap.max_penalty, "raw_penalty": cap.raw_penalty}
             for cap in digest.caps
         ],
+    }
+
+
+# The week at a glance ------------------------------------------------------------------------------------------------
+
+
+def _weekday(day: DayResult | date) -> str:
+    moment = day.day if isinstance(day, DayResult) else day
+    return f"{moment:%a}"
+
+
+def _grade(day: DayResult) -> str:
+    return f"{day.status.value} {day.score}/{day.max_score}" if day.scored else "UNKNOWN"
+
+
+def week_headline(week: Week) -> str:
+    """``CRITICAL · homelab · week 2026-W33 (08-10 – 08-16) · worst 8/10 on Sun``, then the days not graded."""
+    first, last = week.days[0].day, week.days[-1].day
+    line = f"{week.status.value} · {week.cluster} · week {week.label} ({first:%m-%d} – {last:%m-%d})"
+    worst = week.worst
+    if worst is not None:
+        line += f" · worst {worst.score}/{worst.max_score} on {_weekday(worst)}"
+    blind = [day for day in week.days if not day.scored]
+    if blind:
+        line += f" · {len(blind)} day{'' if len(blind) == 1 else 's'} not graded"
+    return line
+
+
+def _days_list(days: tuple[date, ...]) -> str:
+    return ", ".join(_weekday(day) for day in days)
+
+
+def _week_context(week: Week) -> dict[str, Any]:
+    worst = week.worst
+    unseen: dict[tuple[str, tuple[date, ...]], list[str]] = {}
+    for name, kind, days in week.unseen:
+        unseen.setdefault((kind, days), []).append(name)
+    return {
+        "headline": week_headline(week),
+        "sparkline": week.sparkline,
+        "scores": " · ".join(f"{_weekday(day)} {day.score if day.scored else '?'}" for day in week.days),
+        "worst": None
+        if worst is None
+        else {"day": f"{_weekday(worst)} {worst.day:%m-%d}", "grade": _grade(worst), "why": worst.why},
+        "series": [
+            {
+                "name": name,
+                "line": series_line(values),
+                "days": " · ".join(
+                    f"{_weekday(day)} {format_value(key, value)}"
+                    for day, value in zip(week.days, values, strict=True)
+                    if value is not None
+                ),
+            }
+            for name, key, values in (
+                ("Error lines of the worst workload", "error_lines", [day.error_lines for day in week.days]),
+                ("Conntrack peak", "conntrack", [day.conntrack for day in week.days]),
+            )
+        ],
+        "blind": _days_list(week.blind_days),
+        "unseen": [
+            {"kind": kind, "days": _days_list(days), "checks": ", ".join(names)}
+            for (kind, days), names in unseen.items()
+        ],
+        "recurring": [
+            {
+                "workload": one.workload,
+                "text": one.text,
+                "days": f"{len(one.days)} days ({_days_list(one.days)})",
+                "lines": fmt_int(one.lines),
+            }
+            for one in week.recurring
+        ],
+        "stored": week.stored,
+    }
+
+
+def week_json(week: Week) -> dict[str, Any]:
+    """The week for machines: each day as its digest graded it, and what the week says about them."""
+    worst = week.worst
+    return {
+        "cluster": week.cluster,
+        "week": week.label,
+        "status": week.status.value,
+        "headline": week_headline(week),
+        "sparkline": week.sparkline,
+        "worst_day": None if worst is None else worst.day.isoformat(),
+        "days": [
+            {
+                "date": day.day.isoformat(),
+                "status": day.status.value,
+                "score": day.score if day.scored else None,
+                "max_score": day.max_score,
+                "why": day.why,
+                "unseen": [{"check": name, "how": kind} for name, kind in day.unseen],
+                "error_lines": day.error_lines,
+                "conntrack": day.conntrack,
+                "blind": day.blind,
+                "signatures": [
+                    {"key": one.key, "workload": one.workload, "text": one.text, "lines": one.lines}
+                    for one in day.signatures
+                ],
+            }
+            for day in week.days
+        ],
+        "blind_days": [day.isoformat() for day in week.blind_days],
+        "unseen": [
+            {"check": name, "how": kind, "days": [day.isoformat() for day in days]} for name, kind, days in week.unseen
+        ],
+        "recurring": [
+            {
+                "workload": one.workload,
+                "text": one.text,
+                "days": [day.isoformat() for day in one.days],
+                "lines": one.lines,
+            }
+            for one in week.recurring
+        ],
+        "stored_days": week.stored,
     }

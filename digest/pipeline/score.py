@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from checks.contract import Finding, Status, Window
 from digest.pipeline.explain import Explanation, explain
+from digest.pipeline.novelty import Novelty
 from digest.pipeline.policy import Policy
 
 
@@ -51,6 +52,7 @@ class Digest:
     graded_names: frozenset[str] = frozenset()
     explanations: tuple[Explanation, ...] = ()
     trends: tuple[str, ...] = ()
+    novelty: Novelty | None = None  # which error signatures are new today, which are gone since yesterday
 
     def is_graded(self, finding: Finding) -> bool:
         """Whether ``finding`` comes from a check that can cost points (and so gates the grade)."""

@@ -527,11 +527,44 @@ CREATE TABLE IF NOT EXISTS graded_history (
     stored_at     REAL NOT NULL,
     PRIMARY KEY (cluster, policy, window_start, window_end)
 );
+-- Each workload's error signatures per window, as hashes (never log text): what "new today" compares with.
+CREATE TABLE IF NOT EXISTS signature_history (
+    cluster       TEXT NOT NULL,
+    policy        TEXT NOT NULL,
+    namespace     TEXT NOT NULL,
+    workload      TEXT NOT NULL,
+    window_start  REAL NOT NULL,
+    window_end    REAL NOT NULL,
+    keys          TEXT NOT NULL,
+    stored_at     REAL NOT NULL,
+    PRIMARY KEY (cluster, policy, namespace, workload, window_start, window_end)
+);
+-- One calendar day's digest as the week reads it (grade, why, unseen checks, values, signatures' shapes).
+CREATE TABLE IF NOT EXISTS day_results (
+    cluster       TEXT NOT NULL,
+    policy        TEXT NOT NULL,
+    window_start  REAL NOT NULL,
+    window_end    REAL NOT NULL,
+    result        TEXT NOT NULL,
+    stored_at     REAL NOT NULL,
+    PRIMARY KEY (cluster, policy, window_start, window_end)
+);
 """
 
 
+# The key columns of each history table, in the order its methods pass them.
+_KEYS = {
+    "graded_history": ("cluster", "policy", "window_start", "window_end"),
+    "signature_history": ("cluster", "policy", "namespace", "workload", "window_start", "window_end"),
+    "day_results": ("cluster", "policy", "window_start", "window_end"),
+}
+
+
 class HistoryStore:
-    """The graded findings of past windows, so that a daily digest does not query its last seven days again.
+    """Past windows' graded findings and signature keys, so a daily digest does not query its last seven days again.
+
+    Each workload's error signatures per window are kept as hashes, for "new today"; each calendar day's digest as the
+    week reads it, for the weekly digest.
 
     Keyed by cluster, a fingerprint of the graded checks' policy (a changed threshold or rule recomputes) and the
     window's bounds. The payload is opaque JSON written by `digest.pipeline.trends`. Every SQLite error is a
@@ -548,28 +581,63 @@ class HistoryStore:
 
     def load(self, cluster: str, policy: str, start: float, end: float) -> str | None:
         """The stored payload of that window, or None."""
+        return self._one("graded_history", "findings", (cluster, policy, start, end))
+
+    def save(self, cluster: str, policy: str, start: float, end: float, payload: str, now: float | None = None) -> None:
+        """Store (or replace) the payload of that window."""
+        self._replace("graded_history", (cluster, policy, start, end, payload), now)
+
+    def load_shapes(
+        self, cluster: str, policy: str, namespace: str, workload: str, start: float, end: float
+    ) -> str | None:
+        """The stored signature keys of one workload in that window (opaque JSON), or None."""
+        return self._one("signature_history", "keys", (cluster, policy, namespace, workload, start, end))
+
+    def save_shapes(
+        self,
+        cluster: str,
+        policy: str,
+        namespace: str,
+        workload: str,
+        start: float,
+        end: float,
+        payload: str,
+        now: float | None = None,
+    ) -> None:
+        """Store (or replace) one workload's signature keys in that window."""
+        self._replace("signature_history", (cluster, policy, namespace, workload, start, end, payload), now)
+
+    def load_day(self, cluster: str, policy: str, start: float, end: float) -> str | None:
+        """The stored result of one calendar day's digest (opaque JSON), or None."""
+        return self._one("day_results", "result", (cluster, policy, start, end))
+
+    def save_day(
+        self, cluster: str, policy: str, start: float, end: float, result: str, now: float | None = None
+    ) -> None:
+        """Store (or replace) the result of one calendar day's digest."""
+        self._replace("day_results", (cluster, policy, start, end, result), now)
+
+    def _one(self, table: str, column: str, key: tuple[str | float, ...]) -> str | None:
+        """``column`` of the row of ``table`` whose key columns (all but the last two) equal ``key``, or None."""
+        names = _KEYS[table]
+        where = " AND ".join(f"{name} = ?" for name in names)
         try:
-            row = self._connection.execute(
-                "SELECT findings FROM graded_history WHERE cluster = ? AND policy = ? AND window_start = ? "
-                "AND window_end = ?",
-                (cluster, policy, start, end),
-            ).fetchone()
+            row = self._connection.execute(f"SELECT {column} FROM {table} WHERE {where}", key).fetchone()  # noqa: S608  # names are ours, values bound
         except sqlite3.Error as exc:
             raise _state_error(self._path, exc) from None
         return None if row is None else str(row[0])
 
-    def save(self, cluster: str, policy: str, start: float, end: float, payload: str, now: float | None = None) -> None:
-        """Store (or replace) the payload of that window."""
+    def _replace(self, table: str, values: tuple[str | float, ...], now: float | None) -> None:
+        """Insert or replace a row of ``table`` (its stored_at is ``now``), and drop the rows past the retention."""
         try:
             moment = time.time() if now is None else now
+            marks = ", ".join("?" * (len(values) + 1))
             with self._connection:
                 self._connection.execute("BEGIN IMMEDIATE")
+                self._connection.execute(f"INSERT OR REPLACE INTO {table} VALUES ({marks})", (*values, moment))  # noqa: S608  # table is ours, values bound
                 self._connection.execute(
-                    "INSERT OR REPLACE INTO graded_history VALUES (?, ?, ?, ?, ?, ?)",
-                    (cluster, policy, start, end, payload, moment),
-                )
-                self._connection.execute(
-                    "DELETE FROM graded_history WHERE stored_at < ?", (moment - _HISTORY_DAYS * 86_400,)
+                    f"DELETE FROM {table} WHERE stored_at < ?",  # noqa: S608  # table is ours
+                    (moment - _HISTORY_DAYS * 86_400,),
                 )
         except sqlite3.Error as exc:
             raise _state_error(self._path, exc) from None

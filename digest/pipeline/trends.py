@@ -24,11 +24,13 @@ import statistics
 from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta
 
-from checks.contract import Finding, Sources, Status, Window, fmt_int
+from checks.contract import Finding, Signature, Sources, Status, Window, WorkloadSignatures, fmt_int
 from digest.pipeline.collect import Collected, build_checks, collect
+from digest.pipeline.novelty import ShapeHistory
 from digest.pipeline.policy import CHECK_POLICIES, Policy
 from digest.pipeline.score import Digest, DigestStatus, grade
 from digest.pipeline.state import HistoryStore, StateError
+from digest.pipeline.week import DayResult, complete, day_result, decode_day, encode_day
 from digest.pipeline.window import WindowError, day_window
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,39 @@ class History:
         self._store = store
         self._cluster = cluster
         self._fingerprint = policy_fingerprint(policy) if policy is not None else ""
+        # The workloads' error signatures per window, kept beside their findings for "new today".
+        self.shapes = ShapeHistory(store, cluster, self._fingerprint)
+        # A day's whole digest depends on the whole policy, not only on the graded checks'.
+        self._day_fingerprint = hashlib.sha256(repr(policy).encode()).hexdigest()[:16] if policy is not None else ""
+
+    def stored_day(self, window: Window) -> DayResult | None:
+        """The week's summary of this calendar day, if an earlier digest of it stored one."""
+        if self._store is None:
+            return None
+        try:
+            payload = self._store.load_day(
+                self._cluster, self._day_fingerprint, window.start.timestamp(), window.end.timestamp()
+            )
+            return None if payload is None else decode_day(payload)
+        except (StateError, ValueError, KeyError, TypeError) as exc:
+            self._give_up(exc)
+            return None
+
+    def keep_day(self, window: Window, digest: Digest) -> None:
+        """Store the week's summary of a calendar day's digest, when the day was seen whole (else it is asked again)."""
+        if self._store is None or len(window.label) != 10 or not complete(digest):
+            return
+        try:
+            day = date.fromisoformat(window.label)
+            self._store.save_day(
+                self._cluster,
+                self._day_fingerprint,
+                window.start.timestamp(),
+                window.end.timestamp(),
+                encode_day(day_result(day, digest)),
+            )
+        except (StateError, ValueError) as exc:
+            self._give_up(exc)
 
     def offer(self, window: Window, graded: Awaitable[Collected]) -> None:
         """Make ``graded`` (the graded findings of ``window``, being computed anyway) available to later days."""
@@ -143,14 +178,32 @@ def policy_fingerprint(policy: Policy) -> str:
 
 def _encode(collected: Collected) -> str:
     findings = [
-        {"name": finding.name, "status": finding.status.value, "penalty": finding.penalty, "value": finding.value}
+        {
+            "name": finding.name,
+            "status": finding.status.value,
+            "penalty": finding.penalty,
+            "value": finding.value,
+            # The top signatures (their redacted shapes, never an example line): "gone since yesterday" reads them.
+            "signatures": [
+                {
+                    "labels": dict(workload.labels),
+                    "distinct": workload.distinct,
+                    "capped": workload.capped,
+                    "top": [
+                        {"key": one.key, "text": one.text, "lines": one.lines, "share": one.share}
+                        for one in workload.signatures
+                    ],
+                }
+                for workload in finding.signatures
+            ],
+        }
         for finding in collected.findings
     ]
     return json.dumps({"findings": findings, "disabled": list(collected.disabled)})
 
 
 def _decode(payload: str) -> Collected:
-    """Findings as trends and grading need them: status, penalty and value (the wording is not kept)."""
+    """Findings as trends and grading need them: status, penalty, value and the top signatures (no wording)."""
     raw = json.loads(payload)
     findings = tuple(
         Finding(
@@ -159,10 +212,39 @@ def _decode(payload: str) -> Collected:
             penalty=int(item["penalty"]),
             value=None if item["value"] is None else float(item["value"]),
             summary="(stored by an earlier digest)",
+            signatures=tuple(_decode_signatures(item.get("signatures", []))),
         )
         for item in raw["findings"]
     )
     return Collected(findings=findings, disabled=tuple(str(name) for name in raw["disabled"]))
+
+
+def _decode_signatures(raw: list[dict[str, object]]) -> list[WorkloadSignatures]:
+    said = []
+    for workload in raw:
+        labels = workload["labels"]
+        top = workload["top"]
+        if not isinstance(labels, dict) or not isinstance(top, list):
+            raise TypeError("stored signatures are not digest's")
+        said.append(
+            WorkloadSignatures(
+                labels={str(name): str(value) for name, value in labels.items()},
+                signatures=tuple(
+                    Signature(
+                        text=str(one["text"]),
+                        lines=float(one["lines"]),
+                        share=float(one["share"]),
+                        first=0.0,
+                        last=0.0,
+                        key=str(one["key"]),
+                    )
+                    for one in top
+                ),
+                distinct=int(str(workload["distinct"])),
+                capped=bool(workload["capped"]),
+            )
+        )
+    return said
 
 
 def graded_only(collected: Collected, policy: Policy) -> Collected:

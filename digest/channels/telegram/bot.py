@@ -1,7 +1,8 @@
 """The Telegram bot `digest serve` runs: the noon digest exactly once, `/digest` on demand, `/status`, `/help`.
 
-One python-telegram-bot Application; its JobQueue (APScheduler 3 inside, no second scheduler) runs `post_due` at
-``DIGEST_POST_AT`` in ``DIGEST_TIMEZONE``, once at start-up and every few minutes. `post_due` is idempotent: it
+One python-telegram-bot Application; its JobQueue (APScheduler 3 inside, no second scheduler) runs `post_due` (and
+`post_week_due`, the week at a glance on ``DIGEST_WEEKLY_POST``'s day) at ``DIGEST_POST_AT`` in ``DIGEST_TIMEZONE``,
+once at start-up and every few minutes. `post_due` is idempotent: it
 posts the digest of the most recent scheduled moment to every chat that has not had it, if that moment is within
 the grace period — so the noon post, the late post after downtime, the retry of a failed delivery and a restart at
 12:01 are one code path, and the SQLite claim makes a second instance harmless.
@@ -44,17 +45,22 @@ from digest.channels.channel import Outcome, Photo, PostResult
 from digest.channels.telegram.allowance import CommandAllowance
 from digest.channels.telegram.sender import BotApiRequest, ChatId, Poster, Sender, recipient
 from digest.pipeline.state import DeliveryState, StateError
+from digest.pipeline.week import iso_week, last_complete_week, parse_iso_week, week_days
 from digest.pipeline.window import WindowError, as_asked, day_window, last_window, parse_date, parse_duration
 
 log = logging.getLogger(__name__)
 
-USAGE = "Usage: /digest [YYYY-MM-DD | yesterday | 6h] — a day, or the last hours (up to 7d); no argument: last 24h."
+USAGE = (
+    "Usage: /digest [YYYY-MM-DD | yesterday | 6h | week [YYYY-Www]] — a day, the last hours (up to 7d) or a week at a "
+    "glance; no argument: last 24h."
+)
 HELP = (
     "I post the cluster's health digest every day and answer:\n"
     "/digest — the last 24 h\n"
     "/digest 2026-07-20 — that calendar day\n"
     "/digest yesterday — yesterday\n"
     "/digest 6h — the last 6 hours (up to 7d)\n"
+    "/digest week — last week at a glance (or /digest week 2026-W33)\n"
     "/status — last posts, failures, sources, next post\n"
     "/help — this message"
 )
@@ -82,6 +88,7 @@ class BotSettings:
     post_at: str  # "HH:MM", local to ``zone``
     late_grace_hours: float
     chat_ids: tuple[ChatId, ...]
+    weekly_on: int | None = None  # the weekday (Monday 0) of the weekly post at ``post_at``; None: no weekly post
     admin_ids: frozenset[int] = frozenset()
     command_burst: int = 3
     command_burst_window_seconds: float = 60.0
@@ -100,6 +107,10 @@ class Digests(Protocol):
     async def html(self, window: Window) -> str: ...
 
     async def photo(self, window: Window) -> Photo | None: ...
+
+    async def week_html(self, year: int, week: int) -> str: ...
+
+    async def week_photo(self, year: int, week: int) -> Photo | None: ...
 
 
 class BotHooks(Protocol):
@@ -148,6 +159,23 @@ def utc_now() -> datetime:
 def daily_key(moment: datetime, zone: ZoneInfo) -> str:
     """The delivery key of the scheduled post at ``moment``: one per local calendar day."""
     return f"daily:{moment.astimezone(zone).date().isoformat()}"
+
+
+def weekly_key(year: int, week: int) -> str:
+    """The delivery key of the week at a glance: one per ISO week."""
+    return f"weekly:{iso_week(year, week)}"
+
+
+def parse_week_arguments(arguments: list[str], now: datetime, zone: ZoneInfo) -> tuple[int, int]:
+    """The ISO week `/digest week [YYYY-Www]` asks for (by default the last complete one), if it is over."""
+    if len(arguments) > 1:
+        raise WindowError("one week at most")
+    today = now.astimezone(zone).date()
+    year, week = parse_iso_week(arguments[0]) if arguments else last_complete_week(today)
+    last = week_days(year, week)[-1]
+    if last >= today:
+        raise WindowError(f"week {iso_week(year, week)} is not over yet: its last day is {last}")
+    return year, week
 
 
 def last_scheduled(now: datetime, settings: BotSettings) -> datetime:
@@ -230,8 +258,13 @@ class DigestBot:
         chat = update.effective_chat
         if message is None or chat is None:
             return
+        arguments = list(context.args or [])
+        weekly = bool(arguments) and arguments[0].strip().lower() == "week"
         try:
-            window = parse_digest_arguments(list(context.args or []), self.clock(), self.settings.zone)
+            if weekly:
+                asked: Window | tuple[int, int] = parse_week_arguments(arguments[1:], self.clock(), self.settings.zone)
+            else:
+                asked = parse_digest_arguments(arguments, self.clock(), self.settings.zone)
         except WindowError as exc:
             await message.reply_text(f"{exc}. {USAGE}")
             return
@@ -244,7 +277,7 @@ class DigestBot:
             )
             return
         if delay <= 0:
-            await self._answer(chat.id, window)
+            await self._answer(chat.id, asked)
             return
         await message.reply_text(
             f"{allowance.burst} digests per {allowance.window_seconds:g} s is this chat's limit: "
@@ -252,7 +285,7 @@ class DigestBot:
         )
         # Not the handler's own task: python-telegram-bot waits for handlers at stop, and a queued digest must not
         # hold up a shutdown; `cancel_queued` ends these instead.
-        task = asyncio.create_task(self._answer_later(chat.id, window, delay))
+        task = asyncio.create_task(self._answer_later(chat.id, asked, delay))
         self._queued.add(task)
         task.add_done_callback(self._queued.discard)
 
@@ -265,16 +298,22 @@ class DigestBot:
             )
         return self.allowance
 
-    async def _answer_later(self, chat_id: int, window: Window, delay: float) -> None:
+    async def _answer_later(self, chat_id: int, asked: Window | tuple[int, int], delay: float) -> None:
         await self._allowance.sleep(delay)
-        await self._answer(chat_id, window)
+        await self._answer(chat_id, asked)
 
-    async def _answer(self, chat_id: int, window: Window) -> None:
-        """Compute (or join) the digest of ``window`` and send it, then its chart, to ``chat_id``."""
+    async def _answer(self, chat_id: int, asked: Window | tuple[int, int]) -> None:
+        """Compute (or join) the digest of a window or a week and send it, then its chart, to ``chat_id``."""
         try:
-            html = await self.digests.html(window)
+            if isinstance(asked, Window):
+                html = await self.digests.html(asked)
+            else:
+                html = await self.digests.week_html(*asked)
             final_chat, _ = await self._poster.sender.send(chat_id, html)
-            photo = await self.digests.photo(window)
+            if isinstance(asked, Window):
+                photo = await self.digests.photo(asked)
+            else:
+                photo = await self.digests.week_photo(*asked)
             if photo is not None:
                 await self._poster.sender.send_photo(final_chat, photo)
         except Exception as exc:  # a failed answer is logged; the user sees nothing to retry on
@@ -322,22 +361,61 @@ class DigestBot:
         late = now - moment > _LATE_AFTER
         window = last_window(timedelta(hours=24), moment, self.settings.zone)
         key = daily_key(moment, self.settings.zone)
+        results = await self._post_everywhere(
+            key, lambda: self.digests.html(window), lambda: self.digests.photo(window), late
+        )
+        for chat_id, result in zip(self.settings.chat_ids, results, strict=True):
+            self.last_results[chat_id] = result
+        if any(result.outcome is Outcome.SENT for result in results):
+            await self.hooks.delivered()
+        return results
+
+    async def post_all_due(self, _context: Any = None) -> None:
+        """The scheduled job: the daily post, then (on its day) the weekly one; each is exactly once."""
+        await self.post_due()
+        await self.post_week_due()
+
+    async def post_week_due(self, _context: Any = None) -> list[PostResult]:
+        """On the weekly post's day, post the last complete week at a glance to every chat that has not had it.
+
+        The same exactly-once path as the daily post (claim, parts, retries), keyed by the ISO week, within the same
+        grace after the scheduled moment; nothing on other days or when the weekly post is off.
+        """
+        if self.settings.weekly_on is None:
+            return []
+        now = self.clock()
+        moment = last_scheduled(now, self.settings)
+        local = moment.astimezone(self.settings.zone)
+        if local.weekday() != self.settings.weekly_on or now - moment > timedelta(hours=self.settings.late_grace_hours):
+            return []
+        late = now - moment > _LATE_AFTER
+        year, week = last_complete_week(local.date())
+        return await self._post_everywhere(
+            weekly_key(year, week),
+            lambda: self.digests.week_html(year, week),
+            lambda: self.digests.week_photo(year, week),
+            late,
+        )
+
+    async def _post_everywhere(
+        self,
+        key: str,
+        html: Callable[[], Awaitable[str]],
+        photo: Callable[[], Awaitable[Photo | None]],
+        late: bool,
+    ) -> list[PostResult]:
+        """Post ``key`` once to every chat (claim, parts, retries), each outcome logged and handed to the hooks."""
         results: list[PostResult] = []
         for chat_id in self.settings.chat_ids:
             try:
-                result = await self._poster.post_once(
-                    chat_id, key, lambda: self.digests.html(window), late=late, photo=lambda: self.digests.photo(window)
-                )
+                result = await self._poster.post_once(chat_id, key, html, late=late, photo=photo)
             except StateError as exc:
                 log.error("cannot post %s to chat %s: %s", key, chat_id, exc)
                 result = PostResult(Outcome.FAILED, recipient(chat_id), error=str(exc))
             if result.outcome is not Outcome.ALREADY_SENT:
                 log.info("post %s to chat %s: %s%s", key, chat_id, result.outcome.value, " (late)" if late else "")
             self.hooks.posted(chat_id, result)
-            self.last_results[chat_id] = result
             results.append(result)
-        if any(result.outcome is Outcome.SENT for result in results):
-            await self.hooks.delivered()
         return results
 
     def next_post(self, now: datetime) -> datetime:
@@ -404,9 +482,9 @@ def build_application(bot: DigestBot, token: str) -> Application[Any, Any, Any, 
         raise RuntimeError("python-telegram-bot was installed without its job-queue extra")
     # APScheduler drops a run that starts more than 1 s late by default; a late post is still owed, so never drop.
     late_ok = {"misfire_grace_time": None, "coalesce": True}
-    job_queue.run_daily(_job(bot.post_due), time=settings.post_time, name="daily-digest", job_kwargs=late_ok)
+    job_queue.run_daily(_job(bot.post_all_due), time=settings.post_time, name="daily-digest", job_kwargs=late_ok)
     job_queue.run_repeating(
-        _job(bot.post_due),
+        _job(bot.post_all_due),
         interval=_RECHECK_EVERY_SECONDS,
         first=_FIRST_CHECK_SECONDS,
         name="due-digest",

@@ -1,0 +1,224 @@
+"""New today and gone since yesterday, judged against a real VictoriaLogs holding a workload's earlier days.
+
+Five days are ingested: the 10th has no log at all (its logs are gone), the 11th holds another workload's lines
+only, the 12th the relay's certificate error and a few connect timeouts, the 13th (yesterday) the certificate error
+alone, the 14th (today) the connect timeouts and a new disk error. Today's disk error is new, the connect timeout
+is not (written on the 12th) and the certificate error is gone since yesterday; the day without logs is never read
+as "no such error", and a history without any day seen whole marks nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from checks.contract import Finding, SourceError, SourceErrorKind, Sources, Status, Window
+from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from checks.log_questions import CountRow, LineCount, PeakCount, ShapeCount, Shapes
+from digest.backends.http import Endpoint
+from digest.backends.prometheus import PrometheusSource
+from digest.backends.victorialogs import VictoriaLogsSource
+from digest.pipeline.novelty import Novelty, ShapeHistory, judge
+from digest.pipeline.state import HistoryStore
+from digest.pipeline.trends import earlier_windows
+from digest.pipeline.window import day_window
+from testbed.embedded import EmbeddedBackends
+
+UTC_ZONE = ZoneInfo("UTC")
+TODAY = date(2026, 3, 14)
+NAMESPACE = "feeds"
+POD = "relay-6c8d9f7b5-q2w4x"
+CERT = "ERROR relay: certificate has expired"
+TIMEOUT = "ERROR relay: connect ETIMEDOUT 203.0.113.{i}:443"
+DISK = "ERROR relay: disk full on /var/spool/{i}"
+# day → (message template, lines, pod); every day but the 10th also gets an info line per hour from a quiet pod.
+DAYS: dict[date, tuple[tuple[str, int, str], ...]] = {
+    date(2026, 3, 11): (),
+    date(2026, 3, 12): ((CERT, 50, POD), (TIMEOUT, 5, POD)),
+    date(2026, 3, 13): ((CERT, 300, POD),),
+    TODAY: ((TIMEOUT, 500, POD), (DISK, 100, POD)),
+}
+POLICY = ErrorLinesPolicy(signature_min_lines=10)
+
+
+def _record(moment: datetime, message: str, pod: str, level: str) -> bytes:
+    record = {
+        "timestamp": moment.isoformat().replace("+00:00", "Z"),
+        "message": message,
+        "level": level,
+        "kubernetes.pod_namespace": NAMESPACE,
+        "kubernetes.pod_name": pod,
+        "kubernetes.container_name": "app",
+        "stream": "stderr",
+    }
+    return (json.dumps(record) + "\n").encode()
+
+
+def _records() -> Iterator[bytes]:
+    for day, shapes in DAYS.items():
+        start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        for hour in range(24):
+            yield _record(start + timedelta(hours=hour), "GET /healthz 200", "quiet-0", "info")
+        for template, lines, pod in shapes:
+            for index in range(lines):
+                moment = start + timedelta(seconds=3_600 + index * 60)
+                yield _record(moment, template.format(i=index % 200), pod, "error")
+
+
+def _count() -> int:
+    return sum(24 + sum(lines for _, lines, _ in shapes) for shapes in DAYS.values())
+
+
+@pytest.fixture(scope="module")
+def history_backends() -> Iterator[EmbeddedBackends]:
+    """A private VictoriaMetrics + VictoriaLogs pair holding the relay's days."""
+    with EmbeddedBackends() as backends:
+        backends.ingest_logs(_records())
+        first = datetime(2026, 3, 11, tzinfo=UTC)
+        backends.wait_for_logs(first, first + timedelta(days=4), _count())
+        yield backends
+
+
+@pytest.fixture
+async def sources(history_backends: EmbeddedBackends) -> AsyncIterator[Sources]:
+    metrics = PrometheusSource(Endpoint(name="VictoriaMetrics", url=history_backends.metrics.url, timeout_seconds=20))
+    logs = VictoriaLogsSource(Endpoint(name="VictoriaLogs", url=history_backends.logs.url, timeout_seconds=20))
+    try:
+        yield Sources(metrics=metrics, logs=logs)
+    finally:
+        await metrics.aclose()
+        await logs.aclose()
+
+
+class NoShapes:
+    """A log source that answers counts from the real one but fails every shapes question: proves a stored read."""
+
+    def __init__(self, real: VictoriaLogsSource) -> None:
+        self._real = real
+
+    @property
+    def name(self) -> str:
+        return self._real.name
+
+    @property
+    def language(self) -> str:
+        return self._real.language
+
+    async def count(self, question: LineCount) -> list[CountRow]:
+        return await self._real.count(question)
+
+    async def peak(self, question: PeakCount) -> list[CountRow]:
+        return await self._real.peak(question)
+
+    async def shapes(self, question: ShapeCount) -> Shapes:
+        raise SourceError(SourceErrorKind.UNAVAILABLE, "VictoriaLogs", "shapes asked although they were stored")
+
+    def reading_query(self, window: Window, lines: object, most_repeated: bool = False) -> str:
+        return ""
+
+
+async def _judge(sources: Sources, history: ShapeHistory, days: int = 4) -> tuple[Finding, Novelty | None]:
+    check = ErrorLinesCheck(POLICY)
+    window = day_window(TODAY, UTC_ZONE)
+    today = await check(sources, window)
+    earlier = [(past, await check(sources, past)) for past in earlier_windows(window, days)]
+    return today, await judge(check, sources, window, today, earlier, history, earlier[0][0])
+
+
+def _texts(finding: Finding, keys: frozenset[str]) -> set[str]:
+    return {one.text for workload in finding.signatures for one in workload.signatures if one.key in keys}
+
+
+async def test_a_signature_not_written_on_the_earlier_days_is_new(sources: Sources) -> None:
+    """The disk error is new today; the connect timeout, written two days ago, is not; days without logs don't count."""
+    today, novelty = await _judge(sources, ShapeHistory())
+    assert novelty is not None
+    assert _texts(today, novelty.new) == {"ERROR relay: disk full on /var/spool/<N>"}
+    assert _texts(today, novelty.seen) == {"ERROR relay: connect ETIMEDOUT <IP4>:<N>"}
+    assert novelty.compared == 3  # the 13th, 12th and 11th; the 10th held no log line
+    assert novelty.notes == ()
+
+
+async def test_yesterdays_dominant_signature_is_gone(sources: Sources) -> None:
+    """The certificate error, all of yesterday's 300 relay errors, is not among today's shapes: gone since yesterday."""
+    _, novelty = await _judge(sources, ShapeHistory())
+    assert novelty is not None
+    [gone] = novelty.gone
+    assert (dict(gone.labels), gone.text, gone.lines, gone.share) == (
+        {"namespace": NAMESPACE, "workload": "relay"},
+        CERT,
+        300,
+        1.0,
+    )
+
+
+async def test_no_history_marks_nothing_new(sources: Sources) -> None:
+    """With no earlier day whose logs were seen (only the 10th, which holds none), nothing is new: "no history yet"."""
+    check = ErrorLinesCheck(POLICY)
+    window = day_window(TODAY, UTC_ZONE)
+    today = await check(sources, window)
+    lost = day_window(date(2026, 3, 10), UTC_ZONE)
+    novelty = await judge(check, sources, window, today, [(lost, await check(sources, lost))], ShapeHistory())
+    assert novelty is not None
+    assert novelty.new == frozenset()
+    assert novelty.seen == frozenset()
+    assert novelty.compared == 0
+    assert novelty.notes == ("new today: no history yet (no earlier day's logs were seen whole)",)
+
+
+async def test_an_unseen_today_judges_nothing(sources: Sources) -> None:
+    """A today whose error count is UNKNOWN has no signatures to judge and no evidence of anything gone."""
+    check = ErrorLinesCheck(POLICY)
+    window = day_window(TODAY, UTC_ZONE)
+    unknown = Finding(name="error_lines", status=Status.UNKNOWN, penalty=0, value=None, summary="", error="down")
+    earlier = [(past, await check(sources, past)) for past in earlier_windows(window, 2)]
+    assert await judge(check, sources, window, unknown, earlier, ShapeHistory(), earlier[0][0]) is None
+
+
+async def test_the_state_file_keeps_the_history_as_hashes(sources: Sources, tmp_path: Path) -> None:
+    """A second digest reads the earlier days' keys from the state file (no shapes asked), which holds no log text."""
+    store = HistoryStore(tmp_path / "state.sqlite")
+    try:
+        first_today, first = await _judge(sources, ShapeHistory(store, "c", "p"))
+        assert isinstance(sources.logs, VictoriaLogsSource)
+        offline = Sources(metrics=sources.metrics, logs=NoShapes(sources.logs))
+        check = ErrorLinesCheck(POLICY)
+        window = day_window(TODAY, UTC_ZONE)
+        earlier = [(past, await check(sources, past)) for past in earlier_windows(window, 4)]
+        again = await judge(check, offline, window, first_today, earlier, ShapeHistory(store, "c", "p"), None)
+    finally:
+        store.close()
+    assert first is not None
+    assert again is not None
+    assert (again.new, again.seen, again.notes) == (first.new, first.seen, ())
+    files = await asyncio.to_thread(lambda: list(tmp_path.iterdir()))  # the file and its write-ahead log
+    raw = b"".join([await asyncio.to_thread(path.read_bytes) for path in files])
+    assert b"ETIMEDOUT" not in raw
+    assert b"certificate" not in raw
+    assert b"203.0.113" not in raw
+
+
+def test_stored_findings_keep_the_top_signatures_without_examples() -> None:
+    """A day stored by the trends keeps its signatures' keys, shapes and shares (for "gone"), but no example line."""
+    from checks.contract import Signature, WorkloadSignatures
+    from digest.pipeline.collect import Collected
+    from digest.pipeline.trends import _decode, _encode
+
+    said = WorkloadSignatures(
+        {"namespace": NAMESPACE, "workload": "relay"},
+        (Signature(CERT, 300, 1.0, 10.0, 20.0, example="ERROR relay: certificate has expired", key="abc"),),
+        distinct=1,
+    )
+    finding = Finding(name="error_lines", status=Status.WARN, penalty=1, value=300, summary="", signatures=(said,))
+    [back] = _decode(_encode(Collected(findings=(finding,), disabled=()))).findings
+    [workload] = back.signatures
+    assert dict(workload.labels) == dict(said.labels)
+    assert workload.distinct == 1
+    [one] = workload.signatures
+    assert (one.key, one.text, one.lines, one.share, one.example) == ("abc", CERT, 300, 1.0, None)
