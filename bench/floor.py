@@ -37,11 +37,13 @@ import httpx
 from checks import coverage, registry
 from checks.conntrack import ConntrackCheck
 from checks.contract import Backend, Window, rfc3339
-from checks.log_questions import LineCount, PeakCount
+from checks.error_lines import ErrorLinesCheck
+from checks.log_questions import LineCount, PeakCount, ShapeCount
 from checks.promql import ContainerKey
 from checks.registry import Question
 from checks.restarted import narrowing
-from digest.backends.victorialogs import LogsqlWriter
+from digest.backends.http import Endpoint
+from digest.backends.victorialogs import LogsqlWriter, VictoriaLogsSource
 from digest.pipeline.collect import build_checks
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import day_window
@@ -112,6 +114,9 @@ class Dependencies:
     memory_candidates: tuple[ContainerKey, ...] | None = None  # working set over the lowest limit ≥ warn
     memory_peak_seen: bool | None = None  # the peak query had rows: the presence fallback is not asked
     cpu_limited: bool | None = None  # some container has CFS counters: no cAdvisor fallback, the ratios are asked
+    # error_lines' shapes questions ("what the errors said"), chosen from its count's answer; None: not looked up
+    # (the floor then leaves them out: an optimistic floor, as for any follow-up it cannot know).
+    shape_questions: tuple[ShapeCount, ...] | None = None
 
 
 # Purposes a check asks only in one case: (check, purpose) → the dependency value under which it is asked.
@@ -183,6 +188,12 @@ def checks_queries(
             else:
                 for query in _asked_logs(question, writer, f"{name}.{purpose}"):
                     add(query)
+        if name == "error_lines" and dependencies.shape_questions:
+            shape_request = getattr(writer, "shape_request", None)  # a backend without shapes (Loki) asks none
+            for index, shape in enumerate(dependencies.shape_questions, start=1):
+                if shape_request is not None:
+                    path, form = shape_request(shape)
+                    add(Query(LOGS, path, form, f"error_lines.shapes#{index}"))
         if name == "conntrack" and dependencies.conntrack_instance is not None:
             text = ConntrackCheck.peak_time_query(dependencies.conntrack_instance)
             add(_range(text, window.start, window.end, 60, "conntrack.peak_time"))
@@ -240,8 +251,13 @@ def replay_queries(
     return queries, len(earlier) + len(ordered)
 
 
-def resolve_dependencies(vm_url: str, window: Window, policy: Policy | None = None) -> Dependencies:
-    """What the checks' data-dependent queries depend on, looked up as the checks do."""
+def resolve_dependencies(
+    vm_url: str, window: Window, policy: Policy | None = None, logs_url: str | None = None
+) -> Dependencies:
+    """What the checks' data-dependent queries depend on, looked up as the checks do.
+
+    With ``logs_url`` (a VictoriaLogs), error_lines' count is asked too, for the shapes questions it leads to.
+    """
     policy = policy or Policy()
     checks: dict[str, Any] = {check.name: check for check in build_checks(policy)}
     at = rfc3339(window.end)
@@ -267,7 +283,22 @@ def resolve_dependencies(vm_url: str, window: Window, policy: Policy | None = No
         memory_candidates=keys(ask("memory_pressure", "candidates")) if "memory_pressure" in checks else None,
         memory_peak_seen=bool(ask("memory_pressure", "peak")) if "memory_pressure" in checks else None,
         cpu_limited=bool(ask("cpu_throttling", "limited")) if "cpu_throttling" in checks else None,
+        shape_questions=_shape_questions(checks.get("error_lines"), window, logs_url),
     )
+
+
+def _shape_questions(check: Any, window: Window, logs_url: str | None) -> tuple[ShapeCount, ...] | None:
+    if not isinstance(check, ErrorLinesCheck) or logs_url is None:
+        return None
+
+    async def ask() -> tuple[ShapeCount, ...]:
+        source = VictoriaLogsSource(Endpoint(name="VictoriaLogs", url=logs_url, timeout_seconds=300))
+        try:
+            return tuple(check.shape_questions(window, await source.count(check.question(window))))
+        finally:
+            await source.aclose()
+
+    return asyncio.run(ask())
 
 
 def _post(url: str, form: dict[str, str]) -> list[dict[str, Any]]:

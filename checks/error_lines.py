@@ -62,6 +62,7 @@ from checks.contract import (
 from checks.log_questions import (
     EVERY_LINE,
     AnyOf,
+    CountRow,
     Empty,
     Filter,
     HasWord,
@@ -105,6 +106,31 @@ def workload_pods(workload: str) -> str:
 def signature_key(namespace: str, workload: str, shape: str) -> str:
     """A signature's stable id: its workload and redacted shape, hashed, so a history keeps no log text."""
     return hashlib.sha256(f"{namespace}\0{workload}\0{redact(shape)}".encode()).hexdigest()[:16]
+
+
+Workload = tuple[str, str]  # (namespace, workload)
+
+
+def tally(rows: list[CountRow]) -> tuple[dict[Workload, float], dict[Workload, float], dict[Workload, set[str]]]:
+    """Lines, error lines and the pods that wrote errors, per workload, from the count question's rows."""
+    totals: dict[Workload, float] = defaultdict(float)
+    errors: dict[Workload, float] = defaultdict(float)
+    pods: dict[Workload, set[str]] = defaultdict(set)
+    for row in rows:
+        pod = row.group.get("pod", "")
+        key = (row.group.get("namespace", ""), workload_of(pod))
+        if "total" in row.counts:
+            totals[key] += row.counts["total"]
+        if "errors" in row.counts:
+            errors[key] += row.counts["errors"]
+            if row.counts["errors"] > 0:
+                pods[key].add(pod)
+    return totals, errors, pods
+
+
+def _ranked(errors: Mapping[Workload, float]) -> list[tuple[float, Workload]]:
+    """Workloads that wrote error lines, the most first."""
+    return sorted(((count, key) for key, count in errors.items() if count > 0), reverse=True)
 
 
 @dataclass(frozen=True)
@@ -185,19 +211,7 @@ class ErrorLinesCheck:
             return unknown(NAME, "error lines not counted: the log backend did not answer", str(exc))
 
         policy = self.policy
-        totals: dict[tuple[str, str], float] = defaultdict(float)
-        errors: dict[tuple[str, str], float] = defaultdict(float)
-        pods: dict[tuple[str, str], set[str]] = defaultdict(set)
-        for row in rows:
-            pod = row.group.get("pod", "")
-            key = (row.group.get("namespace", ""), workload_of(pod))
-            if "total" in row.counts:
-                totals[key] += row.counts["total"]
-            if "errors" in row.counts:
-                errors[key] += row.counts["errors"]
-                if row.counts["errors"] > 0:
-                    pods[key].add(pod)
-
+        totals, errors, pods = tally(rows)
         all_lines = sum(totals.values())
         if all_lines == 0:
             return unknown(
@@ -208,7 +222,7 @@ class ErrorLinesCheck:
                 "line's namespace and pod.",
             )
 
-        ranked = sorted(((count, key) for key, count in errors.items() if count > 0), reverse=True)
+        ranked = _ranked(errors)
         worst = ranked[0][0] if ranked else 0.0
         warn_at, crit_at = self.thresholds(window)
         status, penalty = grade(
@@ -272,6 +286,16 @@ class ErrorLinesCheck:
             return costly[: policy.signature_workloads]
         standing_out = policy.signature_min_lines * window.seconds / _DAY_SECONDS
         return [key for count, key in ranked[:1] if count >= standing_out]
+
+    def shape_questions(self, window: Window, rows: list[CountRow]) -> list[ShapeCount]:
+        """The shapes questions the check asks after ``rows`` (the answer to `question`): one per chosen workload.
+
+        For a benchmark's floor, which sends them directly.
+        """
+        _, errors, pods = tally(rows)
+        return [
+            self.shape_question(window, key[0], pods[key]) for key in self.signature_workloads(window, _ranked(errors))
+        ]
 
     def shape_question(self, window: Window, namespace: str, pods: set[str]) -> ShapeCount:
         """The shapes of one workload's error lines (its pods named exactly: a prefix would catch its neighbours)."""

@@ -6,6 +6,7 @@ its own pair, measures every figure of docs/benchmarks.md on small volumes, and 
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,20 @@ async def test_generated_day_is_digested_with_its_exact_facts(own_backends: Embe
     assert by_name["error_lines"].value == facts.flood_error_lines
     assert by_name["error_lines"].offenders[0].labels["workload"] == facts.flood_workload.split("/")[1]
     assert by_name["oom_kills"].value == facts.oom_kills == 1
+    # The floor asks what the check asks after its count: the flood workload's shapes, one request.
+    from bench.floor import resolve_dependencies
+
+    window = day_window(DAY, settings.zone)
+    dependencies = await asyncio.to_thread(
+        resolve_dependencies, own_backends.metrics.url, window, None, own_backends.logs.url
+    )
+    [shapes] = dependencies.shape_questions or ()
+    [said] = by_name["error_lines"].signatures
+    assert said.labels["workload"] == facts.flood_workload.split("/")[1]
+    assert [query.purpose for query in checks_queries(window, dependencies) if "shapes" in query.purpose] == [
+        "error_lines.shapes#1"
+    ]
+    assert shapes.window == window
 
 
 def test_quick_benchmark_programme_measures_and_checks_every_figure() -> None:
