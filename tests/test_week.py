@@ -92,9 +92,9 @@ async def test_the_week_reads_the_days_a_state_file_holds(corpus_backends: Embed
     finally:
         store.close()
     assert first.stored == 0
-    whole = [day for day in first.days if not day.unseen and day.scored]
-    assert whole, "the corpus week has a day every check saw whole"
-    assert again.stored == len(whole)
+    # Wednesday and Sunday were seen whole (a diagnostic check UNKNOWN for want of its series does not stop that).
+    assert again.stored == 2
+    assert [day.blind for day in again.days] == [True, True, False, True, True, True, False]
     assert again.days == first.days
 
 

@@ -122,7 +122,7 @@ async def _digest(config: Config, window: Window, deadline: float, sources: Sour
     collected = await today
     digest = grade(cluster, window, collected.findings, collected.disabled, policy)
     novelty = await _novelty(policy, sources, window, digest, past, history)
-    digest = replace(digest, trends=trend_lines(digest, past, policy), novelty=novelty)
+    digest = replace(digest, trends=trend_lines(digest, past, policy), novelty=novelty, complete=collected.complete)
     if history is not None:
         history.keep_day(window, digest)  # for the weekly digest, when a state file holds the history
     return digest

@@ -53,6 +53,9 @@ class Digest:
     explanations: tuple[Explanation, ...] = ()
     trends: tuple[str, ...] = ()
     novelty: Novelty | None = None  # which error signatures are new today, which are gone since yesterday
+    # Every query answered, every check finished and saw the whole window and fleet (`Collected.complete`): the
+    # digest may be kept as the window's final word (the week's day results).
+    complete: bool = False
 
     def is_graded(self, finding: Finding) -> bool:
         """Whether ``finding`` comes from a check that can cost points (and so gates the grade)."""

@@ -150,10 +150,13 @@ def day_result(day: date, digest: Digest) -> DayResult:
 
 
 def complete(digest: Digest) -> bool:
-    """Whether a day's digest may be stored for the week: every check answered and saw the whole day and fleet."""
-    if digest.status is DigestStatus.UNKNOWN or digest.partial:
-        return False
-    return not any(finding.status is Status.UNKNOWN or finding.error for finding in digest.findings)
+    """Whether a day's digest may be stored for the week as the day's final word.
+
+    Every query answered and every check saw the whole day and fleet (a check UNKNOWN for want of an exporter stays
+    so, and is stored as such), and something was seen at all: a blind day is asked again, in case its data arrives.
+    """
+    blind = all(finding.status is Status.UNKNOWN for finding in digest.findings if digest.is_graded(finding))
+    return digest.complete and not digest.partial and not blind
 
 
 def encode_day(result: DayResult) -> str:
