@@ -11,7 +11,7 @@ import asyncio
 import logging
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,16 +30,16 @@ from digest.pipeline.week import Week
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 
 async def _single_flight(
-    in_flight: dict[tuple[datetime, datetime], asyncio.Task[T]],
-    window: Window,
+    in_flight: dict[K, asyncio.Task[T]],
+    key: K,
     start: Callable[[], Coroutine[Any, Any, T]],
     on_start: Callable[[], None],
 ) -> T:
-    """Join the task already computing ``window``, or start one; the task forgets itself when done."""
-    key = (window.start, window.end)
+    """Join the task already computing ``key`` (a window's bounds, an ISO week), or start one; it forgets itself."""
     task = in_flight.get(key)
     if task is None:
         on_start()
@@ -64,13 +64,17 @@ class DigestService:
 
     async def digest(self, window: Window) -> Digest:
         """The digest of ``window``, joining a computation already running for it."""
-        return await _single_flight(self._in_flight, window, lambda: self._compute(window), self._count)
+        return await _single_flight(
+            self._in_flight, (window.start, window.end), lambda: self._compute(window), self._count
+        )
 
     async def photo(self, window: Window) -> Photo | None:
         """The window's chart as a Telegram photo, or None when charts are off or drawing failed."""
         if not self.config.settings.telegram_chart:
             return None
-        return await _single_flight(self._charts_in_flight, window, lambda: self._draw(window), lambda: None)
+        return await _single_flight(
+            self._charts_in_flight, (window.start, window.end), lambda: self._draw(window), lambda: None
+        )
 
     def _count(self) -> None:
         self.computations += 1
@@ -106,13 +110,12 @@ class DigestService:
 
     async def week(self, year: int, week: int) -> Week:
         """The week at a glance, joining a computation already running for it (the weekly post and `/digest week`)."""
-        key = (year, week)
-        task = self._weeks_in_flight.get(key)
-        if task is None:
-            task = asyncio.create_task(make_week(self.config, year, week, self.history_store))
-            self._weeks_in_flight[key] = task
-            task.add_done_callback(lambda _: self._weeks_in_flight.pop(key, None))
-        return await asyncio.shield(task)
+        return await _single_flight(
+            self._weeks_in_flight,
+            (year, week),
+            lambda: make_week(self.config, year, week, self.history_store),
+            lambda: None,
+        )
 
     async def week_html(self, year: int, week: int) -> str:
         """The week at a glance as Telegram HTML."""

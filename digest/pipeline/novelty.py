@@ -79,16 +79,18 @@ class ShapeHistory:
         self._cluster = cluster
         self._rule = rule
 
-    def offer(self, window: Window, workload: WorkloadSignatures, whole: bool) -> None:
-        """Today's answer for one workload (every key the check was answered), kept for later days."""
+    def offer(self, window: Window, workload: WorkloadSignatures) -> None:
+        """Today's answer for one workload (every key the check was answered), kept for later days and stored.
+
+        Called only for a window seen whole (`judge`), so that what is stored is the window's final word.
+        """
         keys = ShapeKeys(workload.keys, workload.capped)
         key = _key(workload.labels, window)
         if key not in self._tasks:
             future: asyncio.Future[ShapeKeys] = asyncio.get_running_loop().create_future()
             future.set_result(keys)
             self._tasks[key] = future
-        if whole:
-            self._save(key, keys)
+        self._save(key, keys)
 
     async def get(
         self, check: ErrorLinesCheck, sources: Sources, window: Window, labels: Mapping[str, str]
@@ -169,7 +171,7 @@ async def judge(
     if today is None or not seen_whole(today):
         return None
     for workload in today.signatures:
-        history.offer(window, workload, whole=True)
+        history.offer(window, workload)
     try:
         async with asyncio.timeout(check.policy.signature_timeout_seconds):
             new, seen, compared, notes = await _new_today(check, sources, today, earlier, history)
@@ -235,20 +237,15 @@ async def _gone(
     before = earlier[0][1] if earlier else None
     if yesterday is None or before is None or not seen_whole(before):
         return ()
-    standing = {_key(one.labels, window)[:2]: one for one in today.signatures}
     minimum = check.policy.signature_min_lines * yesterday.seconds / 86_400
     gone: list[Gone] = []
     for workload in before.signatures:
         top = workload.signatures[0] if workload.signatures else None
         if top is None or not top.key or top.share < _DOMINANT_SHARE or top.lines < minimum:
             continue
-        shown = standing.get(_key(workload.labels, window)[:2])
         try:
-            now = (
-                ShapeKeys(shown.keys, shown.capped)
-                if shown is not None
-                else await history.get(check, sources, window, workload.labels)
-            )
+            # Today's shown workloads were offered by `judge`: only a workload not shown today is asked.
+            now = await history.get(check, sources, window, workload.labels)
         except SourceError:
             continue  # no evidence either way: say nothing
         if top.key not in now.keys and not now.capped:

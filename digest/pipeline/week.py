@@ -91,6 +91,11 @@ class DayResult:
         return self.status is not DigestStatus.UNKNOWN
 
 
+def _blind(digest: Digest) -> bool:
+    """Every graded check UNKNOWN: nothing of the day was seen."""
+    return all(finding.status is Status.UNKNOWN for finding in digest.findings if digest.is_graded(finding))
+
+
 def skipped_day(day: date, max_score: int, zone: tzinfo) -> DayResult:
     """A day the reader's zone skipped: no digest, no score."""
     return DayResult(
@@ -145,7 +150,7 @@ def day_result(day: date, digest: Digest) -> DayResult:
         error_lines=_value(digest, "error_lines"),
         conntrack=_value(digest, "conntrack"),
         signatures=signatures,
-        blind=all(finding.status is Status.UNKNOWN for finding in digest.findings if digest.is_graded(finding)),
+        blind=_blind(digest),
     )
 
 
@@ -155,8 +160,7 @@ def complete(digest: Digest) -> bool:
     Every query answered and every check saw the whole day and fleet (a check UNKNOWN for want of an exporter stays
     so, and is stored as such), and something was seen at all: a blind day is asked again, in case its data arrives.
     """
-    blind = all(finding.status is Status.UNKNOWN for finding in digest.findings if digest.is_graded(finding))
-    return digest.complete and not digest.partial and not blind
+    return digest.complete and not digest.partial and not _blind(digest)
 
 
 def encode_day(result: DayResult) -> str:
