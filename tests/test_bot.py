@@ -345,19 +345,24 @@ def test_token_is_redacted_from_log_lines() -> None:
     assert "[redacted]" in stream.getvalue()
 
 
-def test_run_post_cronjob_path_posts_once_and_keeps_the_token_out_of_logs(
-    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
-) -> None:
-    """`digest run --post` posts the window's digest once per chat; a second run posts nothing; stderr has no token."""
+def cronjob_env(backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path) -> dict[str, str]:
+    """The environment of `digest run --post` as the CronJob gives it: the token in a file, a state file."""
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    env = backend_env(
-        corpus_backends,
+    return backend_env(
+        backends,
         DIGEST_TELEGRAM_API_URL=tg.root,
         DIGEST_TELEGRAM_CHAT_IDS=str(ALLOWED),
         DIGEST_STATE_PATH=str(tmp_path / "state.sqlite"),
         DIGEST_TELEGRAM_TOKEN_FILE=str(token_file),
     )
+
+
+def test_run_post_cronjob_path_posts_once_and_keeps_the_token_out_of_logs(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """`digest run --post` posts the window's digest once per chat; a second run posts nothing; stderr has no token."""
+    env = cronjob_env(corpus_backends, tg, tmp_path)
     command = ("-v", "run", "--date", "2026-07-20", "--post")
     first = run_digest(*command, env=env)
     second = run_digest(*command, env=env)
@@ -374,15 +379,7 @@ def test_run_week_post_posts_the_week_once_with_its_chart(
     corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
 ) -> None:
     """`digest run --week W --post --chart` posts the week and its PNG once per chat; a second run posts nothing."""
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    env = backend_env(
-        corpus_backends,
-        DIGEST_TELEGRAM_API_URL=tg.root,
-        DIGEST_TELEGRAM_CHAT_IDS=str(ALLOWED),
-        DIGEST_STATE_PATH=str(tmp_path / "state.sqlite"),
-        DIGEST_TELEGRAM_TOKEN_FILE=str(token_file),
-    )
+    env = cronjob_env(corpus_backends, tg, tmp_path)
     command = ("run", "--week", "2026-W33", "--post", "--chart", str(tmp_path / "week.png"))
     first = run_digest(*command, env=env, timeout=300)
     second = run_digest(*command, env=env, timeout=300)

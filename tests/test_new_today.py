@@ -18,9 +18,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from checks.contract import Finding, SourceError, SourceErrorKind, Sources, Status, Window
+from checks.contract import Finding, SourceErrorKind, Sources, Status
 from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
-from checks.log_questions import CountRow, LineCount, PeakCount, ShapeCount, Shapes
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
@@ -29,6 +28,7 @@ from digest.pipeline.state import HistoryStore
 from digest.pipeline.trends import earlier_windows
 from digest.pipeline.window import day_window
 from testbed.embedded import EmbeddedBackends
+from tests.test_error_signatures import ShapelessLogs  # counts from the real source, every shapes question refused
 
 UTC_ZONE = ZoneInfo("UTC")
 TODAY = date(2026, 3, 14)
@@ -96,33 +96,6 @@ async def sources(history_backends: EmbeddedBackends) -> AsyncIterator[Sources]:
         await logs.aclose()
 
 
-class NoShapes:
-    """A log source that answers counts from the real one but fails every shapes question: proves a stored read."""
-
-    def __init__(self, real: VictoriaLogsSource) -> None:
-        self._real = real
-
-    @property
-    def name(self) -> str:
-        return self._real.name
-
-    @property
-    def language(self) -> str:
-        return self._real.language
-
-    async def count(self, question: LineCount) -> list[CountRow]:
-        return await self._real.count(question)
-
-    async def peak(self, question: PeakCount) -> list[CountRow]:
-        return await self._real.peak(question)
-
-    async def shapes(self, question: ShapeCount) -> Shapes:
-        raise SourceError(SourceErrorKind.UNAVAILABLE, "VictoriaLogs", "shapes asked although they were stored")
-
-    def reading_query(self, window: Window, lines: object, most_repeated: bool = False) -> str:
-        return ""
-
-
 async def _judge(sources: Sources, history: ShapeHistory, days: int = 4) -> tuple[Finding, Novelty | None]:
     check = ErrorLinesCheck(POLICY)
     window = day_window(TODAY, UTC_ZONE)
@@ -187,7 +160,7 @@ async def test_the_state_file_keeps_the_history_as_hashes(sources: Sources, tmp_
     try:
         first_today, first = await _judge(sources, ShapeHistory(store, "c", "p"))
         assert isinstance(sources.logs, VictoriaLogsSource)
-        offline = Sources(metrics=sources.metrics, logs=NoShapes(sources.logs))
+        offline = Sources(metrics=sources.metrics, logs=ShapelessLogs(sources.logs, SourceErrorKind.UNREACHABLE))
         check = ErrorLinesCheck(POLICY)
         window = day_window(TODAY, UTC_ZONE)
         earlier = [(past, await check(sources, past)) for past in earlier_windows(window, 4)]
