@@ -362,6 +362,11 @@ class ErrorLinesCheck:
                 for shape in answer.top
             )
             labels = {"namespace": key[0], "workload": key[1]}
+            if answer.unshaped > 0:
+                notes.append(
+                    f"what the errors said: {fmt_int(answer.unshaped)} of {key[0]}/{key[1]}'s {fmt_int(errors[key])} "
+                    f"error lines are of no shape named here ({answer.unshaped_why or 'the backend named only some'})"
+                )
             keys = frozenset(signature_key(key[0], key[1], shape) for shape in answer.keys)
             said.append(
                 WorkloadSignatures(labels, signatures, distinct=answer.distinct, capped=answer.capped, keys=keys)

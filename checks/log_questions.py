@@ -241,12 +241,17 @@ class Shapes:
     """The answer to a `ShapeCount`: the top shapes, and how many there were (``capped``: at least that many).
 
     ``keys`` are every answered shape's key, the top ones included: what a history of the workload's shapes keeps.
+    ``unshaped`` counts the lines of the question that no answered shape covers, and ``unshaped_why`` says why, in
+    words for the reader: a backend that can only name some of the shapes (Loki's pattern ingester keeps the last
+    hours) says how many lines it could not name instead of passing the rest off as the whole.
     """
 
     top: tuple[Shape, ...]
     distinct: int
     capped: bool = False
     keys: tuple[str, ...] = ()
+    unshaped: float = 0.0
+    unshaped_why: str = ""
 
 
 class LogsSource(Protocol):

@@ -15,7 +15,7 @@ that something was there:
   (``api_key``, ``apikey``, ``access-key``…), ``auth``, ``credential``, ``session``, ``cookie`` — written ``k=v``,
   ``k: v``, ``"k": "v"`` or ``k="v"`` → ``password=<secret>``;
 * JSON Web Tokens (``eyJ….….…``) → ``<jwt>``;
-* e-mail addresses → ``<email>``;
+* e-mail addresses → ``<email>``, also in a shape where a placeholder stands for part of one (``<_>@example.com``);
 * long opaque strings: 32 or more hex digits → ``<hex>``; 32 or more base64 (or base64url) characters holding
   upper case, lower case and digits → ``<base64>`` (a key, a hash, a token with no key in front of it; a path or a
   UUID has not all three and stays).
@@ -40,6 +40,14 @@ _QUOTED_PAIR = re.compile(rf'(?i)(?P<key>"{_SENSITIVE_NAME}"\s*:\s*)"(?:[^"\\]|\
 _PAIR = re.compile(rf"(?i)(?P<key>\b{_SENSITIVE_NAME}(?:\s*=\s*|:))(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;&\"'}}\])]+)")
 _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
 _EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
+# An address in a collapsed shape: a placeholder (``<_>``, ``<N>``) for part of it still leaves the rest to read, as
+# in Loki's pattern ``login failed for <_>@example.com``.
+# The backends' placeholders (Loki's ``<_>``, VictoriaLogs' ``<N>``, ``<IP4>``…), not this module's own markers.
+_PLACEHOLDER = r"<(?:_|[A-Z][A-Z0-9]*)>"
+_SHAPED_EMAIL = re.compile(
+    rf"(?:[\w.%+-]|{_PLACEHOLDER})*{_PLACEHOLDER}(?:[\w.%+-]|{_PLACEHOLDER})*@(?:[\w.-]|{_PLACEHOLDER})+"
+    rf"|\b[\w.%+-]+@{_PLACEHOLDER}(?:[\w.-]|{_PLACEHOLDER})*"
+)
 _HEX = re.compile(r"\b[0-9a-fA-F]{32,}\b")
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/_-])(?:[A-Za-z0-9+/]{32,}={0,2}|[A-Za-z0-9_-]{32,})")
 
@@ -67,6 +75,7 @@ def redact(text: str) -> str:
     text = _QUOTED_PAIR.sub(lambda match: f'{match.group("key")}"{MASKED}"', text)
     text = _PAIR.sub(_masked_value, text)
     text = _EMAIL.sub("<email>", text)
+    text = _SHAPED_EMAIL.sub("<email>", text)
     text = _HEX.sub("<hex>", text)
     return _BASE64.sub(_opaque, text)
 

@@ -187,6 +187,10 @@ async def test_a_distinct_count_at_its_bound_says_at_least(sources: Sources) -> 
         ("ERROR auth: connection refused", "ERROR auth: connection refused"),
         ("/var/lib/kubelet/pods/0f3c8a8e-2b6f-4e1b-9a3c-7d2f1e5b6a90/volumes", None),
         ("connect ETIMEDOUT 203.0.113.7:443", None),
+        # Shapes: a placeholder for part of an address (Loki's patterns) leaves the rest to mask.
+        ("login failed for <_>@example.com", "login failed for <email>"),
+        ("mail to bob@<_> bounced", "mail to <email> bounced"),
+        ("wait <_> @ <N> ms", None),
     ],
 )
 def test_redaction_masks_each_kind_and_leaves_plain_text(line: str, expected: str | None) -> None:

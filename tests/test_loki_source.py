@@ -422,6 +422,26 @@ def test_not_a_loki_api_is_said_so(own_backends: EmbeddedBackends) -> None:
     assert caught.value.message == f"{own_backends.metrics.url} is a VictoriaMetrics, not the Loki API"
 
 
+def test_shapes_without_the_pattern_ingester_are_not_available(loki: Any) -> None:
+    """A Loki without its pattern ingester (patterns API: 404): shapes are UNSUPPORTED, saying why."""
+    source = _loki_source(loki.url)
+    question = ErrorLinesCheck(ErrorLinesPolicy()).shape_question(WINDOW, "shop", {"web-1"})
+
+    async def shapes() -> Any:
+        try:
+            return await source.shapes(question)
+        finally:
+            await source.aclose()
+
+    with pytest.raises(SourceError) as caught:
+        asyncio.run(shapes())
+    assert caught.value.kind is SourceErrorKind.UNSUPPORTED
+    assert caught.value.message == (
+        "message shapes are not available on this backend: Loki's patterns API answers 404 (its pattern ingester is "
+        "off: pattern_ingester.enabled)"
+    )
+
+
 def test_our_own_timeout_is_a_timeout(loki: Any) -> None:
     """A query that outlives the endpoint's timeout is a TIMEOUT SourceError, not an empty count."""
     source = _loki_source(loki.url, timeout_seconds=1e-6)

@@ -336,7 +336,7 @@ class HttpSource:
             if not typed or not isinstance(pair, list) or len(pair) != 2:
                 if not isinstance(item, dict):
                     raise self._error(SourceErrorKind.BAD_RESPONSE, "result is not a list of series")
-                value = _parse_value(item.get("value"), self)
+                value = parse_value(item.get("value"), self)
                 metric = _labels(item, self)
             if math.isnan(value):
                 continue
@@ -358,7 +358,7 @@ class HttpSource:
                     raise TypeError
                 points = [(float(moment), float(value)) for moment, value in raw_values]
             except (TypeError, ValueError):
-                points = [(_parse_timestamp(pair, self), _parse_value(pair, self)) for pair in raw_values]
+                points = [(_parse_timestamp(pair, self), parse_value(pair, self)) for pair in raw_values]
             result.append(RangeSeries(labels=_labels(item, self), points=points))
         return result
 
@@ -467,7 +467,8 @@ def _labels(item: Mapping[str, Any], source: HttpSource) -> dict[str, str]:
     return {str(key): str(value) for key, value in metric.items()}
 
 
-def _parse_value(pair: Any, source: HttpSource) -> float:
+def parse_value(pair: Any, source: HttpSource) -> float:
+    """The number of a ``[time, value]`` pair; `SourceError` (BAD_RESPONSE) for anything else."""
     if not isinstance(pair, list) or len(pair) != 2:
         raise source._error(SourceErrorKind.BAD_RESPONSE, "sample is not a [time, value] pair")
     try:

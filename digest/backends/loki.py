@@ -60,6 +60,10 @@ Loki's failures are named, never passed off as a count: ``max_query_series`` (a 
 points and query-length limits, ``too many outstanding requests`` (HTTP 429), Loki's query timeout and the digest's
 own, Loki not ready yet (HTTP 503), and an address that is not a Loki API at all (HTTP 404 at ``/loki/api/v1/query``).
 
+**Shapes** (`LokiSource.shapes`) come from Loki's patterns API when its pattern ingester is on (`PATTERNS_PATH` says
+what it answers and keeps): the patterns name the shapes, and each is counted in the window by a metric query with
+Loki's ``|>`` pattern filter. Lines of no counted pattern are counted too and reported, never dropped.
+
 Groups with no line in any column are absent from the answer (Loki has no series for them), where VictoriaLogs can
 answer a row of zeros when no column counts every line; a row's missing column is a zero.
 """
@@ -95,6 +99,7 @@ from checks.log_questions import (
     OneOf,
     PeakCount,
     Role,
+    Shape,
     ShapeCount,
     Shapes,
     every,
@@ -102,7 +107,7 @@ from checks.log_questions import (
     json_keys,
 )
 from checks.logsql import quoted
-from digest.backends.http import HttpSource, WrongApiError
+from digest.backends.http import HttpSource, WrongApiError, parse_value
 
 # Promtail's and Alloy's Kubernetes labels; level is structured metadata or a label (a label filter reads both).
 DEFAULT_LABELS: Mapping[Role, str] = {
@@ -320,6 +325,24 @@ class LogqlWriter:
         parts.extend(stages.natives)
         return " ".join(parts)
 
+    def pattern_selectors(self, one: Filter) -> list[str]:
+        """Stream selectors for Loki's patterns API (label matchers only), the narrowest first.
+
+        The namespace label is a stream label (see the module docstring); the pod label usually is too (Promtail,
+        Alloy), so the first selector also names the pods ``one`` requires. Where pod is structured metadata that
+        selector matches no stream, and the second, the namespace alone, is asked instead.
+        """
+        parts = _conjuncts(one)
+        namespace = self.stages(every(*(part for part in parts if _is_namespace(part))), {}).matchers
+        wide = namespace or (f'{self.stream_label}=~".+"',)
+        pods = [
+            self.expression(part, {})
+            for part in parts
+            if isinstance(part, Is | OneOf | Matches) and part.field == "pod" and not _is_namespace(part)
+        ]
+        selectors = [f"{{{', '.join((*wide, *pods))}}}"] if pods else []
+        return [*selectors, f"{{{', '.join(wide)}}}"]
+
     def count_query(self, one: Filter, by: Sequence[LogField], span: timedelta, offset: str = "") -> str:
         """``sum by (<by>) (count_over_time(<log query> [span] [offset]))``."""
         aliases = self.aliases(one, by)
@@ -448,6 +471,38 @@ def _contradictory(one: Filter) -> bool:
     return False
 
 
+def _is_namespace(one: Filter) -> bool:
+    return isinstance(one, Is) and one.field == "namespace" and bool(one.value)
+
+
+def pattern_filter(pattern: str, before: Sequence[str] = ()) -> Native:
+    """The lines of ``pattern`` (Loki's ``|>`` line filter) that match none of the patterns ``before`` it."""
+    stages = [f"|> {quoted(pattern)}", *(f"!> {quoted(earlier)}" for earlier in before)]
+    return Native(" ".join(stages))
+
+
+def none_of_patterns(patterns: Sequence[str]) -> Native:
+    """The lines that match none of ``patterns``."""
+    return Native(" ".join(f"!> {quoted(pattern)}" for pattern in patterns))
+
+
+_CAPTURE = re.compile(r"<[A-Za-z_][A-Za-z0-9_]*>")
+
+
+def usable_pattern(pattern: str) -> str | None:
+    """``pattern`` as a ``|>`` filter accepts it, or None when it cannot be one.
+
+    The pattern ingester writes every variable part as ``<_>``; a filter refuses two captures side by side (the same
+    as one), a pattern of captures alone, and reads ``<word>`` in a line's own text as a named capture, which would
+    match other lines than the ones mined.
+    """
+    joined = re.sub(r"(?:<_>){2,}", "<_>", pattern)
+    literal = joined.replace("<_>", "")
+    if not literal.strip() or _CAPTURE.search(literal):
+        return None
+    return joined
+
+
 def _conjuncts(one: Filter) -> list[Filter]:
     if isinstance(one, AllOf):
         return [part for inner in one.parts for part in _conjuncts(inner)]
@@ -479,6 +534,23 @@ def _json_path(key: str) -> str:
 
 INSTANT_PATH = "/loki/api/v1/query"
 RANGE_PATH = "/loki/api/v1/query_range"
+# Loki's patterns API: the shapes its pattern ingester (``pattern_ingester: enabled: true``) mined with Drain from the
+# lines it ingested, each with its lines per step. Measured on Loki 3.5.12: the query takes label matchers only
+# ("only label matchers are supported" for a line or label filter), so the patterns are those of every line of the
+# workload's streams, errors or not; the ingester keeps samples for 3 hours (``retainSampleFor`` in its source, not
+# configurable) and forgets them when it restarts; it does not mine lines longer than its max_allowed_line_length
+# (3,000), and does not answer its rarest patterns (20 lines of a shape were left out where 30 were answered); with the
+# ingester off the path answers 404. A pattern writes each variable part as ``<_>``, which is also what Loki's ``|>``
+# line filter reads: the digest counts each pattern's error lines in the whole window with a metric query, exactly,
+# so the patterns only have to *name* the shapes.
+PATTERNS_PATH = "/loki/api/v1/patterns"
+PATTERN_RETENTION = "about the last 3 hours"
+# The patterns counted, the largest first: each is a count of the window (times the error rule's inclusion–exclusion
+# terms), so the bound keeps a digest's requests constant; lines of the others are counted together as unshaped.
+PATTERN_CANDIDATES = 8
+# The patterns' volume only ranks them: a few dozen samples per pattern are enough.
+PATTERN_SAMPLES = 24
+PATTERN_MIN_STEP_SECONDS = 10
 
 
 @dataclass(frozen=True)
@@ -580,12 +652,137 @@ class LokiSource(HttpSource):
         ]
 
     async def shapes(self, question: ShapeCount) -> Shapes:
-        # Metric LogQL has no way to group lines by their collapsed message, and reading the lines to do it here is
-        # what the digest never does. (Loki's patterns API, with its pattern ingester on, is not asked yet.)
-        raise self._error(
-            SourceErrorKind.UNSUPPORTED,
-            "message shapes are not available on this backend (metric LogQL has no grouping by them)",
+        """The shapes Loki's pattern ingester mined from these lines' streams, each counted exactly in the window.
+
+        See `PATTERNS_PATH`: the patterns name the shapes, metric queries count them (each line once, for the
+        first pattern in rank order it matches), and the lines of no counted pattern are `Shapes.unshaped`.
+        """
+        await self._ensure_ready()
+        mined = await self._patterns(question)
+        candidates = mined[:PATTERN_CANDIDATES]
+        window = question.window
+        counted = (
+            await asyncio.gather(
+                *(
+                    self.total(window, every(question.lines, pattern_filter(pattern, candidates[:index])))
+                    for index, pattern in enumerate(candidates)
+                ),
+                self.total(window, every(question.lines, none_of_patterns(candidates))),
+            )
+            if candidates
+            else [0.0]
         )
+        *per_pattern, unshaped = counted
+        if not any(per_pattern):
+            # No pattern of the lines asked (none at all, or only of other levels or hours). Lines without a name
+            # are not "no shapes"; no line at all is (a day the workload was quiet, for the history).
+            lines = unshaped if candidates else await self.total(window, question.lines)
+            if not lines:
+                return Shapes(top=(), distinct=0)
+            raise self._error(
+                SourceErrorKind.UNSUPPORTED,
+                f"Loki's pattern ingester holds no pattern of these lines in this window (it keeps what it mined in "
+                f"{PATTERN_RETENTION})",
+            )
+        found = sorted(
+            (
+                (lines, pattern, index)
+                for index, (pattern, lines) in enumerate(zip(candidates, per_pattern, strict=True))
+                if lines
+            ),
+            key=lambda one: (-one[0], one[1]),
+        )
+        shown = found[: question.top]
+        edges = await asyncio.gather(
+            *(
+                self._edge(window, every(question.lines, pattern_filter(pattern, candidates[:index])), direction)
+                for _, pattern, index in shown
+                for direction in ("forward", "backward")
+            )
+        )
+        top = tuple(
+            Shape(pattern, lines=lines, first=first[0], last=last[0], example=first[1], key=pattern)
+            for (lines, pattern, _), first, last in zip(shown, edges[0::2], edges[1::2], strict=True)
+        )
+        why = ""
+        if unshaped:
+            why = f"Loki's pattern ingester names only the frequent shapes it mined in {PATTERN_RETENTION}"
+            if len(mined) > len(candidates):
+                why += f", and the {len(candidates)} largest of its {len(mined)} patterns here were counted"
+        return Shapes(
+            top=top,
+            distinct=len(found),
+            capped=unshaped > 0,
+            keys=tuple(pattern for _, pattern, _ in found),
+            unshaped=unshaped,
+            unshaped_why=why,
+        )
+
+    async def _patterns(self, question: ShapeCount) -> list[str]:
+        """The patterns of the question's streams in its window, the most frequent first (usable ones only)."""
+        window = question.window
+        step = max(PATTERN_MIN_STEP_SECONDS, int(window.seconds) // PATTERN_SAMPLES)
+        for selector in self.writer.pattern_selectors(question.lines):
+            form = {
+                "query": selector,
+                "start": rfc3339_nanos(unix_nanos(window.start)),
+                "end": rfc3339_nanos(unix_nanos(window.end)),
+                "step": f"{step}s",
+            }
+            data = await self._post_json(PATTERNS_PATH, form)
+            mined = self._mined(data)
+            if mined:
+                return mined
+        return []
+
+    def _mined(self, data: Any) -> list[str]:
+        if data is None:
+            return []
+        if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+            raise self._error(SourceErrorKind.BAD_RESPONSE, "patterns answer is not a list of patterns")
+        volume: dict[str, float] = {}
+        for item in data:
+            pattern, samples = item.get("pattern"), item.get("samples")
+            if not isinstance(pattern, str) or not isinstance(samples, list):
+                raise self._error(SourceErrorKind.BAD_RESPONSE, "a pattern without its text or samples")
+            usable = usable_pattern(pattern)
+            if usable is not None:
+                volume[usable] = volume.get(usable, 0.0) + sum(parse_value(pair, self) for pair in samples)
+        return sorted(volume, key=lambda pattern: (-volume[pattern], pattern))
+
+    async def total(self, window: Window, lines: Filter) -> float:
+        """All lines of ``window`` that ``lines`` selects, as one number."""
+        return sum((value for _, _, value in await self._column(window, lines, (), None)), 0.0)
+
+    async def _edge(self, window: Window, lines: Filter, direction: str) -> tuple[float, str]:
+        """The first (``forward``) or last (``backward``) line ``lines`` selects in ``window``: its time and text.
+
+        One line, read to show it and to date the shape: ``limit=1`` bounds what crosses the network.
+        """
+        form = {
+            "query": self.writer.log_query(lines),
+            "start": rfc3339_nanos(unix_nanos(window.start)),
+            "end": rfc3339_nanos(unix_nanos(window.end)),
+            "limit": "1",
+            "direction": direction,
+        }
+        data = await self._post_json(RANGE_PATH, form)
+        streams = data.get("result") if isinstance(data, dict) and data.get("resultType") == "streams" else None
+        if not isinstance(streams, list):
+            raise self._error(SourceErrorKind.BAD_RESPONSE, "expected log streams")
+        entries: list[tuple[int, str]] = []
+        for stream in streams:
+            values = stream.get("values") if isinstance(stream, dict) else None
+            if not isinstance(values, list):
+                raise self._error(SourceErrorKind.BAD_RESPONSE, "a log stream without its values")
+            for entry in values:
+                if not isinstance(entry, list) or len(entry) < 2 or not str(entry[0]).isdigit():
+                    raise self._error(SourceErrorKind.BAD_RESPONSE, "a log entry that is not [nanoseconds, line]")
+                entries.append((int(entry[0]), str(entry[1])))
+        if not entries:
+            raise self._error(SourceErrorKind.BAD_RESPONSE, "a counted shape whose lines Loki did not return")
+        nanos, line = min(entries) if direction == "forward" else max(entries)
+        return nanos / _NANOS, line
 
     @property
     def language(self) -> str:
@@ -725,6 +922,13 @@ class LokiSource(HttpSource):
             return self._error(SourceErrorKind.TIMEOUT, f"Loki's query timed out (HTTP {status}): {reason}")
         if status == 503:
             return self._error(SourceErrorKind.HTTP, f"Loki is not ready (HTTP 503): {reason or 'no reason given'}")
+        if status == 404 and path == PATTERNS_PATH:
+            # Asked only after the counts, which a wrong URL would already have failed.
+            return self._error(
+                SourceErrorKind.UNSUPPORTED,
+                "message shapes are not available on this backend: Loki's patterns API answers 404 (its pattern "
+                "ingester is off: pattern_ingester.enabled)",
+            )
         if status == 404 or "unsupported path" in lowered:
             # Not a Loki API at all: the shared transport names what answers there instead (`_identify`).
             return WrongApiError(self._endpoint.name, SourceErrorKind.HTTP, f"no {path or 'query path'}")
