@@ -7,6 +7,7 @@ dates, can never show a pattern, which `test_backend_parity` pins with the inges
 * ``feeds/relay``: a connect-timeout storm (400 lines), a disk error (60), a login error carrying a password and an
   e-mail address (50), five lines of a rare error, and info lines;
 * ``batch/sweeper``: ten error shapes of ten different lengths, 130 down to 40 lines: more than the 8 patterns counted;
+* ``shop/cart``: ten info shapes of 100 lines each and one error shape of 40, which must still be counted;
 * ``trace/deep``: errors longer than the 3,000 characters the ingester mines: no pattern at all;
 * ``feeds/relay``'s storm the day before, from another pod of the relay: its lines are in Loki, its patterns are
   not (the ingester mines them as they arrive and prunes samples older than 3 hours; a short flush-check period
@@ -50,8 +51,8 @@ DISK = "ERROR relay: disk full on /var/spool/{i}"
 LOGIN = "ERROR relay: login failed password=hunter2-{i} for bob{i}@example.com"
 RARE = "ERROR relay: cosmic ray flipped bit {i}"
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima")
-# Every workload's errors cost a point, so that the three have their shapes asked.
-POLICY = ErrorLinesPolicy(signature_workloads=3, warn_lines=20, crit_lines=500_000)
+# Every workload's errors cost a point, so that all four have their shapes asked.
+POLICY = ErrorLinesPolicy(signature_workloads=4, warn_lines=20, crit_lines=500_000)
 # Minutes before "now" that the records span: well inside the ingester's 3 hours.
 SPAN_MINUTES = 20
 
@@ -97,6 +98,12 @@ def _records(start: datetime) -> list[dict[str, Any]]:
     for family in range(10):
         for index, moment in enumerate(_spread(start, 130 - 10 * family, 10 + family)):
             out.append(_record(moment, "batch", "sweeper-0", _sweeper_message(family, index), "error"))
+    for family in range(10):
+        for index, moment in enumerate(_spread(start, 100, 40 + family)):
+            words = " ".join(reversed(WORDS[family : family + 3 + family]))
+            out.append(_record(moment, "shop", "cart-0", f"INFO {words} served {index}", "info"))
+    for index, moment in enumerate(_spread(start, 40, 50)):
+        out.append(_record(moment, "shop", "cart-0", f"ERROR cart: payment declined for order {index}", "error"))
     for index, moment in enumerate(_spread(start, 30, 30)):
         out.append(_record(moment, "trace", "deep-0", "ERROR stack overflow " + "frame " * 600 + str(index), "error"))
     return sorted(out, key=lambda record: str(record["timestamp"]))
@@ -142,6 +149,7 @@ def pushed() -> Iterator[Pushed]:
         while (
             _mined(server.url, '{namespace="batch"}', window.start, end) < PATTERN_CANDIDATES + 2
             or _mined(server.url, '{namespace="feeds"}', window.start, end) < 4
+            or _mined(server.url, '{namespace="shop"}', window.start, end) < 11
             or _mined(server.url, '{namespace="feeds"}', *before) > 0
         ):
             assert time.monotonic() < deadline, "the pattern ingester did not mine and prune within 90 s"
@@ -217,6 +225,16 @@ async def test_only_the_largest_patterns_are_counted(pushed: Pushed, sources: So
     ) in finding.signatures_note
 
 
+async def test_patterns_that_say_an_error_word_are_counted_first(pushed: Pushed, sources: Sources) -> None:
+    """The cart's error shape is the smallest of its 11 patterns, yet counted: the ones saying "error" go first."""
+    finding = await ErrorLinesCheck(POLICY)(sources, pushed.window)
+    cart = _workload(finding, "shop", "cart")
+    [declined] = cart.signatures
+    assert (declined.text, declined.lines, declined.share) == ("ERROR cart: payment declined for order <_>", 40, 1.0)
+    assert (cart.distinct, cart.capped) == (1, False)
+    assert "shop/cart" not in finding.signatures_note
+
+
 async def test_requests_do_not_grow_with_the_lines(pushed: Pushed, sources: Sources) -> None:
     """One workload's shapes cost a bound that does not depend on its lines.
 
@@ -243,10 +261,10 @@ async def test_errors_the_ingester_never_mined_have_no_shape(pushed: Pushed, sou
 
 
 async def test_an_earlier_day_loki_forgot_marks_nothing_new(pushed: Pushed, sources: Sources) -> None:
-    """Loki forgot yesterday's relay patterns: the relay's signatures are not marked new; the sweeper's are.
+    """Loki forgot yesterday's relay patterns: the relay's signatures are not marked new; the others' are.
 
     Yesterday's relay errors are counted (the day was seen whole) but their patterns are gone, so a note says why
-    nothing is marked; the sweeper wrote no line yesterday, so its shapes are new for sure.
+    nothing is marked; the sweeper and the cart wrote no line yesterday, so their shapes are new for sure.
     """
     check = ErrorLinesCheck(POLICY)
     today = await check(sources, pushed.window)
@@ -255,7 +273,8 @@ async def test_an_earlier_day_loki_forgot_marks_nothing_new(pushed: Pushed, sour
     assert novelty is not None
     relay = {one.key for one in _workload(today, "feeds", "relay").signatures}
     sweeper = {one.key for one in _workload(today, "batch", "sweeper").signatures}
-    assert novelty.new == sweeper
+    cart = {one.key for one in _workload(today, "shop", "cart").signatures}
+    assert novelty.new == sweeper | cart
     assert not relay & (novelty.new | novelty.seen)
     assert novelty.compared == 1  # the day before yesterday holds no line at all: not read as "no error"
     assert novelty.notes == (

@@ -486,6 +486,32 @@ def none_of_patterns(patterns: Sequence[str]) -> Native:
     return Native(" ".join(f"!> {quoted(pattern)}" for pattern in patterns))
 
 
+def filter_words(one: Filter) -> frozenset[str]:
+    """The words a line may say to be selected by ``one``: its `HasWord` words and its level values.
+
+    An error level is usually written in the line too (``level=error``, ``"level":"error"``); one that is not
+    (klog's ``E1202``) only loses the pattern its place in the ranking, never its count.
+    """
+    match one:
+        case HasWord(word=word):
+            return frozenset({word.lower()})
+        case OneOf(field="level", values=values):
+            return frozenset(value.lower() for value in values if value)
+        case Is(field="level", value=value) if value:
+            return frozenset({value.lower()})
+        case AllOf(parts=parts) | AnyOf(parts=parts):
+            return frozenset().union(*(filter_words(part) for part in parts))
+    return frozenset()
+
+
+def says_any(text: str, words: frozenset[str]) -> bool:
+    """Whether ``text`` holds one of ``words`` as a word, in any case.
+
+    Python's word characters, not VictoriaLogs' exact token rule: this ranks patterns, it counts nothing.
+    """
+    return any(re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text, re.IGNORECASE) for word in words)
+
+
 _CAPTURE = re.compile(r"<[A-Za-z_][A-Za-z0-9_]*>")
 
 
@@ -679,6 +705,12 @@ class LokiSource(HttpSource):
             lines = unshaped if candidates else await self.total(window, question.lines)
             if not lines:
                 return Shapes(top=(), distinct=0)
+            if len(mined) > len(candidates):
+                raise self._error(
+                    SourceErrorKind.UNSUPPORTED,
+                    f"none of the {len(candidates)} patterns counted, of the {len(mined)} Loki's pattern ingester "
+                    "holds for these streams, is of these lines",
+                )
             raise self._error(
                 SourceErrorKind.UNSUPPORTED,
                 f"Loki's pattern ingester holds no pattern of these lines in this window (it keeps what it mined in "
@@ -732,7 +764,11 @@ class LokiSource(HttpSource):
             data = await self._post_json(PATTERNS_PATH, form)
             mined = self._mined(data)
             if mined:
-                return mined
+                # The API takes no line filter: the workload's info lines have patterns too, often the largest.
+                # Those that say one of the words the question asks for go first, so that the counted slots go
+                # to the likely error shapes; the counts, not this order, decide what is shown.
+                words = filter_words(question.lines)
+                return sorted(mined, key=lambda pattern: not says_any(pattern, words))
         return []
 
     def _mined(self, data: Any) -> list[str]:
