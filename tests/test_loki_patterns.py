@@ -2,14 +2,15 @@
 
 A real Loki is started with ``-pattern-ingester.enabled=true``. Its pattern ingester mines only what it ingests live
 and keeps about the last 3 hours, so these records are stamped "now" (the corpus days, backfilled with their own
-dates, can never show a pattern, which `test_backend_parity` pins with the ingester off). Four workloads:
+dates, can never show a pattern, which `test_backend_parity` pins with the ingester off). Four workloads, and one
+of them the day before:
 
 * ``feeds/relay``: a connect-timeout storm (400 lines), a disk error (60), a login error carrying a password and an
   e-mail address (50), five lines of a rare error, and info lines;
 * ``batch/sweeper``: ten error shapes of ten different lengths, 130 down to 40 lines: more than the 8 patterns counted;
 * ``shop/cart``: ten info shapes of 100 lines each and one error shape of 40, which must still be counted;
 * ``trace/deep``: errors longer than the 3,000 characters the ingester mines: no pattern at all;
-* ``feeds/relay``'s storm the day before, from another pod of the relay: its lines are in Loki, its patterns are
+* ``feeds/relay``'s storm the day before, from another of its pods: its lines are in Loki, its patterns are
   not (the ingester mines them as they arrive and prunes samples older than 3 hours; a short flush-check period
   makes that happen within seconds).
 """
