@@ -215,14 +215,15 @@ async def test_lines_of_no_named_shape_are_counted_not_hidden(pushed: Pushed, so
 
 
 async def test_only_the_largest_patterns_are_counted(pushed: Pushed, sources: Sources) -> None:
-    """The sweeper's ten shapes: the 8 largest are counted (requests stay bounded), the other two (90 lines) not."""
+    """The sweeper's ten shapes: 8 counted, the largest first (requests stay bounded); the other two (90 lines) not."""
     finding = await ErrorLinesCheck(POLICY)(sources, pushed.window)
     sweeper = _workload(finding, "batch", "sweeper")
     assert [one.lines for one in sweeper.signatures] == [130, 120, 110]
     assert (sweeper.distinct, sweeper.capped) == (PATTERN_CANDIDATES, True)
     assert (
         "90 of batch/sweeper's 850 error lines are of no shape named here (Loki's pattern ingester names only the "
-        "frequent shapes it mined in about the last 3 hours, and the 8 largest of its 10 patterns here were counted)"
+        "frequent shapes it mined in about the last 3 hours, and 8 of its 10 patterns here were counted (those "
+        "saying an error word first, then the largest))"
     ) in finding.signatures_note
 
 

@@ -708,8 +708,8 @@ class LokiSource(HttpSource):
             if len(mined) > len(candidates):
                 raise self._error(
                     SourceErrorKind.UNSUPPORTED,
-                    f"none of the {len(candidates)} patterns counted, of the {len(mined)} Loki's pattern ingester "
-                    "holds for these streams, is of these lines",
+                    f"none of the {len(candidates)} patterns counted (of {len(mined)} Loki's pattern ingester holds "
+                    "for these streams) is of these lines",
                 )
             raise self._error(
                 SourceErrorKind.UNSUPPORTED,
@@ -740,7 +740,10 @@ class LokiSource(HttpSource):
         if unshaped:
             why = f"Loki's pattern ingester names only the frequent shapes it mined in {PATTERN_RETENTION}"
             if len(mined) > len(candidates):
-                why += f", and the {len(candidates)} largest of its {len(mined)} patterns here were counted"
+                why += (
+                    f", and {len(candidates)} of its {len(mined)} patterns here were counted (those saying an error "
+                    "word first, then the largest)"
+                )
         return Shapes(
             top=top,
             distinct=len(found),
@@ -751,7 +754,7 @@ class LokiSource(HttpSource):
         )
 
     async def _patterns(self, question: ShapeCount) -> list[str]:
-        """The patterns of the question's streams in its window, the most frequent first (usable ones only)."""
+        """The usable patterns of the question's streams in its window: those saying its words first, then by volume."""
         window = question.window
         step = max(PATTERN_MIN_STEP_SECONDS, int(window.seconds) // PATTERN_SAMPLES)
         for selector in self.writer.pattern_selectors(question.lines):
