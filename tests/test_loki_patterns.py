@@ -2,13 +2,15 @@
 
 A real Loki is started with ``-pattern-ingester.enabled=true``. Its pattern ingester mines only what it ingests live
 and keeps about the last 3 hours, so these records are stamped "now" (the corpus days, backfilled with their own
-dates, can never show a pattern, which `test_backend_parity` pins with the ingester off). Four workloads, and one
+dates, can never show a pattern, which `test_backend_parity` pins with the ingester off). Five workloads, and one
 of them the day before:
 
 * ``feeds/relay``: a connect-timeout storm (400 lines), a disk error (60), a login error carrying a password and an
   e-mail address (50), five lines of a rare error, and info lines;
 * ``batch/sweeper``: ten error shapes of ten different lengths, 130 down to 40 lines: more than the 8 patterns counted;
 * ``shop/cart``: ten info shapes of 100 lines each and one error shape of 40, which must still be counted;
+* ``shop/till``: nine info shapes of 100 lines each and, at level error, one of 40 that says no error word (as klog's
+  ``E1202 …`` does not): not among the 8 counted, which the note says;
 * ``trace/deep``: errors longer than the 3,000 characters the ingester mines: no pattern at all;
 * ``feeds/relay``'s storm the day before, from another of its pods: its lines are in Loki, its patterns are
   not (the ingester mines them as they arrive and prunes samples older than 3 hours; a short flush-check period
@@ -52,8 +54,8 @@ DISK = "ERROR relay: disk full on /var/spool/{i}"
 LOGIN = "ERROR relay: login failed password=hunter2-{i} for bob{i}@example.com"
 RARE = "ERROR relay: cosmic ray flipped bit {i}"
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima")
-# Every workload's errors cost a point, so that all four have their shapes asked.
-POLICY = ErrorLinesPolicy(signature_workloads=4, warn_lines=20, crit_lines=500_000)
+# Every workload's errors cost a point, so that all five have their shapes asked.
+POLICY = ErrorLinesPolicy(signature_workloads=5, warn_lines=20, crit_lines=500_000)
 # Minutes before "now" that the records span: well inside the ingester's 3 hours.
 SPAN_MINUTES = 20
 
@@ -105,6 +107,12 @@ def _records(start: datetime) -> list[dict[str, Any]]:
             out.append(_record(moment, "shop", "cart-0", f"INFO {words} served {index}", "info"))
     for index, moment in enumerate(_spread(start, 40, 50)):
         out.append(_record(moment, "shop", "cart-0", f"ERROR cart: payment declined for order {index}", "error"))
+    for family in range(9):
+        for index, moment in enumerate(_spread(start, 100, 60 + family)):
+            words = " ".join(WORDS[family : family + 2 + family])
+            out.append(_record(moment, "shop", "till-0", f"INFO till {words} counted {index}", "info"))
+    for index, moment in enumerate(_spread(start, 40, 70)):
+        out.append(_record(moment, "shop", "till-0", f"E1202 till drawer jammed at slot {index}", "error"))
     for index, moment in enumerate(_spread(start, 30, 30)):
         out.append(_record(moment, "trace", "deep-0", "ERROR stack overflow " + "frame " * 600 + str(index), "error"))
     return sorted(out, key=lambda record: str(record["timestamp"]))
@@ -150,7 +158,7 @@ def pushed() -> Iterator[Pushed]:
         while (
             _mined(server.url, '{namespace="batch"}', window.start, end) < PATTERN_CANDIDATES + 2
             or _mined(server.url, '{namespace="feeds"}', window.start, end) < 4
-            or _mined(server.url, '{namespace="shop"}', window.start, end) < 11
+            or _mined(server.url, '{namespace="shop"}', window.start, end) < 21
             or _mined(server.url, '{namespace="feeds"}', *before) > 0
         ):
             assert time.monotonic() < deadline, "the pattern ingester did not mine and prune within 90 s"
@@ -235,6 +243,16 @@ async def test_patterns_that_say_an_error_word_are_counted_first(pushed: Pushed,
     assert (declined.text, declined.lines, declined.share) == ("ERROR cart: payment declined for order <_>", 40, 1.0)
     assert (cart.distinct, cart.capped) == (1, False)
     assert "shop/cart" not in finding.signatures_note
+
+
+async def test_an_error_shape_outside_the_counted_patterns_is_said(pushed: Pushed, sources: Sources) -> None:
+    """The till's errors say no error word and are its smallest pattern: not counted, and the note says so."""
+    finding = await ErrorLinesCheck(POLICY)(sources, pushed.window)
+    assert not [one for one in finding.signatures if dict(one.labels).get("workload") == "till"]
+    assert (
+        "what the errors said: none of the 8 patterns counted (of 10 Loki's pattern ingester holds for these streams) "
+        "is of these lines"
+    ) in finding.signatures_note
 
 
 async def test_requests_do_not_grow_with_the_lines(pushed: Pushed, sources: Sources) -> None:
