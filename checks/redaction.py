@@ -40,10 +40,10 @@ _QUOTED_PAIR = re.compile(rf'(?i)(?P<key>"{_SENSITIVE_NAME}"\s*:\s*)"(?:[^"\\]|\
 _PAIR = re.compile(rf"(?i)(?P<key>\b{_SENSITIVE_NAME}(?:\s*=\s*|:))(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;&\"'}}\])]+)")
 _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
 _EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
-# An address in a collapsed shape: a placeholder (``<_>``, ``<N>``) for part of it still leaves the rest to read, as
-# in Loki's pattern ``login failed for <_>@example.com``.
 # The backends' placeholders (Loki's ``<_>``, VictoriaLogs' ``<N>``, ``<IP4>``…), not this module's own markers.
 _PLACEHOLDER = r"<(?:_|[A-Z][A-Z0-9]*)>"
+# An address in a collapsed shape: a placeholder for part of it still leaves the rest to read, as in Loki's pattern
+# ``login failed for <_>@example.com``.
 _SHAPED_EMAIL = re.compile(
     rf"(?:[\w.%+-]|{_PLACEHOLDER})*{_PLACEHOLDER}(?:[\w.%+-]|{_PLACEHOLDER})*@(?:[\w.-]|{_PLACEHOLDER})+"
     rf"|\b[\w.%+-]+@{_PLACEHOLDER}(?:[\w.-]|{_PLACEHOLDER})*"
