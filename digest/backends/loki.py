@@ -687,12 +687,14 @@ class LokiSource(HttpSource):
         mined = await self._patterns(question)
         candidates = mined[:PATTERN_CANDIDATES]
         window = question.window
+        # Each candidate's lines: those of its pattern and of none before it, so that every line counts once.
+        partition = [
+            every(question.lines, pattern_filter(pattern, candidates[:index]))
+            for index, pattern in enumerate(candidates)
+        ]
         counted = (
             await asyncio.gather(
-                *(
-                    self.total(window, every(question.lines, pattern_filter(pattern, candidates[:index])))
-                    for index, pattern in enumerate(candidates)
-                ),
+                *(self.total(window, lines) for lines in partition),
                 self.total(window, every(question.lines, none_of_patterns(candidates))),
             )
             if candidates
@@ -727,8 +729,8 @@ class LokiSource(HttpSource):
         shown = found[: question.top]
         edges = await asyncio.gather(
             *(
-                self._edge(window, every(question.lines, pattern_filter(pattern, candidates[:index])), direction)
-                for _, pattern, index in shown
+                self._edge(window, partition[index], direction)
+                for _, _, index in shown
                 for direction in ("forward", "backward")
             )
         )
@@ -764,17 +766,18 @@ class LokiSource(HttpSource):
                 "end": rfc3339_nanos(unix_nanos(window.end)),
                 "step": f"{step}s",
             }
-            data = await self._post_json(PATTERNS_PATH, form)
-            mined = self._mined(data)
+            mined = self._mined(await self._post_json(PATTERNS_PATH, form), filter_words(question.lines))
             if mined:
-                # The API takes no line filter: the workload's info lines have patterns too, often the largest.
-                # Those that say one of the words the question asks for go first, so that the counted slots go
-                # to the likely error shapes; the counts, not this order, decide what is shown.
-                words = filter_words(question.lines)
-                return sorted(mined, key=lambda pattern: not says_any(pattern, words))
+                return mined
         return []
 
-    def _mined(self, data: Any) -> list[str]:
+    def _mined(self, data: Any, words: frozenset[str]) -> list[str]:
+        """The usable patterns answered, those saying one of ``words`` first, then the largest.
+
+        The API takes no line filter: the workload's info lines have patterns too, often the largest. Those that say
+        a word the question asks for go first, so that the counted slots go to the likely error shapes; the counts,
+        not this order, decide what is shown.
+        """
         if data is None:
             return []
         if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
@@ -787,7 +790,7 @@ class LokiSource(HttpSource):
             usable = usable_pattern(pattern)
             if usable is not None:
                 volume[usable] = volume.get(usable, 0.0) + sum(parse_value(pair, self) for pair in samples)
-        return sorted(volume, key=lambda pattern: (-volume[pattern], pattern))
+        return sorted(volume, key=lambda pattern: (not says_any(pattern, words), -volume[pattern], pattern))
 
     async def total(self, window: Window, lines: Filter) -> float:
         """All lines of ``window`` that ``lines`` selects, as one number."""
