@@ -561,14 +561,14 @@ def _json_path(key: str) -> str:
 INSTANT_PATH = "/loki/api/v1/query"
 RANGE_PATH = "/loki/api/v1/query_range"
 # Loki's patterns API: the shapes its pattern ingester (``pattern_ingester: enabled: true``) mined with Drain from the
-# lines it ingested, each with its lines per step. Measured on Loki 3.5.12: the query takes label matchers only
-# ("only label matchers are supported" for a line or label filter), so the patterns are those of every line of the
-# workload's streams, errors or not; the ingester keeps samples for 3 hours (``retainSampleFor`` in its source, not
-# configurable) and forgets them when it restarts; it does not mine lines longer than its max_allowed_line_length
-# (3,000), and does not answer its rarest patterns (20 lines of a shape were left out where 30 were answered); with the
-# ingester off the path answers 404. A pattern writes each variable part as ``<_>``, which is also what Loki's ``|>``
-# line filter reads: the digest counts each pattern's error lines in the whole window with a metric query, exactly,
-# so the patterns only have to *name* the shapes.
+# lines it ingested, each with its lines per step. Measured on Loki 3.5.12: the query takes label matchers only ("only
+# label matchers are supported" for a line or label filter), so the patterns are those of every line of the workload's
+# streams, errors or not; the ingester keeps samples for 3 hours (``retainSampleFor`` in its source, not configurable)
+# and forgets them when it restarts; it does not mine lines longer than its max_allowed_line_length (3,000), and does
+# not answer its rarest patterns (tests/test_loki_patterns.py: five lines of a shape are not answered, 40 are); with
+# the ingester off the path answers 404. A pattern writes each variable part as ``<_>``, which is also what Loki's
+# ``|>`` line filter reads: the digest counts each pattern's error lines in the whole window with a metric query,
+# exactly, so the patterns only have to *name* the shapes.
 PATTERNS_PATH = "/loki/api/v1/patterns"
 PATTERN_RETENTION = "about the last 3 hours"
 # The patterns counted, the largest first: each is a count of the window (times the error rule's inclusion–exclusion
