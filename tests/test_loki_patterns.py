@@ -20,9 +20,12 @@ of them the day before:
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -315,3 +318,20 @@ async def test_an_earlier_day_loki_forgot_marks_nothing_new(pushed: Pushed, sour
 def test_patterns_are_made_usable_as_line_filters(pattern: str, usable: str | None) -> None:
     """A pattern becomes a ``|>`` filter only when Loki reads it as the ingester meant it."""
     assert usable_pattern(pattern) == usable
+
+
+def test_the_loki_patterns_benchmark_runs_and_names_its_storm() -> None:
+    """`bench.loki_patterns` (the docs' Loki cost figures) loads, measures and prints the storm it pushed."""
+    _need_loki()
+    result = subprocess.run(  # our own module, fixed arguments
+        [sys.executable, "-m", "bench.loki_patterns", "--lines", "4000", "--tail", "5"],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2_000:]
+    assert "| count |" in result.stdout
+    assert "4,000 error lines |" in result.stdout
+    assert "6 shapes, top 3,600 (ERROR feeds.ws relay: connect ETIMEDOUT <_> after …), 0 unshaped" in result.stdout
