@@ -90,7 +90,7 @@ def rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # made per row of big answers: slots halve the cost
 class Sample:
     """One series of an instant vector: its labels and value."""
 
@@ -98,7 +98,7 @@ class Sample:
     value: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # made per row of big answers: slots halve the cost
 class RangeSeries:
     """One series of a range result: its labels and (unix seconds, value) points."""
 

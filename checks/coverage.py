@@ -273,6 +273,9 @@ class Report:
     seen: Mapping[Need, Seen]
     errors: Mapping[Need, str]
     fleet: Fleet
+    # Each source's gaps, judged once: the checks that share a source (every log check needs the logs) would
+    # otherwise judge it again, once each — a day of a 200-node fleet is ~30,000 node buckets per source.
+    judged: dict[tuple[Need, CoveragePolicy], _Judged] = field(default_factory=dict, compare=False, repr=False)
 
 
 def queries(need: Need, grid: Grid, policy: CoveragePolicy) -> str:
@@ -394,17 +397,22 @@ async def _measure_logs(sources: Sources, grid: Grid, need: Need, policy: Covera
     except SourceError as exc:
         return seen, str(exc)
     cluster_lines: dict[int, float] = defaultdict(float)
+    # A day's per-node answer is ~30,000 rows (nodes × buckets), asked per day of a replay: `index_of_start`, inlined.
+    first, step, count = grid.points[0], grid.step, len(grid.points)
     for row in rows:
         lines = row.counts.get("lines", 0.0)
-        index = grid.index_of_start(row.bucket) if row.bucket is not None else None
-        if index is None or lines <= 0:
+        if row.bucket is None or lines <= 0:
+            continue
+        index = round((row.bucket + step - first) / step)
+        if not 0 <= index < count:
             continue
         seen.buckets.add(index)
         cluster_lines[index] += lines
         if need.per_node:
             node = row.group.get("node", "")
             seen.nodes[node].add(index)
-            seen.node_lines[node][index] = seen.node_lines[node].get(index, 0.0) + lines
+            node_lines = seen.node_lines[node]
+            node_lines[index] = node_lines.get(index, 0.0) + lines
     seen.lines = dict(cluster_lines)
     if need.per_node and seen.buckets and not any(seen.nodes):
         # Lines that name no node cannot tell a quiet node from a stuck shipper: say so rather than blame every node.
@@ -517,6 +525,42 @@ def _minutes(grid: Grid, run: tuple[int, int]) -> float:
     return (end - start).total_seconds() / 60
 
 
+@dataclass(frozen=True)
+class _Judged:
+    """One source's part of a check's coverage: its gaps, its unseen buckets, its silent and excused nodes."""
+
+    gaps: tuple[Gap, ...]
+    unseen: frozenset[int]
+    node_gaps: Mapping[str, Sequence[Gap]]
+    excused: Mapping[str, str]
+
+
+def _judge(report: Report, need: Need, policy: CoveragePolicy) -> _Judged:
+    """The gaps of one measured source, whichever check asks."""
+    grid = report.grid
+    seen = report.seen[need]
+    anything: set[int] = set().union(*(one.buckets for one in report.seen.values()))
+    gaps: list[Gap] = []
+    unseen: set[int] = set()
+    is_logs = need.backend is Backend.LOGS
+    silence = policy.shipper_silence_minutes if is_logs else 0
+    for run in _runs(i for i in range(len(grid.points)) if i not in seen.buckets):
+        if _minutes(grid, run) < silence or (is_logs and not _loud_enough(seen.lines, run, policy)):
+            continue  # a quiet spell of the logs, not a gap
+        unseen.update(range(run[0], run[1] + 1))
+        # Within the run, the buckets nothing at all answered in are the window's blind hours; the rest is this
+        # source alone.
+        for part in _runs(i for i in range(run[0], run[1] + 1) if i not in anything):
+            gaps.append(Gap(GapKind.HOURS, "", need.label, *grid.span(*part)))
+        for part in _runs(i for i in range(run[0], run[1] + 1) if i in anything):
+            gaps.append(Gap(GapKind.TARGET, need.label, need.label, *grid.span(*part)))
+    node_gaps: dict[str, list[Gap]] = defaultdict(list)
+    excused: dict[str, str] = {}
+    if need.per_node:
+        _node_gaps(report, need, seen, policy, node_gaps, excused)
+    return _Judged(tuple(gaps), frozenset(unseen), dict(node_gaps), excused)
+
+
 def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -> Coverage:
     """The coverage of a check that depends on ``needs``, judged by the policy."""
     grid, fleet = report.grid, report.fleet
@@ -524,27 +568,21 @@ def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -
     if fleet.error and any(need.per_node for need in needs):
         errors.append(f"nodes: {fleet.error}")
     measured = [need for need in needs if need in report.seen and not (need.optional and not report.seen[need].buckets)]
-    anything: set[int] = set().union(*(seen.buckets for seen in report.seen.values()))
     gaps: list[Gap] = []
     unseen: set[int] = set()
     node_gaps: dict[str, list[Gap]] = defaultdict(list)
     excused: dict[str, str] = {}
     for need in measured:
-        seen = report.seen[need]
-        is_logs = need.backend is Backend.LOGS
-        silence = policy.shipper_silence_minutes if is_logs else 0
-        for run in _runs(i for i in range(len(grid.points)) if i not in seen.buckets):
-            if _minutes(grid, run) < silence or (is_logs and not _loud_enough(seen.lines, run, policy)):
-                continue  # a quiet spell of the logs, not a gap
-            unseen.update(range(run[0], run[1] + 1))
-            # Within the run, the buckets nothing at all answered in are the window's blind hours; the rest is
-            # this source alone.
-            for part in _runs(i for i in range(run[0], run[1] + 1) if i not in anything):
-                gaps.append(Gap(GapKind.HOURS, "", need.label, *grid.span(*part)))
-            for part in _runs(i for i in range(run[0], run[1] + 1) if i in anything):
-                gaps.append(Gap(GapKind.TARGET, need.label, need.label, *grid.span(*part)))
-        if need.per_node:
-            _node_gaps(report, need, seen, policy, node_gaps, excused)
+        key = (need, policy)
+        judged = report.judged.get(key)
+        if judged is None:
+            judged = report.judged[key] = _judge(report, need, policy)
+        gaps.extend(judged.gaps)
+        unseen.update(judged.unseen)
+        for node, found in judged.node_gaps.items():
+            node_gaps[node].extend(found)
+        for node, reason in judged.excused.items():
+            excused.setdefault(node, reason)
     for node_list in node_gaps.values():
         gaps.extend(node_list)
     fraction = 1.0 - sum(grid.weight(index) for index in unseen)

@@ -192,7 +192,7 @@ class PeakCount:
     scope: Filter = EVERY_LINE
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # made per row of big answers: slots halve the cost
 class CountRow:
     """One group's counts: ``group`` maps each `by` field's label to its value; ``bucket`` is the bucket's start."""
 

@@ -316,12 +316,16 @@ class HttpSource:
         return payload.get("data")
 
     def _vector(self, data: Any) -> list[Sample]:
+        return [Sample(labels, value) for labels, value in self._vector_rows(data)]
+
+    def _vector_rows(self, data: Any) -> list[tuple[dict[str, str], float]]:
+        """An instant vector's rows as (labels, value) pairs, NaN rows left out; `SourceError` for a bad answer."""
         if not isinstance(data, dict) or data.get("resultType") != "vector":
             raise self._error(SourceErrorKind.BAD_RESPONSE, "expected an instant vector")
         result = data.get("result")
         if not isinstance(result, list):
             raise self._error(SourceErrorKind.BAD_RESPONSE, "result is not a list of series")
-        samples: list[Sample] = []
+        samples: list[tuple[dict[str, str], float]] = []
         # The fast path trusts nothing either: any surprise in a row sends it through the checking path below, which
         # raises the precise error. Answers of thousands of rows (one per pod) make this loop the client's hot spot.
         for item in result:
@@ -340,7 +344,7 @@ class HttpSource:
                 metric = _labels(item, self)
             if math.isnan(value):
                 continue
-            samples.append(Sample(labels=metric, value=value))
+            samples.append((metric, value))
         return samples
 
     def _matrix(self, data: Any) -> list[RangeSeries]:
