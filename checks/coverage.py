@@ -238,11 +238,19 @@ def _loud_enough(lines: Mapping[int, float], run: tuple[int, int], policy: Cover
     only after hours of silence (measured on the bench's 200-node days: their night lulls last up to two hours). A
     source with no line at all in the window is silent beyond doubt.
     """
+    return _loud_at(_quiet_rate(lines), run, policy)
+
+
+def _quiet_rate(lines: Mapping[int, float]) -> float | None:
+    """The lower quartile of lines per bucket over the buckets written in; None when none was."""
     if not lines:
-        return True
+        return None
     ordered = sorted(lines.values())
-    quiet_rate = ordered[len(ordered) // 4]
-    return quiet_rate * (run[1] - run[0] + 1) >= policy.silence_lines
+    return ordered[len(ordered) // 4]
+
+
+def _loud_at(quiet_rate: float | None, run: tuple[int, int], policy: CoveragePolicy) -> bool:
+    return quiet_rate is None or quiet_rate * (run[1] - run[0] + 1) >= policy.silence_lines
 
 
 @dataclass(frozen=True)
@@ -622,29 +630,34 @@ def _node_gaps(
 ) -> None:
     """The nodes of the fleet that ``need`` did not hear from, for longer than the policy tolerates."""
     grid, fleet = report.grid, report.fleet
-    by_node: dict[str, set[int]] = defaultdict(set)
-    lines: dict[str, dict[int, float]] = defaultdict(dict)
+    by_node: dict[str, set[int]] = {}
+    lines: dict[str, dict[int, float]] = {}
     for raw, buckets in seen.nodes.items():
         name = fleet.canonical(raw)
-        by_node[name].update(buckets)
+        raw_lines = seen.node_lines.get(raw, {})
+        if name not in by_node:  # the usual case: one spelling per node, copied whole
+            by_node[name], lines[name] = set(buckets), dict(raw_lines)
+            continue
+        by_node[name].update(buckets)  # ``pi5-2:9100`` and ``pi5-2``: one node
         node_lines = lines[name]
-        for index, count in seen.node_lines.get(raw, {}).items():
+        for index, count in raw_lines.items():
             node_lines[index] = node_lines.get(index, 0.0) + count
     last = len(grid.points) - 1
     is_logs = need.backend is Backend.LOGS
     tolerance = policy.shipper_silence_minutes if is_logs else policy.node_gap_minutes
     for node in sorted(set(fleet.first_seen) | set(by_node) | set(policy.absent_nodes)):
-        first = fleet.first_seen.get(node, 0)
-        life = range(first, fleet.deleted_after.get(node, last) + 1)
-        # Buckets the whole source missed are said once, as the source's gap, not once per node.
+        first, until = fleet.first_seen.get(node, 0), fleet.deleted_after.get(node, last)
+        # Buckets the whole source missed are said once, as the source's gap, not once per node. A node that was
+        # heard whenever the source was (most of them) costs one set difference.
         heard = by_node.get(node, set())
-        silent = [i for i in life if i not in heard and i in seen.buckets]
+        silent = sorted(i for i in seen.buckets.difference(heard) if first <= i <= until)
         reasons = fleet.excused.get(node, {})
         for index in silent:
             if index in reasons:
                 excused.setdefault(node, reasons[index])
+        rate = _quiet_rate(lines.get(node, {})) if is_logs and silent else None
         for run in _runs(i for i in silent if i not in reasons):
-            quiet = is_logs and not _loud_enough(lines.get(node, {}), run, policy)
+            quiet = is_logs and not _loud_at(rate, run, policy)
             if _minutes(grid, run) >= tolerance and not quiet:
                 kind = GapKind.SHIPPER if is_logs else GapKind.NODE
                 node_gaps[node].append(Gap(kind, node, need.label, *grid.span(*run)))

@@ -328,23 +328,23 @@ class HttpSource:
         samples: list[tuple[dict[str, str], float]] = []
         # The fast path trusts nothing either: any surprise in a row sends it through the checking path below, which
         # raises the precise error. Answers of thousands of rows (one per pod) make this loop the client's hot spot.
+        append = samples.append
         for item in result:
             try:
-                metric = item.get("metric")  # absent (an aggregate over everything): the checking path gives {}
+                metric = item["metric"]  # absent (an aggregate over everything): the checking path gives {}
                 pair = item["value"]
-                value = float(pair[1]) if len(pair) == 2 else math.nan
+                if type(metric) is not dict or type(pair) is not list or len(pair) != 2:
+                    raise TypeError
+                value = float(pair[1])
                 # str.join refuses any value that is not a string, at C speed: the check costs no Python loop.
-                typed = type(metric) is dict and "".join(metric.values()) is not None
-            except (AttributeError, KeyError, TypeError, ValueError, IndexError):
-                typed = False
-            if not typed or not isinstance(pair, list) or len(pair) != 2:
+                "".join(metric.values())
+            except (KeyError, TypeError, ValueError):
                 if not isinstance(item, dict):
-                    raise self._error(SourceErrorKind.BAD_RESPONSE, "result is not a list of series")
+                    raise self._error(SourceErrorKind.BAD_RESPONSE, "result is not a list of series") from None
                 value = parse_value(item.get("value"), self)
                 metric = _labels(item, self)
-            if math.isnan(value):
-                continue
-            samples.append((metric, value))
+            if not math.isnan(value):  # NaN (a division by zero in the query) is no sample
+                append((metric, value))
         return samples
 
     def _matrix(self, data: Any) -> list[RangeSeries]:
