@@ -550,6 +550,42 @@ def _loading_lines(small: DayResult, big: DayResult, replay: ReplayResult | None
     return lines
 
 
+def render_replays(
+    profile: Profile,
+    replays: Sequence[ReplayResult],
+    info: dict[str, str],
+    command: str,
+    *,
+    floor_concurrency: int,
+    replay_concurrency: int,
+) -> str:
+    """``bench/run --replay-only``: the replays against their floors, with the run's context and the replay goals."""
+    first = replays[0]
+    lines = [
+        f"Run of {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, profile `{profile.name}`, command `{command}` "
+        f"(from the repository root), product at {info.get('revision')}.",
+        "",
+        f"Machine: {info.get('cores')} cores ({info.get('cpu', '?')}), {info.get('ram', '?')} RAM, "
+        f"{info.get('os', '?')} (Linux {info.get('kernel')}), Python {info.get('python')}; "
+        f"VictoriaMetrics {info.get('victoria-metrics')}; VictoriaLogs {info.get('victoria-logs')}. Other processes "
+        f"used {first.other_cores:.2f} cores on average during the replays.",
+        "",
+        f"Cluster: {profile.shape.pods:,} pods in {profile.shape.namespaces} namespaces on {profile.shape.nodes} nodes "
+        f"(+ the flooding pod and the gateway), metrics every {profile.shape.step_s} s"
+        + (" with cAdvisor memory" if profile.shape.cadvisor else "")
+        + ".",
+        "",
+    ]
+    lines += _replay_lines(replays, replay_concurrency, floor_concurrency)
+    met = {
+        f"replay ≤ {REPLAY_GOAL}× its floor ({replay.pair.short}, {_days(len(replay.days))})": replay.ratio
+        <= REPLAY_GOAL
+        for replay in replays
+    }
+    lines += _goal_lines(met, info)
+    return "\n".join(lines)
+
+
 def _goal_lines(met: dict[str, bool], info: dict[str, str]) -> list[str]:
     """Every goal met or missed, and a warning when the product changed while the run was measuring."""
     lines = ["", "Goals: " + "; ".join(f"{name} {_mark(ok)}" for name, ok in met.items()) + ".", ""]

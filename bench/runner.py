@@ -87,7 +87,7 @@ from bench.pairs import (
     start_prometheus,
 )
 from bench.proxy import CountingProxy, Counts
-from bench.report import median_of, render
+from bench.report import median_of, render, render_replays
 from digest.app.settings import Settings
 from testbed.embedded import EmbeddedBackends
 
@@ -927,6 +927,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     parser.add_argument("--skip-replay", action="store_true", help="leave out the multi-day replay measure")
     parser.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="measure the multi-day replay against its floor only (no small or big day); prints its table",
+    )
+    parser.add_argument(
         "--backends",
         metavar="PAIRS",
         help="comma list of backend pairs to measure: victoriametrics+victorialogs, prometheus+victorialogs, "
@@ -983,6 +988,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--big-day: {problem}")
     if big_day is not None and not set(big_day) & set(pairs):
         parser.error("--big-day: none of these pairs is among --backends")
+    if args.replay_only and args.skip_replay:
+        parser.error("--replay-only: not with --skip-replay")
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     profile = QUICK if args.quick else FULL
     repeats = max(3, args.repeats or profile.repeats)
@@ -1006,6 +1013,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         big_pairs = [pair for pair in pairs if pair.logs in profile.big_day_logs] or pairs[:1]
     detailed = REFERENCE if REFERENCE in big_pairs else big_pairs[0]
     say(f"pairs: {', '.join(pair.key for pair in pairs)}; on the big day: {', '.join(p.key for p in big_pairs)}")
+    if args.replay_only:
+        replays = measure_replay(cluster, profile, max(3, repeats - 2), pairs, pairs[0], profile_dir)
+        info["fingerprint_end"] = product_fingerprint()
+        print(
+            render_replays(
+                profile,
+                replays,
+                info,
+                command,
+                floor_concurrency=MAX_CONCURRENCY,
+                replay_concurrency=REPLAY_CONCURRENCY,
+            )
+        )
+        say(f"done in {time.monotonic() - started:.0f} s")
+        return 0
     with SharedPrometheus() as prometheus:  # the small and the big day have the same metrics: one backfill
         small = measure_day(small_label, cluster, profile.small, repeats, pairs, detailed, prometheus=prometheus)
         big = measure_day(big_label, cluster, profile.big, repeats, big_pairs, detailed, profile_dir, prometheus)
