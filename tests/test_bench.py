@@ -7,6 +7,7 @@ its own pair, measures every figure of docs/benchmarks.md on small volumes, and 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,27 @@ async def test_generated_day_is_digested_with_its_exact_facts(own_backends: Embe
     assert shapes.window == window
 
 
+def test_gc_cost_replays_with_the_collector_defaults_and_with_the_digest_tuning(own_backends: EmbeddedBackends) -> None:
+    """`bench.gc_cost`, whose figures the docs quote, replays a loaded day under both collector settings."""
+    load(own_backends, build_cluster(SMALL), [DAY], Volume(lines=5_000, envoy_records=500))
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DIGEST_")}
+    env.update(DIGEST_VM_URL=own_backends.metrics.url, DIGEST_VL_URL=own_backends.logs.url, DIGEST_TIMEZONE="UTC")
+    day = DAY.isoformat()
+    result = subprocess.run(  # our own module, fixed arguments
+        [sys.executable, "-m", "bench.gc_cost", "--from", day, "--to", day, "--repeats", "1"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2_000:]
+    assert "median, default:" in result.stdout
+    assert "median, tuned:" in result.stdout
+    assert "full collections" in result.stdout
+
+
 def test_quick_benchmark_programme_measures_and_checks_every_figure() -> None:
     """`bench.runner --quick` runs floor, proxy, naive, warm, replay-floor and state-file measures, each checked."""
     result = subprocess.run(  # our own module, fixed arguments
@@ -100,6 +122,25 @@ def test_quick_benchmark_programme_measures_and_checks_every_figure() -> None:
     assert "peak RSS ≤ 150 MB and flat ✅ met" in out
     assert "replay ≤ 1.2× its floor (VM + VL, 5 days)" in out
     assert result.stderr.count("backends stopped") == 3  # small day, big day, replay: each pair stopped
+
+
+def test_replay_only_programme_measures_the_replay_against_its_floor() -> None:
+    """`bench.runner --quick --replay-only` loads the replay days only and prints the replay table and its goal."""
+    result = subprocess.run(  # our own module, fixed arguments
+        [sys.executable, "-m", "bench.runner", "--quick", "--replay-only"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2_000:]
+    out = result.stdout
+    assert "command `bench/run --quick --replay-only`" in out
+    assert "checks floor of its windows" in out
+    assert "Goals: replay ≤ 1.2× its floor (VM + VL, 5 days)" in out
+    assert "ratio digest / checks floor" not in out  # no small or big day
+    assert result.stderr.count("backends stopped") == 1
 
 
 def test_backends_option_rejects_an_unknown_pair_with_a_usage_line() -> None:
