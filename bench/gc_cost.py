@@ -76,7 +76,7 @@ def _child(mode: str, first: str, last: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Alternate default and tuned replays, each in a fresh process; print each run and the medians."""
-    parser = argparse.ArgumentParser(prog="python -m bench.gc_cost", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.gc_cost", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--from", dest="first", required=True, help="first day (YYYY-MM-DD)")
     parser.add_argument("--to", dest="last", required=True, help="last day (YYYY-MM-DD)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per setting (default %(default)s)")

@@ -405,14 +405,10 @@ async def _measure_logs(sources: Sources, grid: Grid, need: Need, policy: Covera
     except SourceError as exc:
         return seen, str(exc)
     cluster_lines: dict[int, float] = defaultdict(float)
-    # A day's per-node answer is ~30,000 rows (nodes × buckets), asked per day of a replay: `index_of_start`, inlined.
-    first, step, count = grid.points[0], grid.step, len(grid.points)
     for row in rows:
         lines = row.counts.get("lines", 0.0)
-        if row.bucket is None or lines <= 0:
-            continue
-        index = round((row.bucket + step - first) / step)
-        if not 0 <= index < count:
+        index = grid.index_of_start(row.bucket) if row.bucket is not None else None
+        if index is None or lines <= 0:
             continue
         seen.buckets.add(index)
         cluster_lines[index] += lines

@@ -126,11 +126,12 @@ def tune_garbage_collection() -> None:
 
     A backend's answer of ~30,000 rows (a day's nodes × buckets) is ~100,000 dicts and lists, all alive until the
     answer is folded: with CPython's defaults they survive the young collections, are promoted, and trigger full
-    collections that walk every object of the process again — 52 of them, 2.85 of the 9.7 CPU-seconds, in an 8-day
-    replay of the benchmark's 200-node cluster (docs/benchmarks.md, "Replay client CPU"). Collecting the young
-    generation after 10,000 allocations instead of 700 lets such answers die young (3 full collections, 0.1 s), and
-    freezing what the imports made keeps the collector from walking the modules. The process's garbage is mostly
-    acyclic (freed by reference counting), so memory stays where it was.
+    collections that walk every object of the process again — 51 of them, 3.45 of the 9.49 CPU-seconds, in an 8-day
+    replay of the benchmark's 200-node cluster (`python -m bench.gc_cost`, docs/benchmarks.md, "Replay client CPU,
+    after 19bfe36"). Collecting the young generation after 10,000 allocations instead of 700 lets such answers die
+    young (3 full collections; the collector 0.93 s of 7.14 CPU-seconds), and freezing what the imports made keeps
+    the collector from walking the modules. The process's garbage is mostly acyclic (freed by reference counting),
+    so memory stays where it was.
     """
     gc.freeze()
     _, older, oldest = gc.get_threshold()

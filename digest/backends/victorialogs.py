@@ -215,9 +215,6 @@ class LogsqlWriter:
             if known is not counts:  # two spellings of one bucket's time: one row
                 for column, count in counts.items():
                     known[column] = known.get(column, 0.0) + count
-        if width == 1:  # the common question (by node, by pod): no zip per row
-            [label] = labels
-            return [CountRow({label: group[0]}, counts, bucket) for (group, bucket), counts in merged.items()]
         return [
             CountRow(dict(zip(labels, group, strict=True)), counts, bucket)
             for (group, bucket), counts in merged.items()
