@@ -176,11 +176,8 @@ def _time_table(rows: list[tuple[str, int, float]], top: int = 8) -> list[str]:
 # --------------------------------------------------------------------------------------------------- sections
 
 
-def _context_lines(
-    profile: Profile, small: DayResult, big: DayResult, replay: ReplayResult | None, info: dict[str, str], command: str
-) -> list[str]:
-    """When, on what machine and on which cluster the run measured."""
-    n = len(small.digest_runs)
+def _context_lines(profile: Profile, info: dict[str, str], command: str, others: str, cluster_tail: str) -> list[str]:
+    """When, on what machine and on which cluster the run measured; ``others``: the CPU other processes used."""
     return [
         f"Run of {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, profile `{profile.name}`, command `{command}` "
         f"(from the repository root), product at {info.get('revision')}.",
@@ -188,14 +185,12 @@ def _context_lines(
         f"Machine: {info.get('cores')} cores ({info.get('cpu', '?')}), {info.get('ram', '?')} RAM, "
         f"{info.get('os', '?')} (Linux {info.get('kernel')}), Python {info.get('python')}; "
         f"VictoriaMetrics {info.get('victoria-metrics')}; VictoriaLogs {info.get('victoria-logs')}; "
-        f"{info.get('prometheus', 'Prometheus ?')}; {info.get('loki', 'Loki ?')}. "
-        f"Other processes used {small.other_cores:.2f} / {big.other_cores:.2f} cores on average during the small / "
-        "big measurements" + (f" and {replay.other_cores:.2f} during the replays" if replay else "") + ".",
+        f"{info.get('prometheus', 'Prometheus ?')}; {info.get('loki', 'Loki ?')}. Other processes used {others}.",
         "",
         f"Cluster: {profile.shape.pods:,} pods in {profile.shape.namespaces} namespaces on {profile.shape.nodes} nodes "
         f"(+ the flooding pod and the gateway), metrics every {profile.shape.step_s} s"
         + (" with cAdvisor memory" if profile.shape.cadvisor else "")
-        + f"; day {DAY} (UTC). Median of {n} interleaved runs each; every digest checked against the generated facts.",
+        + cluster_tail,
         "",
     ]
 
@@ -560,22 +555,8 @@ def render_replays(
     replay_concurrency: int,
 ) -> str:
     """``bench/run --replay-only``: the replays against their floors, with the run's context and the replay goals."""
-    first = replays[0]
-    lines = [
-        f"Run of {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, profile `{profile.name}`, command `{command}` "
-        f"(from the repository root), product at {info.get('revision')}.",
-        "",
-        f"Machine: {info.get('cores')} cores ({info.get('cpu', '?')}), {info.get('ram', '?')} RAM, "
-        f"{info.get('os', '?')} (Linux {info.get('kernel')}), Python {info.get('python')}; "
-        f"VictoriaMetrics {info.get('victoria-metrics')}; VictoriaLogs {info.get('victoria-logs')}. Other processes "
-        f"used {first.other_cores:.2f} cores on average during the replays.",
-        "",
-        f"Cluster: {profile.shape.pods:,} pods in {profile.shape.namespaces} namespaces on {profile.shape.nodes} nodes "
-        f"(+ the flooding pod and the gateway), metrics every {profile.shape.step_s} s"
-        + (" with cAdvisor memory" if profile.shape.cadvisor else "")
-        + ".",
-        "",
-    ]
+    others = f"{replays[0].other_cores:.2f} cores on average during the replays"
+    lines = _context_lines(profile, info, command, others, ".")
     lines += _replay_lines(replays, replay_concurrency, floor_concurrency)
     met = {
         f"replay ≤ {REPLAY_GOAL}× its floor ({replay.pair.short}, {_days(len(replay.days))})": replay.ratio
@@ -622,7 +603,14 @@ def render(
     small = next(result for result in small_all if result.pair == big.pair)
     replay = next((one for one in replays if one.pair == big.pair), replays[0] if replays else None)
     met = goals(small, big, replays, [*small_all, *big_all])
-    lines = _context_lines(profile, small, big, replay, info, command)
+    others = f"{small.other_cores:.2f} / {big.other_cores:.2f} cores on average during the small / big measurements" + (
+        f" and {replay.other_cores:.2f} during the replays" if replay else ""
+    )
+    tail = (
+        f"; day {DAY} (UTC). Median of {len(small.digest_runs)} interleaved runs each; every digest checked against "
+        "the generated facts."
+    )
+    lines = _context_lines(profile, info, command, others, tail)
     lines += _pairs_lines(small_all, big_all, replays)
     lines += [f"The detailed measures of {big.pair.label}:", ""]
     lines += _main_table(small, big, met, floor_concurrency)

@@ -1005,15 +1005,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     small_label, big_label = (
         f"{name} ({volume.lines / 1e6:g} M lines)" for name, volume in (("small", profile.small), ("big", profile.big))
     )
-    # The big day is measured on the pairs of the profile's big-day log backends (all pairs if none is one of them);
-    # the detailed tables show the reference pair, or the first pair measured on both days.
-    if big_day is not None:
-        big_pairs = [pair for pair in pairs if pair in big_day]
-    else:
-        big_pairs = [pair for pair in pairs if pair.logs in profile.big_day_logs] or pairs[:1]
-    detailed = REFERENCE if REFERENCE in big_pairs else big_pairs[0]
-    say(f"pairs: {', '.join(pair.key for pair in pairs)}; on the big day: {', '.join(p.key for p in big_pairs)}")
     if args.replay_only:
+        say(f"pairs: {', '.join(pair.key for pair in pairs)}; the replay only")
         replays = measure_replay(cluster, profile, max(3, repeats - 2), pairs, pairs[0], profile_dir)
         info["fingerprint_end"] = product_fingerprint()
         print(
@@ -1028,6 +1021,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         say(f"done in {time.monotonic() - started:.0f} s")
         return 0
+    # The big day is measured on the pairs of the profile's big-day log backends (all pairs if none is one of them);
+    # the detailed tables show the reference pair, or the first pair measured on both days.
+    if big_day is not None:
+        big_pairs = [pair for pair in pairs if pair in big_day]
+    else:
+        big_pairs = [pair for pair in pairs if pair.logs in profile.big_day_logs] or pairs[:1]
+    detailed = REFERENCE if REFERENCE in big_pairs else big_pairs[0]
+    say(f"pairs: {', '.join(pair.key for pair in pairs)}; on the big day: {', '.join(p.key for p in big_pairs)}")
     with SharedPrometheus() as prometheus:  # the small and the big day have the same metrics: one backfill
         small = measure_day(small_label, cluster, profile.small, repeats, pairs, detailed, prometheus=prometheus)
         big = measure_day(big_label, cluster, profile.big, repeats, big_pairs, detailed, profile_dir, prometheus)

@@ -25,6 +25,13 @@ REPO = Path(__file__).resolve().parent.parent
 SMALL = Shape(pods=40, namespaces=4, nodes=4, cadvisor=True)
 
 
+def _bench(args: list[str], timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m <args>`` (one of the bench modules) from the repository root, its output captured."""
+    return subprocess.run(  # our own modules, fixed arguments
+        [sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
 def test_log_generation_streams_bounded_chunks_with_the_planned_counts() -> None:
     """A day is rendered chunk by chunk (never whole in memory), and its records are exactly the planned ones."""
     cluster = build_cluster(SMALL)
@@ -77,15 +84,7 @@ def test_gc_cost_replays_with_the_collector_defaults_and_with_the_digest_tuning(
     env = {key: value for key, value in os.environ.items() if not key.startswith("DIGEST_")}
     env.update(DIGEST_VM_URL=own_backends.metrics.url, DIGEST_VL_URL=own_backends.logs.url, DIGEST_TIMEZONE="UTC")
     day = DAY.isoformat()
-    result = subprocess.run(  # our own module, fixed arguments
-        [sys.executable, "-m", "bench.gc_cost", "--from", day, "--to", day, "--repeats", "1"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = _bench(["bench.gc_cost", "--from", day, "--to", day, "--repeats", "1"], timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-2_000:]
     assert "median, default:" in result.stdout
     assert "median, tuned:" in result.stdout
@@ -94,14 +93,7 @@ def test_gc_cost_replays_with_the_collector_defaults_and_with_the_digest_tuning(
 
 def test_quick_benchmark_programme_measures_and_checks_every_figure() -> None:
     """`bench.runner --quick` runs floor, proxy, naive, warm, replay-floor and state-file measures, each checked."""
-    result = subprocess.run(  # our own module, fixed arguments
-        [sys.executable, "-m", "bench.runner", "--quick", "--no-write"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    result = _bench(["bench.runner", "--quick", "--no-write"], timeout=900)
     assert result.returncode == 0, result.stderr[-2_000:]
     out = result.stdout
     for measure in (
@@ -126,14 +118,7 @@ def test_quick_benchmark_programme_measures_and_checks_every_figure() -> None:
 
 def test_replay_only_programme_measures_the_replay_against_its_floor() -> None:
     """`bench.runner --quick --replay-only` loads the replay days only and prints the replay table and its goal."""
-    result = subprocess.run(  # our own module, fixed arguments
-        [sys.executable, "-m", "bench.runner", "--quick", "--replay-only"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    result = _bench(["bench.runner", "--quick", "--replay-only"], timeout=600)
     assert result.returncode == 0, result.stderr[-2_000:]
     out = result.stdout
     assert "command `bench/run --quick --replay-only`" in out
@@ -145,14 +130,7 @@ def test_replay_only_programme_measures_the_replay_against_its_floor() -> None:
 
 def test_backends_option_rejects_an_unknown_pair_with_a_usage_line() -> None:
     """`bench/run --backends` names the unknown pair under a usage line and exits 2 before starting anything."""
-    result = subprocess.run(  # our own module, fixed arguments
-        [sys.executable, "-m", "bench.runner", "--quick", "--backends", "victoriametrics+elasticsearch"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = _bench(["bench.runner", "--quick", "--backends", "victoriametrics+elasticsearch"], timeout=120)
     assert result.returncode == 2
     assert result.stderr.startswith("usage: bench/run")
     assert "unknown backend pair 'victoriametrics+elasticsearch'" in result.stderr
