@@ -401,22 +401,32 @@ async def _measure_metrics(sources: Sources, grid: Grid, need: Need, policy: Cov
 async def _measure_logs(sources: Sources, grid: Grid, need: Need, policy: CoveragePolicy) -> tuple[Seen, str | None]:
     seen = Seen()
     try:
-        rows = await sources.logs.count(logs_question(need, grid))
+        series = await sources.logs.series(logs_question(need, grid))
     except SourceError as exc:
         return seen, str(exc)
+    # Each bucket start the answer names, placed on the grid once (a day: 144 starts for ~23,000 node buckets).
+    starts: set[float] = set().union(*(one.lines for one in series))
+    index_of = {start: index for start in starts if (index := grid.index_of_start(start)) is not None}
     cluster_lines: dict[int, float] = defaultdict(float)
-    for row in rows:
-        lines = row.counts.get("lines", 0.0)
-        index = grid.index_of_start(row.bucket) if row.bucket is not None else None
-        if index is None or lines <= 0:
+    for one in series:
+        found: dict[int, float] = {}
+        for start, lines in one.lines.items():
+            index = index_of.get(start)
+            if index is not None and lines > 0:
+                found[index] = found.get(index, 0.0) + lines
+                cluster_lines[index] += lines
+        if not found:
             continue
-        seen.buckets.add(index)
-        cluster_lines[index] += lines
+        seen.buckets.update(found)
         if need.per_node:
-            node = row.group.get("node", "")
-            seen.nodes[node].add(index)
+            node = one.group.get("node", "")
+            seen.nodes[node].update(found)
+            if node not in seen.node_lines:  # the usual case: one series per node
+                seen.node_lines[node] = found
+                continue
             node_lines = seen.node_lines[node]
-            node_lines[index] = node_lines.get(index, 0.0) + lines
+            for index, lines in found.items():
+                node_lines[index] = node_lines.get(index, 0.0) + lines
     seen.lines = dict(cluster_lines)
     if need.per_node and seen.buckets and not any(seen.nodes):
         # Lines that name no node cannot tell a quiet node from a stuck shipper: say so rather than blame every node.

@@ -14,7 +14,7 @@ from checks.alerts import AlertsCheck, AlertsPolicy
 from checks.conntrack import ConntrackCheck, ConntrackPolicy
 from checks.contract import RangeSeries, Sample, Sources, Status, Window
 from checks.deployments import DeploymentsCheck, DeploymentsPolicy
-from checks.log_questions import CountRow, Filter, LineCount, PeakCount
+from checks.log_questions import CountRow, Filter, LineCount, LineSeries, PeakCount
 from checks.log_storms import LogStormsCheck, LogStormsPolicy
 from checks.oom_kills import OomKillsCheck, OomKillsPolicy
 from checks.readiness import ReadinessCheck, ReadinessPolicy
@@ -58,6 +58,10 @@ class _Answers:
     async def peak(self, question: PeakCount) -> list[CountRow]:
         self.asked.append(repr(question))
         return list(self.peaks)
+
+    async def series(self, question: LineCount) -> list[LineSeries]:
+        self.asked.append(repr(question))
+        return []
 
     def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
         return ""

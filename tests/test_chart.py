@@ -18,7 +18,7 @@ import pytest
 
 from checks.contract import RangeSeries, Sample, Sources, Window
 from checks.envoy_flags import EnvoyFlagsPolicy
-from checks.log_questions import CountRow, Filter, LineCount, PeakCount
+from checks.log_questions import CountRow, Filter, LineCount, LineSeries, PeakCount
 from checks.promql import open_range
 from digest.app.engine import open_sources
 from digest.app.settings import load_settings
@@ -176,6 +176,9 @@ class _RecordingSources:
 
     async def peak(self, question: PeakCount) -> list[CountRow]:
         raise AssertionError("the chart asks no peak question")
+
+    async def series(self, question: LineCount) -> list[LineSeries]:
+        raise AssertionError("the chart asks no series question")
 
     def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
         return self.writer.reading_query(window, lines, most_repeated)

@@ -19,7 +19,7 @@ import pytest
 
 from checks.contract import Finding, SourceError, SourceErrorKind, Sources, Status, Window
 from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
-from checks.log_questions import CountRow, Filter, Is, LineCount, PeakCount, ShapeCount, Shapes
+from checks.log_questions import CountRow, Filter, Is, LineCount, LineSeries, PeakCount, ShapeCount, Shapes
 from checks.redaction import redact, shorten
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
@@ -235,6 +235,9 @@ class ShapelessLogs:
 
     async def peak(self, question: PeakCount) -> list[CountRow]:
         return await self.inner.peak(question)
+
+    async def series(self, question: LineCount) -> list[LineSeries]:
+        return await self.inner.series(question)
 
     async def shapes(self, question: ShapeCount) -> Shapes:
         raise SourceError("VictoriaLogs", self.kind, "shapes refused for the test")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from checks.contract import SourceError, SourceErrorKind, Window
-from checks.log_questions import LineCount
+from checks.log_questions import LineCount, series_of
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
@@ -19,6 +20,8 @@ from tests.misbehaving_server import Behaviour, misbehaving_server, recording_se
 AT = datetime(2026, 7, 21, tzinfo=UTC)
 # Every line of the day before AT: the cheapest question a log backend answers.
 DAY_LINES = LineCount(window=Window(AT - timedelta(days=1), AT, UTC, "2026-07-20"))
+# Every line of that day per node and 10-minute bucket: what coverage asks (`LogsSource.series`).
+BUCKETED_NODE_LINES = replace(DAY_LINES, by=("node",), bucket_seconds=600)
 HTML_PAGE = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
 
 
@@ -34,61 +37,64 @@ async def _query(url: str, timeout_seconds: float = 2.0, logs: bool = False) -> 
         await source.aclose()
 
 
-@pytest.mark.parametrize(
-    ("behaviour", "kind", "fragment"),
-    [
-        (Behaviour(status=500, content_type="text/plain", body=b"internal"), SourceErrorKind.HTTP, "HTTP 500"),
-        (Behaviour(status=502, content_type="text/html", body=HTML_PAGE), SourceErrorKind.HTTP, "HTTP 502"),
-        (Behaviour(status=200, content_type="text/html", body=HTML_PAGE), SourceErrorKind.BAD_RESPONSE, "HTML page"),
-        (Behaviour(body=b'{"status":"success","data":{"resultType":'), SourceErrorKind.BAD_RESPONSE, "malformed"),
-        (
-            Behaviour(body=b'{"status":"success","data":{"resultType":"matrix","result":[]}}'),
-            SourceErrorKind.BAD_RESPONSE,
-            "instant vector",
-        ),
-        (
-            Behaviour(body=b'{"status":"success","isPartial":true,"data":{"resultType":"vector","result":[]}}'),
-            SourceErrorKind.BAD_RESPONSE,
-            "partial",
-        ),
-        (
-            Behaviour(status=400, body=b'{"status":"error","errorType":"bad_data","error":"cannot parse query"}'),
-            SourceErrorKind.QUERY,
-            "cannot parse query",
-        ),
-        (
-            Behaviour(
-                body=b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"x"]}]}}'
-            ),
-            SourceErrorKind.BAD_RESPONSE,
-            "not a number",
-        ),
-        (
-            Behaviour(body=b'{"status":"success","data":{"resultType":"vector","result":[["up",1]]}}'),
-            SourceErrorKind.BAD_RESPONSE,
-            "not a list of series",
-        ),
-        (
-            Behaviour(
-                body=b'{"status":"success","data":{"resultType":"vector","result":[{"metric":[],"value":[1,"1"]}]}}'
-            ),
-            SourceErrorKind.BAD_RESPONSE,
-            "labels are not an object",
-        ),
-        (
-            Behaviour(body=b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1]}]}}'),
-            SourceErrorKind.BAD_RESPONSE,
-            "[time, value] pair",
-        ),
-        (
-            Behaviour(
-                body=b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":"1x"}]}}'
-            ),
-            SourceErrorKind.BAD_RESPONSE,
-            "[time, value] pair",
-        ),
-    ],
-)
+async def _series(url: str) -> None:
+    source = VictoriaLogsSource(Endpoint(name="VictoriaLogs", url=url))
+    try:
+        await source.series(BUCKETED_NODE_LINES)
+    finally:
+        await source.aclose()
+
+
+# Answers no backend should give, with the error kind and a fragment of the message each must raise.
+BAD_ANSWERS = [
+    (Behaviour(status=500, content_type="text/plain", body=b"internal"), SourceErrorKind.HTTP, "HTTP 500"),
+    (Behaviour(status=502, content_type="text/html", body=HTML_PAGE), SourceErrorKind.HTTP, "HTTP 502"),
+    (Behaviour(status=200, content_type="text/html", body=HTML_PAGE), SourceErrorKind.BAD_RESPONSE, "HTML page"),
+    (Behaviour(body=b'{"status":"success","data":{"resultType":'), SourceErrorKind.BAD_RESPONSE, "malformed"),
+    (
+        Behaviour(body=b'{"status":"success","data":{"resultType":"matrix","result":[]}}'),
+        SourceErrorKind.BAD_RESPONSE,
+        "instant vector",
+    ),
+    (
+        Behaviour(body=b'{"status":"success","isPartial":true,"data":{"resultType":"vector","result":[]}}'),
+        SourceErrorKind.BAD_RESPONSE,
+        "partial",
+    ),
+    (
+        Behaviour(status=400, body=b'{"status":"error","errorType":"bad_data","error":"cannot parse query"}'),
+        SourceErrorKind.QUERY,
+        "cannot parse query",
+    ),
+    (
+        Behaviour(body=b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"x"]}]}}'),
+        SourceErrorKind.BAD_RESPONSE,
+        "not a number",
+    ),
+    (
+        Behaviour(body=b'{"status":"success","data":{"resultType":"vector","result":[["up",1]]}}'),
+        SourceErrorKind.BAD_RESPONSE,
+        "not a list of series",
+    ),
+    (
+        Behaviour(body=b'{"status":"success","data":{"resultType":"vector","result":[{"metric":[],"value":[1,"1"]}]}}'),
+        SourceErrorKind.BAD_RESPONSE,
+        "labels are not an object",
+    ),
+    (
+        Behaviour(body=b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1]}]}}'),
+        SourceErrorKind.BAD_RESPONSE,
+        "[time, value] pair",
+    ),
+    (
+        Behaviour(body=b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":"1x"}]}}'),
+        SourceErrorKind.BAD_RESPONSE,
+        "[time, value] pair",
+    ),
+]
+
+
+@pytest.mark.parametrize(("behaviour", "kind", "fragment"), BAD_ANSWERS)
 async def test_bad_answers_become_one_error_type(behaviour: Behaviour, kind: SourceErrorKind, fragment: str) -> None:
     """HTTP errors, HTML pages, malformed JSON, wrong shapes and partial answers raise SourceError of the right kind."""
     with misbehaving_server(behaviour) as url, pytest.raises(SourceError) as caught:
@@ -96,6 +102,55 @@ async def test_bad_answers_become_one_error_type(behaviour: Behaviour, kind: Sou
     assert caught.value.kind is kind
     assert fragment in str(caught.value)
     assert "<html" not in str(caught.value)
+
+
+INFINITE_COUNT = Behaviour(
+    body=b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{"_time":"x"},"value":[1,"Inf"]}]}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "kind", "fragment"),
+    [*BAD_ANSWERS, (INFINITE_COUNT, SourceErrorKind.BAD_RESPONSE, "not a finite number")],
+)
+async def test_log_series_refuse_what_counts_refuse(behaviour: Behaviour, kind: SourceErrorKind, fragment: str) -> None:
+    """VictoriaLogs' one-pass fold for coverage (`series`) raises the same errors as its checked `count`."""
+    with misbehaving_server(behaviour) as url, pytest.raises(SourceError) as caught:
+        await _series(url)
+    assert caught.value.kind is kind
+    assert fragment in str(caught.value)
+
+
+async def test_log_series_fold_like_counts() -> None:
+    """`series` answers what `count`'s rows say: spellings of one bucket merged, NaN dropped, labels as text."""
+    result = [
+        {"metric": {"__name__": "lines", "_time": "2026-07-20T00:00:00Z", "node": "a"}, "value": [1, "2"]},
+        {"metric": {"__name__": "lines", "_time": "2026-07-20T00:00:00.000000000Z", "node": "a"}, "value": [1, "3"]},
+        {"metric": {"__name__": "lines", "_time": "2026-07-20T00:10:00Z", "node": "a"}, "value": [1, "1"]},
+        {"metric": {"__name__": "lines", "_time": "2026-07-20T00:10:00Z"}, "value": [1, "4"]},
+        {"metric": {"__name__": "lines", "_time": "2026-07-20T00:20:00Z", "node": "b"}, "value": [1, "NaN"]},
+        {"metric": {"__name__": "lines", "_time": "2026-07-20T00:20:00Z", "node": "c"}, "value": [1, "0"]},
+    ]
+    numbered = [
+        *result,
+        {"metric": {"__name__": "lines", "_time": "2026-07-20T00:30:00Z", "node": 7}, "value": [1, "1"]},
+    ]
+    start = datetime(2026, 7, 20, tzinfo=UTC).timestamp()
+    for answer, extra in ((result, {}), (numbered, {(("node", "7"),): {start + 1800: 1.0}})):
+        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": answer}}).encode()
+        with misbehaving_server(Behaviour(body=body)) as url:
+            source = VictoriaLogsSource(Endpoint(name="VictoriaLogs", url=url), fields={"node": "node"})
+            try:
+                series, rows = await source.series(BUCKETED_NODE_LINES), await source.count(BUCKETED_NODE_LINES)
+            finally:
+                await source.aclose()
+        folded = {tuple(one.group.items()): dict(one.lines) for one in series}
+        assert folded == {tuple(one.group.items()): dict(one.lines) for one in series_of(rows, "lines")}
+        assert folded == {
+            (("node", "a"),): {start: 5.0, start + 600: 1.0},
+            (("node", ""),): {start + 600: 4.0},
+            **extra,
+        }
 
 
 async def test_slow_backend_times_out() -> None:

@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from operator import itemgetter
+from typing import cast
 
 from checks.contract import SourceErrorKind, Window, rfc3339
 from checks.log_questions import (
@@ -36,6 +37,7 @@ from checks.log_questions import (
     Is,
     Json,
     LineCount,
+    LineSeries,
     LogField,
     Matches,
     Native,
@@ -48,6 +50,8 @@ from checks.log_questions import (
     Shapes,
     field_label,
     json_keys,
+    series_of,
+    series_question,
 )
 from checks.logsql import any_of_regex, field_name, quoted
 from digest.backends.http import HttpSource, result_labels_and_text
@@ -220,6 +224,59 @@ class LogsqlWriter:
             for (group, bucket), counts in merged.items()
         ]
 
+    def series(self, data: object, by: tuple[LogField, ...]) -> list[LineSeries]:
+        """A bucketed one-column count's answer folded per group in one pass: the fast path of `rows` for coverage.
+
+        A day's coverage answer is ~23,000 rows; `rows` makes an object per row, this makes one dict entry. It trusts
+        nothing and checks nothing beyond what a pass can check for free: any surprise (not a vector, a row without
+        its labels or value, a label that is not a string, a value that is no number) raises `TypeError`,
+        `KeyError` or `ValueError`, and the caller then takes the checking path, which raises the precise error.
+        A count that is not finite makes the total not finite, and is sent there too.
+        """
+        if type(data) is not dict or data.get("resultType") != "vector" or type(data.get("result")) is not list:
+            raise TypeError("not a vector")
+        labels = [field_label(one) for one in by]
+        names = [self.name_of(one) for one in by]
+        # The group's key: its one field's value as is (the usual case, no tuple per row), else a tuple of them.
+        pick = itemgetter(*names) if names else _no_group
+        per_group: dict[object, dict[str, float]] = {}
+        total = 0.0
+        for item in data["result"]:
+            metric, pair = item["metric"], item["value"]
+            if type(metric) is not dict or type(pair) is not list or len(pair) != 2:
+                raise TypeError("not a row")
+            "".join(metric.values())  # refuses a label that is not a string, at C speed
+            count = float(pair[1])
+            total += count
+            try:
+                group = pick(metric)
+            except KeyError:  # a row without one of the group's fields: the field's value is empty (as in `rows`)
+                present = tuple([metric.get(name, "") for name in names])
+                group = present[0] if len(names) == 1 else present
+            moment = metric["_time"]
+            lines = per_group.get(group)
+            if lines is None:
+                lines = per_group[group] = {}
+            lines[moment] = lines.get(moment, 0.0) + count
+        if not math.isfinite(total):
+            raise ValueError("a count that is not finite")
+        starts: dict[str, float | None] = {}
+        answer: list[LineSeries] = []
+        for group, by_time in per_group.items():
+            folded: dict[float, float] = {}
+            for raw, count in by_time.items():
+                start = starts[raw] if raw in starts else starts.setdefault(raw, _moment(raw))
+                if start is not None and count > 0:  # two spellings of one bucket's time: one bucket
+                    folded[start] = folded.get(start, 0.0) + count
+            if folded:
+                named = cast(tuple[str, ...], (group,) if len(names) == 1 else group)
+                answer.append(LineSeries(dict(zip(labels, named, strict=True)), folded))
+        return answer
+
+
+def _no_group(metric: Mapping[str, str]) -> tuple[()]:
+    return ()
+
 
 _SHAPE = "digest_shape"
 _FRACTION = re.compile(r"\.(\d{6})\d+")
@@ -302,6 +359,16 @@ class VictoriaLogsSource(HttpSource):
         samples = await self._stats(self.writer.requests(question))
         return self.writer.rows(samples, question.by, False)
 
+    async def series(self, question: LineCount) -> list[LineSeries]:
+        column = series_question(question)
+        [(path, form)] = self.writer.requests(question)
+        data = await self._post_json(path, form)
+        try:
+            return self.writer.series(data, question.by)
+        except (KeyError, TypeError, ValueError):
+            # The checking path: raises the precise `SourceError`, or (NaN rows, which are no sample) answers.
+            return series_of(self.writer.rows(self._checked(data), question.by, True), column)
+
     async def shapes(self, question: ShapeCount) -> Shapes:
         fields: dict[str, dict[str, str]] = {}
         for labels, text in result_labels_and_text(await self._post_json(*self.writer.shape_request(question)), self):
@@ -336,7 +403,10 @@ class VictoriaLogsSource(HttpSource):
         # One request per question; `time` only anchors relative _time filters, and every query carries an absolute
         # _time filter as well.
         [(path, form)] = requests
-        samples = self._vector_rows(await self._post_json(path, form))
+        return self._checked(await self._post_json(path, form))
+
+    def _checked(self, data: object) -> list[tuple[dict[str, str], float]]:
+        samples = self._vector_rows(data)
         for _, value in samples:
             if not math.isfinite(value):
                 raise self._error(SourceErrorKind.BAD_RESPONSE, "a count that is not a finite number")

@@ -28,7 +28,16 @@ from checks.contract import (
     Window,
     unknown,
 )
-from checks.log_questions import CountRow, Filter, LineCount, LogsSource, PeakCount, ShapeCount, Shapes
+from checks.log_questions import (
+    CountRow,
+    Filter,
+    LineCount,
+    LineSeries,
+    LogsSource,
+    PeakCount,
+    ShapeCount,
+    Shapes,
+)
 from digest.pipeline.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -102,6 +111,13 @@ class _WatchedLogs:
     async def peak(self, question: PeakCount) -> list[CountRow]:
         try:
             return await self.inner.peak(question)
+        except SourceError:
+            self.failures.seen = True
+            raise
+
+    async def series(self, question: LineCount) -> list[LineSeries]:
+        try:
+            return await self.inner.series(question)
         except SourceError:
             self.failures.seen = True
             raise
