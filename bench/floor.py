@@ -230,13 +230,18 @@ def coverage_queries(
 
 
 def replay_queries(
-    days: Sequence[date], metrics_url: str, writer: LogWriter | None = None, policy: Policy | None = None
+    days: Sequence[date],
+    metrics_url: str,
+    writer: LogWriter | None = None,
+    policy: Policy | None = None,
+    logs_url: str | None = None,
 ) -> tuple[list[Query], int]:
     """The floor of ``digest replay`` over ``days``, and how many windows it covers.
 
     Every replayed day's checks-floor queries (dependencies looked up per day), plus the graded checks of the days
     before the first that the trends compare with (the replayed days serve as each other's history). Queries are
-    named ``<day> <check>.<purpose>``.
+    named ``<day> <check>.<purpose>``. With ``logs_url`` (a VictoriaLogs), each window's error_lines shapes
+    questions are looked up and sent too, as in the day's checks floor (`resolve_dependencies`).
     """
     policy = policy or Policy()
     ordered = sorted(days)
@@ -245,7 +250,7 @@ def replay_queries(
     queries: list[Query] = []
     for day, graded_only in [*((day, True) for day in earlier), *((day, False) for day in ordered)]:
         window = window_of(day)
-        dependencies = resolve_dependencies(metrics_url, window, policy)
+        dependencies = resolve_dependencies(metrics_url, window, policy, logs_url)
         for query in checks_queries(window, dependencies, policy, writer, graded_only=graded_only):
             queries.append(replace(query, purpose=f"{day} {query.purpose}"))
     return queries, len(earlier) + len(ordered)

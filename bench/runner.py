@@ -744,7 +744,9 @@ def measure_pair_replay(
             if part.endswith(" not checked"):
                 name = part.removesuffix(" not checked").split()[-1]
                 result.not_checked[name] = result.not_checked.get(name, 0) + 1
-    queries, windows = replay_queries(days, metrics_url, pair.writer())
+    # error_lines' shapes questions are part of the floor, as in the day's checks floor (on Loki the check asks none).
+    shapes_from = None if pair.logs == LOKI else logs_url
+    queries, windows = replay_queries(days, metrics_url, pair.writer(), logs_url=shapes_from)
     result.floor_query_count, result.floor_windows = len(queries), windows
     replayed = recorded_queries(*result.many_counts)
     env = digest_env(metrics_url, logs_url, pair)
