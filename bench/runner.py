@@ -12,7 +12,8 @@ What is measured, side by side in one run, and why:
 * A naive baseline for contrast (``bench.naive``): download the error lines and count them in Python — time, peak
   RSS and bytes pulled, the cost the digest's design avoids.
 * ``digest replay`` over 30 days (fewer on the Prometheus and Loki pairs) against the floor of the same windows'
-  queries (``bench.floor.replay_queries``) sent with the same per-backend bound. Goal: ≤ 1.2×.
+  queries (``bench.floor.replay_queries``; error_lines' shapes questions included on VictoriaLogs, as in the day's
+  floor) sent with the same per-backend bound. Goal: ≤ 1.2×.
 * Backend requests per digest, counted by a loopback proxy in front of each backend (``bench.proxy``), on the small
   and on the big day: the number must not grow with pods or lines.
 
