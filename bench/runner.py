@@ -946,6 +946,14 @@ def _parser() -> argparse.ArgumentParser:
         help="pairs measured on the big day too, among --backends (default: those reading VictoriaLogs; Loki needs "
         "~15 minutes to take in the 13 M lines and ~10 GB of memory), or all",
     )
+    for backend, default in (("prometheus", FULL.prometheus_replay_days), ("loki", FULL.loki_replay_days)):
+        parser.add_argument(
+            f"--{backend}-replay-days",
+            type=int,
+            metavar="N",
+            help=f"days the replay measure replays on the pairs with {backend.capitalize()} (default {default} in a "
+            f"full run; at most the replay dataset's {FULL.replay_days}): loading them is slow",
+        )
     parser.add_argument(
         "--profile-dir",
         type=Path,
@@ -997,6 +1005,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile = QUICK if args.quick else FULL
     repeats = max(3, args.repeats or profile.repeats)
     profile = replace(profile, repeats=repeats)
+    for name in ("prometheus_replay_days", "loki_replay_days"):
+        days = getattr(args, name)
+        if days is not None:
+            if not 1 <= days <= profile.replay_days:
+                parser.error(f"--{name.replace('_', '-')}: between 1 and {profile.replay_days}")
+            profile = replace(profile, **{name: days})
     command = shown_command(argv if argv is not None else sys.argv[1:])
     started = time.monotonic()
     info = machine()

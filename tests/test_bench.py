@@ -76,6 +76,14 @@ async def test_generated_day_is_digested_with_its_exact_facts(own_backends: Embe
         "error_lines.shapes#1"
     ]
     assert shapes.window == window
+    # The replay's floor asks them too, for each window it covers (the day's; the 7 days before it hold no data).
+    from bench.floor import replay_queries
+
+    queries, windows = await asyncio.to_thread(
+        replay_queries, [DAY], own_backends.metrics.url, None, None, own_backends.logs.url
+    )
+    assert windows == 8
+    assert [query.purpose for query in queries if "shapes" in query.purpose] == [f"{DAY} error_lines.shapes#1"]
 
 
 def test_gc_cost_replays_with_the_collector_defaults_and_with_the_digest_tuning(own_backends: EmbeddedBackends) -> None:
@@ -137,6 +145,16 @@ def test_backends_option_rejects_an_unknown_pair_with_a_usage_line() -> None:
     assert "backends up" not in result.stderr
     assert parse_pairs("all") == list(ALL_PAIRS)
     assert parse_pairs("prometheus+loki,victoriametrics+victorialogs") == [ALL_PAIRS[0], ALL_PAIRS[3]]
+
+
+def test_slow_pairs_replay_days_are_bounded_by_the_replay_dataset() -> None:
+    """`--loki-replay-days` and `--prometheus-replay-days` outside 1..the dataset's days get a usage line, exit 2."""
+    for option, value in (("--loki-replay-days", "0"), ("--prometheus-replay-days", "6")):
+        result = _bench(["bench.runner", "--quick", option, value], timeout=120)
+        assert result.returncode == 2
+        assert result.stderr.startswith("usage: bench/run")
+        assert f"{option}: between 1 and 5" in result.stderr
+        assert "backends up" not in result.stderr
 
 
 def test_floor_of_a_loki_pair_sends_loki_requests_for_its_logs() -> None:
