@@ -118,7 +118,7 @@ def _fail(message: str) -> int:
 
 
 # The collector's first generation is collected after this many allocations (CPython's default: 700).
-GC_YOUNG_THRESHOLD = 10_000
+GC_YOUNG_THRESHOLD = 100_000
 
 
 def tune_garbage_collection() -> None:
@@ -126,12 +126,13 @@ def tune_garbage_collection() -> None:
 
     A backend's answer of ~30,000 rows (a day's nodes × buckets) is ~100,000 dicts and lists, all alive until the
     answer is folded: with CPython's defaults they survive the young collections, are promoted, and trigger full
-    collections that walk every object of the process again — 51 of them, 3.45 of the 9.49 CPU-seconds, in an 8-day
-    replay of the benchmark's 200-node cluster (`python -m bench.gc_cost`, docs/benchmarks.md, "Replay client CPU,
-    after 19bfe36"). Collecting the young generation after 10,000 allocations instead of 700 lets such answers die
-    young (3 full collections; the collector 0.93 s of 7.14 CPU-seconds), and freezing what the imports made keeps
-    the collector from walking the modules. The process's garbage is mostly acyclic (freed by reference counting),
-    so memory stays where it was.
+    collections that walk every object of the process again. Collecting the young generation after 100,000
+    allocations instead of 700 lets such answers die young, and freezing what the imports made keeps the collector
+    from walking the modules. An 8-day replay of the benchmark's 200-node cluster (`python -m bench.gc_cost --from
+    2026-07-12 --to 2026-07-19 --repeats 3`, docs/benchmarks.md, "Replay against its floor, after 6c539a6"), medians:
+    CPython's defaults 6.07 CPU-seconds, of which the collector 1.66 s (28 full collections); this tuning 4.95, of
+    which 0.14 s (none full). At 10,000 the collector still took 0.36-0.48 s. The process's garbage is mostly
+    acyclic (freed by reference counting), so memory stays where it was (93 MB peak in both).
     """
     gc.freeze()
     _, older, oldest = gc.get_threshold()
