@@ -10,7 +10,8 @@ from a tiny algebra (`Is`, `OneOf`, `Matches`, `Empty`, `HasWord`, `AllOf`, `Any
 * `Json` keys of a JSON message (Envoy's access log), parsed by the backend (``unpack_json``, ``| json``).
 
 Counting always happens in the backend (LogsQL ``stats``, metric LogQL ``count_over_time``); the answer is a list of
-`CountRow`, keyed by the same logical names, so a check reads ``row.group["namespace"]`` on every backend.
+`CountRow`, keyed by the same logical names, so a check reads ``row.group["namespace"]`` on every backend (coverage's
+bucketed counts come as one `LineSeries` per group instead: the same numbers, without an object per bucket).
 
 `Native` carries a filter the policy wrote in the backend's own language (``scope_filter``, ``error_filter``): it is
 passed through untouched, and a backend refuses a `Native` it cannot place rather than guess.
@@ -208,14 +209,14 @@ class LineSeries:
 
     ``lines`` maps each bucket's start (unix seconds) to the group's lines in it; a bucket without a line is absent.
     The same numbers as the question's `CountRow` list (`series_of`), folded per group: coverage asks 200 nodes ×
-    144 buckets a day, and one object per row was most of a replay's client time.
+    144 buckets a day, and an object per row was the largest part of a replay's client time.
     """
 
     group: Mapping[str, str]
     lines: Mapping[float, float]
 
 
-def series_question(question: LineCount) -> str:
+def series_column(question: LineCount) -> str:
     """The column of a question a `LineSeries` answers (bucketed, one column); `ValueError` for any other."""
     if question.bucket_seconds is None or len(question.columns) != 1:
         raise ValueError("a LineSeries answers a bucketed LineCount of one column")

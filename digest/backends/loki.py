@@ -106,8 +106,8 @@ from checks.log_questions import (
     every,
     field_label,
     json_keys,
+    series_column,
     series_of,
-    series_question,
 )
 from checks.logsql import quoted
 from digest.backends.http import HttpSource, WrongApiError, parse_value
@@ -673,7 +673,7 @@ class LokiSource(HttpSource):
     async def series(self, question: LineCount) -> list[LineSeries]:
         # Folding `count`'s rows keeps one path to the numbers: next to what the answer costs Loki, the fold is
         # small (a replay on Loki runs at its floor, docs/benchmarks.md).
-        column = series_question(question)
+        column = series_column(question)
         return series_of(await self.count(question), column)
 
     async def peak(self, question: PeakCount) -> list[CountRow]:

@@ -50,8 +50,8 @@ from checks.log_questions import (
     Shapes,
     field_label,
     json_keys,
+    series_column,
     series_of,
-    series_question,
 )
 from checks.logsql import any_of_regex, field_name, quoted
 from digest.backends.http import HttpSource, result_labels_and_text
@@ -360,7 +360,7 @@ class VictoriaLogsSource(HttpSource):
         return self.writer.rows(samples, question.by, False)
 
     async def series(self, question: LineCount) -> list[LineSeries]:
-        column = series_question(question)
+        column = series_column(question)
         [(path, form)] = self.writer.requests(question)
         data = await self._post_json(path, form)
         try:
