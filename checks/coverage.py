@@ -418,15 +418,10 @@ async def _measure_logs(sources: Sources, grid: Grid, need: Need, policy: Covera
         if not found:
             continue
         seen.buckets.update(found)
-        if need.per_node:
+        if need.per_node:  # one series per group: each node's buckets come whole, once
             node = one.group.get("node", "")
-            seen.nodes[node].update(found)
-            if node not in seen.node_lines:  # the usual case: one series per node
-                seen.node_lines[node] = found
-                continue
-            node_lines = seen.node_lines[node]
-            for index, lines in found.items():
-                node_lines[index] = node_lines.get(index, 0.0) + lines
+            seen.nodes[node] = set(found)
+            seen.node_lines[node] = found
     seen.lines = dict(cluster_lines)
     if need.per_node and seen.buckets and not any(seen.nodes):
         # Lines that name no node cannot tell a quiet node from a stuck shipper: say so rather than blame every node.

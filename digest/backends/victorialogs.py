@@ -361,8 +361,7 @@ class VictoriaLogsSource(HttpSource):
 
     async def series(self, question: LineCount) -> list[LineSeries]:
         column = series_column(question)
-        [(path, form)] = self.writer.requests(question)
-        data = await self._post_json(path, form)
+        data = await self._answer(self.writer.requests(question))
         try:
             return self.writer.series(data, question.by)
         except (KeyError, TypeError, ValueError):
@@ -400,10 +399,13 @@ class VictoriaLogsSource(HttpSource):
         return self.writer.reading_query(window, lines, most_repeated)
 
     async def _stats(self, requests: list[tuple[str, dict[str, str]]]) -> list[tuple[dict[str, str], float]]:
+        return self._checked(await self._answer(requests))
+
+    async def _answer(self, requests: list[tuple[str, dict[str, str]]]) -> object:
         # One request per question; `time` only anchors relative _time filters, and every query carries an absolute
         # _time filter as well.
         [(path, form)] = requests
-        return self._checked(await self._post_json(path, form))
+        return await self._post_json(path, form)
 
     def _checked(self, data: object) -> list[tuple[dict[str, str], float]]:
         samples = self._vector_rows(data)
