@@ -199,10 +199,15 @@ class Grid:
             if value >= least and 0 <= (index := round((moment - first) / step)) < count
         }
 
-    def span(self, first: int, last: int) -> tuple[datetime, datetime]:
-        """Buckets ``first..last`` as a time span clipped to the window."""
+    def bounds(self, first: int, last: int) -> tuple[float, float]:
+        """Buckets ``first..last`` as unix seconds clipped to the window (`span` without its datetimes)."""
         start = max(self.points[first] - self.step, self.window.start.timestamp())
         end = min(self.points[last], self.window.end.timestamp())
+        return start, end
+
+    def span(self, first: int, last: int) -> tuple[datetime, datetime]:
+        """Buckets ``first..last`` as a time span clipped to the window."""
+        start, end = self.bounds(first, last)
         return datetime.fromtimestamp(start, tz=UTC), datetime.fromtimestamp(end, tz=UTC)
 
     @property
@@ -530,13 +535,12 @@ def _runs(indexes: Iterable[int]) -> list[tuple[int, int]]:
 
 
 def _minutes(grid: Grid, run: tuple[int, int]) -> float:
-    """The length of ``run`` in minutes, clipped to the window: `Grid.span` without its datetimes.
+    """The length of ``run`` in minutes, clipped to the window.
 
     Asked for every silent run of every node (a replay day of a 200-node fleet: thousands of night lulls), so it
     stays in floats.
     """
-    start = max(grid.points[run[0]] - grid.step, grid.window.start.timestamp())
-    end = min(grid.points[run[1]], grid.window.end.timestamp())
+    start, end = grid.bounds(*run)
     return (end - start) / 60
 
 
@@ -662,13 +666,10 @@ def _node_gaps(
         for index in silent:
             if index in reasons:
                 excused.setdefault(node, reasons[index])
-        rate: float | None = None
-        rated = False
-        for run in _runs(i for i in silent if i not in reasons):
-            if _minutes(grid, run) < tolerance:
-                continue  # most silent runs are a quiet node's short lulls: no quiet rate needed for them
-            if is_logs and not rated:
-                rate, rated = _quiet_rate(lines.get(node, {})), True
+        # Most silent runs are a quiet node's short lulls: the quiet rate is only worked out for a node with a long one.
+        long_runs = [run for run in _runs(i for i in silent if i not in reasons) if _minutes(grid, run) >= tolerance]
+        rate = _quiet_rate(lines.get(node, {})) if is_logs and long_runs else None
+        for run in long_runs:
             if not is_logs or _loud_at(rate, run, policy):
                 kind = GapKind.SHIPPER if is_logs else GapKind.NODE
                 node_gaps[node].append(Gap(kind, node, need.label, *grid.span(*run)))
