@@ -600,11 +600,22 @@ def _steps(times: Sequence[int], changes: Sequence[tuple[int, int]], initial: in
     return ",".join(pieces)
 
 
+def segments(days: Sequence[dt.date]) -> list[tuple[int, int]]:
+    """The day-long segments ``series_lines`` writes for ``days``, as [start, end) in epoch seconds, in time order."""
+    first = day_start(min(days)) - LOOKBACK_S
+    last = day_start(max(days)) + DAY_S + TAIL_S
+    bounds = []
+    segment = first
+    while segment <= last:
+        seg_end = min(last + 1, segment + DAY_S)
+        bounds.append((segment, seg_end))
+        segment = seg_end
+    return bounds
+
+
 def series_lines(cluster: Cluster, days: Sequence[dt.date]) -> Iterator[bytes]:
     """VictoriaMetrics ``/api/v1/import`` lines for ``days``, one line per series and per day-long segment."""
     step = cluster.shape.step_s
-    first = day_start(min(days)) - LOOKBACK_S
-    last = day_start(max(days)) + DAY_S + TAIL_S
     events = terminations(cluster, sorted(days))
     by_pod: dict[int, list[Termination]] = {}
     for event in events:
@@ -634,11 +645,8 @@ def series_lines(cluster: Cluster, days: Sequence[dt.date]) -> Iterator[bytes]:
     ]
     node_labels = [{"job": NODE_JOB, "instance": f"{node}:9100"} for node in cluster.nodes]
 
-    segment = first
-    while segment <= last:
-        seg_end = min(last + 1, segment + DAY_S)
+    for segment, seg_end in segments(days):
         times = list(range(segment - segment % step + (step if segment % step else 0), seg_end, step))
-        segment = seg_end
         if not times:
             continue
         n = len(times)

@@ -6,9 +6,10 @@ is loaded once into each server that a measured pair uses, and the pairs that sh
 VictoriaMetrics and VictoriaLogs always (``bench.generate.load``: the naive baseline and the floors' dependency
 look-ups read them), Prometheus and Loki only when a selected pair needs them.
 
-* **Prometheus** has no import API: the generator's ``/api/v1/import`` lines are read back into whole series
-  (``GeneratedMetrics``: the day segments of one series joined in time order) and backfilled with promtool by
-  ``testbed.prometheus_server.PrometheusServer``, before the server starts on that data.
+* **Prometheus** has no import API: the generator's ``/api/v1/import`` lines are read back a day-long segment at a
+  time (``GeneratedSegment``) and backfilled with promtool by ``testbed.prometheus_server.PrometheusServer``, which
+  writes each block range once it is complete, before the server starts on that data. Memory holds about two
+  segments, not the days (30 days of the replay's cluster read back whole needed more than 24 GB).
 * **Loki** gets the generator's Vector records converted the way Promtail or Alloy ship them
   (``testbed.loki_server.LokiServer.push_records``), then a bounded poll until it counts exactly the records
   generated. Its ``max_query_series`` (default 500) is raised for the benchmark: the digest counts lines per pod, and
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.generate import Cluster, Volume, day_facts, log_chunks, series_lines
+from bench.generate import Cluster, Volume, day_facts, log_chunks, segments, series_lines
 from digest.backends.loki import LogqlWriter
 from digest.backends.victorialogs import LogsqlWriter
 from testbed.corpus.model import Series
@@ -107,31 +108,56 @@ def digest_backend_env(pair: Pair, metrics_url: str, logs_url: str) -> dict[str,
 
 
 @dataclass
-class GeneratedMetrics:
-    """The generator's series for ``days``, as ``PrometheusServer`` reads corpus days (``date``, ``series()``)."""
+class GeneratedLines:
+    """The generator's import lines for the days, read once, in order, and handed out segment by segment."""
 
-    cluster: Cluster
-    days: Sequence[dt.date]
+    lines: Iterator[bytes]
     samples: int = 0
+    _held: dict[str, Any] | None = None
+    _read_until_ms: int = 0
+
+    def take(self, start_ms: int, end_ms: int) -> Iterator[Series]:
+        """The series segments starting in [start_ms, end_ms): asked for in time order, each range once."""
+        if start_ms < self._read_until_ms:
+            raise RuntimeError("the generated segments are read once, in time order")
+        self._read_until_ms = end_ms
+        while True:
+            record = self._held if self._held is not None else self._next()
+            self._held = None
+            if record is None:
+                return
+            if record["timestamps"][0] >= end_ms:
+                self._held = record
+                return
+            self.samples += len(record["timestamps"])
+            yield Series(
+                labels=record["metric"],
+                timestamps_ms=array("q", record["timestamps"]),
+                values=array("d", record["values"]),
+            )
+
+    def _next(self) -> dict[str, Any] | None:
+        line = next(self.lines, None)
+        return None if line is None else json.loads(line)
+
+
+@dataclass
+class GeneratedSegment:
+    """One day-long segment of the generated series, read as ``PrometheusServer`` reads a corpus day.
+
+    It has a ``date`` and ``series()``; the server takes the days in date order, so the generator is read once.
+    """
+
+    source: GeneratedLines
+    start_s: int
+    end_s: int
 
     @property
     def date(self) -> dt.date:
-        return min(self.days)
+        return dt.datetime.fromtimestamp(self.start_s, dt.UTC).date()
 
     def series(self) -> Iterator[Series]:
-        """Each series once, its day segments joined (they are disjoint and come in time order)."""
-        joined: dict[str, tuple[dict[str, str], array[int], array[float]]] = {}
-        for line in series_lines(self.cluster, self.days):
-            record: dict[str, Any] = json.loads(line)
-            key = json.dumps(record["metric"], sort_keys=True)
-            entry = joined.get(key)
-            if entry is None:
-                entry = joined[key] = (record["metric"], array("q"), array("d"))
-            entry[1].extend(record["timestamps"])
-            entry[2].extend(float(value) for value in record["values"])
-        self.samples = sum(len(timestamps) for _, timestamps, _ in joined.values())
-        for labels, timestamps, values in joined.values():
-            yield Series(labels=labels, timestamps_ms=timestamps, values=values)
+        return self.source.take(self.start_s * 1_000, self.end_s * 1_000)
 
 
 @dataclass(frozen=True)
@@ -149,11 +175,12 @@ def start_prometheus(cluster: Cluster, days: Sequence[dt.date]) -> tuple[Prometh
     from testbed.prometheus_server import PrometheusServer  # only when a pair uses Prometheus
 
     started = time.monotonic()
-    metrics = GeneratedMetrics(cluster, sorted(days))
-    # GeneratedMetrics has what the server reads of a corpus day (date, series()), not the rest of CorpusDay.
-    server = PrometheusServer([metrics], ready_timeout_seconds=600.0)  # type: ignore[list-item]
+    source = GeneratedLines(series_lines(cluster, days))
+    parts = [GeneratedSegment(source, start, end) for start, end in segments(days)]
+    # A segment has what the server reads of a corpus day (date, series()), not the rest of CorpusDay.
+    server = PrometheusServer(parts, ready_timeout_seconds=600.0)  # type: ignore[arg-type]
     server.start()
-    return server, ServerLoad(PROMETHEUS, len(days), metrics.samples, time.monotonic() - started)
+    return server, ServerLoad(PROMETHEUS, len(days), source.samples, time.monotonic() - started)
 
 
 def start_loki(cluster: Cluster, days: Sequence[dt.date], volume: Volume) -> tuple[LokiServer, ServerLoad]:
