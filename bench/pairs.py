@@ -9,7 +9,7 @@ look-ups read them), Prometheus and Loki only when a selected pair needs them.
 * **Prometheus** has no import API: the generator's ``/api/v1/import`` lines are read back a day-long segment at a
   time (``GeneratedSegment``) and backfilled with promtool by ``testbed.prometheus_server.PrometheusServer``, which
   writes each block range once it is complete, before the server starts on that data. Memory holds about two
-  segments, not the days (30 days of the replay's cluster read back whole needed more than 24 GB).
+  segments, not the days (30 days of the replay's cluster read back whole passed 16 GB).
 * **Loki** gets the generator's Vector records converted the way Promtail or Alloy ship them
   (``testbed.loki_server.LokiServer.push_records``), then a bounded poll until it counts exactly the records
   generated. Its ``max_query_series`` (default 500) is raised for the benchmark: the digest counts lines per pod, and

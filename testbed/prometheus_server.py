@@ -17,7 +17,7 @@ with ``promtool tsdb create-blocks-from openmetrics``, before the server starts 
   VictoriaMetrics shows, without relying on its merge of overlapping blocks.
 * Days are taken in date order and written as they become complete: once a day is read, the blocks before its
   first one can gain nothing from later days, so they are written and let go. Memory holds about two days
-  whatever the number of days (30 consecutive benchmark days held at once needed more than 24 GB).
+  whatever the number of days (30 benchmark days held at once passed 16 GB and kept growing).
 * Families are grouped (``# TYPE <name> unknown``: the corpus carries no types and the checks need none), label
   values escaped, a series' samples in time order, timestamps in seconds, and the file ends with ``# EOF``.
 
