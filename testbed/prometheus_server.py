@@ -103,7 +103,7 @@ class _MergedSeries:
 
 @dataclass
 class _Part:
-    """Series not yet written: days whose block ranges touch, merged series by series."""
+    """Series merged from the days, series by series: those not yet written, or complete blocks split off them."""
 
     series: dict[LabelsKey, _MergedSeries] = field(default_factory=dict)
 
