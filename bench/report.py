@@ -42,6 +42,24 @@ def _mark(ok: bool) -> str:
     return "✅ met" if ok else "❌ missed"
 
 
+def replay_met(replay: ReplayResult) -> bool:
+    """The replay goal: within its bound of the floor, and every check checked in every replay.
+
+    A replay that gave up on a check did less work than its floor, so a good ratio would mean nothing.
+    """
+    return replay.complete and replay.ratio <= REPLAY_GOAL
+
+
+def _replay_mark(replay: ReplayResult) -> str:
+    if not replay.complete:
+        return "❌ missed (checks not checked)"
+    return _mark(replay_met(replay))
+
+
+def _not_checked_cell(counts: dict[str, int]) -> str:
+    return ", ".join(f"`{name}` {count}" for name, count in sorted(counts.items()))
+
+
 def _size(count: float) -> str:
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if count >= scale:
@@ -105,9 +123,7 @@ def goals(
         ),
     }
     for replay in replays:
-        met[f"replay ≤ {REPLAY_GOAL}× its floor ({replay.pair.short}, {_days(len(replay.days))})"] = (
-            replay.ratio <= REPLAY_GOAL
-        )
+        met[f"replay ≤ {REPLAY_GOAL}× its floor ({replay.pair.short}, {_days(len(replay.days))})"] = replay_met(replay)
     return met
 
 
@@ -263,9 +279,7 @@ def _pairs_lines(small: Sequence[DayResult], big: Sequence[DayResult], replays: 
             replay_row("days replayed", lambda r: str(len(r.days))),
             replay_row("`digest replay`, median", lambda r: f"{r.replay_median:.2f} s"),
             replay_row("checks floor of its windows", lambda r: f"{r.floor_median:.2f} s"),
-            replay_row(
-                f"**ratio** (goal ≤ {REPLAY_GOAL}×)", lambda r: f"**{r.ratio:.2f}×** {_mark(r.ratio <= REPLAY_GOAL)}"
-            ),
+            replay_row(f"**ratio** (goal ≤ {REPLAY_GOAL}×)", lambda r: f"**{r.ratio:.2f}×** {_replay_mark(r)}"),
             replay_row(
                 "recorded floor; ratio",
                 lambda r: f"{r.recorded_median:.2f} s; {r.replay_median / r.recorded_median:.2f}×",
@@ -411,12 +425,17 @@ def _replay_lines(replays: Sequence[ReplayResult], replay_concurrency: int, floo
             f"{replay.replay_median / replay.recorded_median:.2f}× | "
             f"{_cpu_cells(replay.many, replay.many_backend_cpu)} | "
             f"{replay.many_counts[0].requests} + {replay.many_counts[1].requests} | ≤ {REPLAY_GOAL}× | "
-            f"{_mark(replay.ratio <= REPLAY_GOAL)} |"
+            f"{_replay_mark(replay)} |"
         )
-    not_checked = {
-        replay.pair.short: ", ".join(f"`{name}` {count}" for name, count in sorted(replay.not_checked.items()))
+    not_checked = {replay.pair.short: _not_checked_cell(replay.not_checked) for replay in replays if replay.not_checked}
+    timed_not_checked = {
+        replay.pair.short: "; ".join(
+            f"run {index} {_not_checked_cell(counts)}"
+            for index, counts in enumerate(replay.timed_not_checked, 1)
+            if counts
+        )
         for replay in replays
-        if replay.not_checked
+        if any(replay.timed_not_checked)
     }
     lines += [
         "",
@@ -427,6 +446,8 @@ def _replay_lines(replays: Sequence[ReplayResult], replay_concurrency: int, floo
         "",
         "Checks not checked in the proxied replays (days): "
         + ("; ".join(f"{pair}: {names}" for pair, names in not_checked.items()) or "none")
+        + "; in the timed ones: "
+        + (" — ".join(f"{pair}: {runs}" for pair, runs in timed_not_checked.items()) or "none")
         + ".",
         "",
     ]
@@ -559,8 +580,7 @@ def render_replays(
     lines = _context_lines(profile, info, command, others, ".")
     lines += _replay_lines(replays, replay_concurrency, floor_concurrency)
     met = {
-        f"replay ≤ {REPLAY_GOAL}× its floor ({replay.pair.short}, {_days(len(replay.days))})": replay.ratio
-        <= REPLAY_GOAL
+        f"replay ≤ {REPLAY_GOAL}× its floor ({replay.pair.short}, {_days(len(replay.days))})": replay_met(replay)
         for replay in replays
     }
     lines += _goal_lines(met, info)

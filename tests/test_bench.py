@@ -10,11 +10,14 @@ import asyncio
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
-from bench.floor import LOGS, METRICS, Dependencies, checks_queries, window_of
-from bench.generate import DAY, Shape, Volume, build_cluster, day_facts, load, log_chunks
+from bench.floor import LOGS, METRICS, Dependencies, FloorResult, checks_queries, window_of
+from bench.generate import DAY, LoadReport, Shape, Volume, build_cluster, day_facts, load, log_chunks
 from bench.pairs import ALL_PAIRS, LOKI, parse_pairs
+from bench.report import render_replays, replay_met
+from bench.runner import QUICK, ReplayResult, Run, digest_env, not_checked_in
 from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
 from digest.pipeline.policy import Policy
@@ -173,3 +176,69 @@ def test_floor_of_a_loki_pair_sends_loki_requests_for_its_logs() -> None:
             assert all("count_over_time(" in query.form["query"] for query in logs)
         else:
             assert all(query.path.startswith("/select/logsql/") for query in logs)
+
+
+def _replay_result(proxied: dict[str, int], timed: list[dict[str, int]]) -> ReplayResult:
+    """A replay of 2 days measured 3 times at 1.0× its floor, with the given checks not checked."""
+    cluster = build_cluster(SMALL)
+    days = [DAY - timedelta(days=1), DAY]
+    volume = Volume(lines=1_000)
+    load_report = LoadReport(0, 0, 0.0, 0, 0, 0.0, tuple(day_facts(cluster, day, volume) for day in days))
+    result = ReplayResult(days=days, load=load_report, not_checked=proxied, timed_not_checked=timed)
+    for _ in timed:
+        result.many.append(Run(10.0, 1.0, 50.0, 0, "", ""))
+        result.many_backend_cpu.append((1.0, 1.0))
+        result.floors.append(FloorResult(10.0, {}))
+        result.recorded_floors.append(FloorResult(10.0, {}))
+    return result
+
+
+def test_replay_summaries_name_the_checks_not_checked_with_their_days() -> None:
+    """`not_checked_in` counts, per check, the days whose summary line says it was not checked."""
+    summaries = (
+        "2026-06-21 CRITICAL 8/10 · oom_kills −1 · envoy_flags −1 · error_lines not checked\n"
+        "2026-06-22 CRITICAL 7/10 · oom_kills −1 · error_lines −1 · envoy_flags −1\n"
+        "2026-06-23 UNKNOWN · error_lines not checked · log_storms not checked\n"
+    )
+    assert not_checked_in(summaries) == {"error_lines": 2, "log_storms": 1}
+    assert not_checked_in("2026-06-22 OK 10/10\n") == {}
+
+
+def test_replay_goal_is_missed_when_a_timed_replay_gave_up_on_a_check() -> None:
+    """A replay at 1.0× its floor misses the goal when one timed run left a check unchecked, and says which."""
+    info = {"fingerprint_start": "a", "fingerprint_end": "a"}
+    whole = _replay_result({}, [{}, {}, {}])
+    gave_up = _replay_result({}, [{}, {"error_lines": 11}, {}])
+    assert whole.complete
+    assert not gave_up.complete
+    assert replay_met(whole)
+    assert not replay_met(gave_up)
+    text = render_replays(QUICK, [gave_up], info, "bench/run", floor_concurrency=4, replay_concurrency=2)
+    assert "**1.00×** | " in text
+    assert "❌ missed (checks not checked)" in text
+    assert "in the timed ones: VM + VL: run 2 `error_lines` 11." in text
+    assert "Goals: replay ≤ 1.2× its floor (VM + VL, 2 days) ❌ missed." in text
+    text = render_replays(QUICK, [whole], info, "bench/run", floor_concurrency=4, replay_concurrency=2)
+    assert "Checks not checked in the proxied replays (days): none; in the timed ones: none." in text
+    assert "Goals: replay ≤ 1.2× its floor (VM + VL, 2 days) ✅ met." in text
+
+
+def test_replay_query_timeout_reaches_the_digest_and_is_bounded() -> None:
+    """`--replay-query-timeout` becomes DIGEST_QUERY_TIMEOUT of the replayed digests; outside (0, 600] exit 2."""
+    pair = ALL_PAIRS[0]
+    assert digest_env("http://m", "http://l", pair, 300.0)["DIGEST_QUERY_TIMEOUT"] == "300"
+    assert "DIGEST_QUERY_TIMEOUT" not in digest_env("http://m", "http://l", pair)
+    result = _bench(["bench.runner", "--quick", "--replay-only", "--replay-query-timeout", "0"], timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: bench/run")
+    assert "--replay-query-timeout: more than 0 and at most 600" in result.stderr
+    assert "backends up" not in result.stderr
+
+
+def test_replay_lines_option_is_bounded_with_a_usage_line() -> None:
+    """`--replay-lines` below the smallest day the generator can plan gets a usage line and exit 2, nothing started."""
+    result = _bench(["bench.runner", "--quick", "--replay-only", "--replay-lines", "9999"], timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: bench/run")
+    assert "--replay-lines: between 10,000 and 13,000,000" in result.stderr
+    assert "backends up" not in result.stderr
