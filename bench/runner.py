@@ -130,7 +130,7 @@ class Profile:
     replay_query_timeout: float | None = None
 
 
-MIN_REPLAY_LINES = 10_000  # the quick profile's days are 20,000 lines; below this the planned errors crowd the day
+MIN_REPLAY_LINES = 10_000  # half the quick profile's day (20,000 lines); smaller replay days have not been tried
 
 FULL = Profile(
     name="full",

@@ -236,7 +236,7 @@ def test_replay_query_timeout_reaches_the_digest_and_is_bounded() -> None:
 
 
 def test_replay_lines_option_is_bounded_with_a_usage_line() -> None:
-    """`--replay-lines` below the smallest day the generator can plan gets a usage line and exit 2, nothing started."""
+    """`--replay-lines` below its lower bound (10,000 lines) gets a usage line and exit 2, nothing started."""
     result = _bench(["bench.runner", "--quick", "--replay-only", "--replay-lines", "9999"], timeout=120)
     assert result.returncode == 2
     assert result.stderr.startswith("usage: bench/run")
