@@ -11,6 +11,7 @@ on the checks and never the other way round.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import math
 from collections.abc import Mapping, Sequence
@@ -120,10 +121,28 @@ class MetricsSource(Protocol):
 
 @dataclass(frozen=True)
 class Sources:
-    """The backends a check may query."""
+    """The backends a check may query, and when its answer is due.
+
+    ``deadline`` is the event loop's time (``loop.time()``) at which the check's run is cut off, None when nothing
+    cuts it off. A check gives up its optional questions (a note, never the grade) before it rather than be cut off
+    with them: see `time_left`.
+    """
 
     metrics: MetricsSource
     logs: LogsSource
+    deadline: float | None = None
+
+
+# Kept between an optional question given up and the deadline: the check's own work after it (building the
+# finding) needs a moment, and a cut-off at the same instant as the give-up would race it.
+DEADLINE_MARGIN_SECONDS = 1.0
+
+
+def time_left(sources: Sources) -> float | None:
+    """Seconds an optional question may still wait before the check must answer (None: no deadline)."""
+    if sources.deadline is None:
+        return None
+    return max(0.0, sources.deadline - asyncio.get_running_loop().time() - DEADLINE_MARGIN_SECONDS)
 
 
 class Unit(enum.StrEnum):

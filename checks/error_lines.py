@@ -27,8 +27,12 @@ at least ``signature_min_lines`` a day), its top ``signatures`` message shapes â
 UUIDs and IPs collapsed, grouped and counted in the backend (a `ShapeCount`; VictoriaLogs' ``collapse_nums``), each
 with its count, its share of the workload's errors, its first and last time and one line of it, all redacted
 (`checks.redaction`) before they enter the finding; ``show_log_examples: false`` keeps only the shapes. Shapes
-never change the grade: a backend that cannot group by them (Loki) or does not answer in ``signature_timeout_seconds``
-leaves a note instead, and the count stands.
+never change the grade: a backend that cannot group by them (Loki without its pattern ingester), or that does not
+answer within ``signature_timeout_seconds`` of being asked, leaves a note instead, and the count stands. Those seconds
+start when the first shapes request is sent (`AnswerClock`), not when the check gets to them: the checks share a
+bound on queries in flight, and a note that says "no answer" of a backend still waiting behind the other checks'
+counts would be wrong. The check's own deadline still bounds the wait: shapes not asked before it are given up
+with a note saying so, and the count stands.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import hashlib
 import re
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from checks import coverage
 from checks.contract import (
@@ -57,10 +61,12 @@ from checks.contract import (
     fmt_int,
     fmt_percent,
     grade,
+    time_left,
     unknown,
 )
 from checks.log_questions import (
     EVERY_LINE,
+    AnswerClock,
     AnyOf,
     CountRow,
     Empty,
@@ -314,9 +320,15 @@ class ErrorLinesCheck:
         )
         return ShapeCount(window=window, lines=lines, top=0)
 
-    async def shape_keys(self, sources: Sources, window: Window, namespace: str, workload: str) -> ShapeKeys:
-        """The keys of every signature ``workload`` wrote in ``window``; raises `SourceError` if the backend fails."""
-        answer = await sources.logs.shapes(self.history_question(window, namespace, workload))
+    async def shape_keys(
+        self, sources: Sources, window: Window, namespace: str, workload: str, clock: AnswerClock | None = None
+    ) -> ShapeKeys:
+        """The keys of every signature ``workload`` wrote in ``window``; raises `SourceError` if the backend fails.
+
+        ``clock`` bounds the backend's answer (see `AnswerClock`); the caller bounds the wait for it.
+        """
+        question = replace(self.history_question(window, namespace, workload), clock=clock)
+        answer = await sources.logs.shapes(question)
         return ShapeKeys(frozenset(signature_key(namespace, workload, key) for key in answer.keys), answer.capped)
 
     async def _signatures(
@@ -330,19 +342,39 @@ class ErrorLinesCheck:
         chosen = self.signature_workloads(window, ranked)
         if not chosen:
             return (), ""
-        questions = [self.shape_question(window, key[0], pods[key]) for key in chosen]
+        seconds = self.policy.signature_timeout_seconds
+        # One clock for every workload's question: together they get the seconds the policy allows.
+        clock = AnswerClock(seconds)
+        questions = [replace(self.shape_question(window, key[0], pods[key]), clock=clock) for key in chosen]
+        not_asked = (
+            "what the errors said: not asked before the check's deadline (the log backend's query slots stayed busy "
+            "with other checks' queries)"
+        )
+        left = time_left(sources)
+        if left is not None and left <= 0:
+            return (), not_asked
         try:
-            async with asyncio.timeout(self.policy.signature_timeout_seconds):
+            # The check's deadline (set by whoever runs it) bounds what the clock does not: the wait for a slot.
+            async with asyncio.timeout(left):
                 # Every answer is awaited (none left running unobserved); one workload's failure keeps the others'.
                 answers = await asyncio.gather(
                     *(sources.logs.shapes(question) for question in questions), return_exceptions=True
                 )
         except TimeoutError:
-            return (), f"what the errors said: no answer within {self.policy.signature_timeout_seconds:g} s"
+            if clock.started:
+                return (), "what the errors said: no answer before the check's deadline"
+            return (), not_asked
+        out_of_time = clock.remaining(asyncio.get_running_loop().time()) <= 0
         said: list[WorkloadSignatures] = []
         notes: list[str] = []
         for key, answer in zip(chosen, answers, strict=True):
             if isinstance(answer, SourceError):
+                if answer.kind is SourceErrorKind.TIMEOUT and out_of_time:
+                    # Said once, however many workloads' questions the spent clock stopped.
+                    late = f"what the errors said: no answer within {seconds:g} s of asking"
+                    if late not in notes:
+                        notes.append(late)
+                    continue
                 unsupported = answer.kind is SourceErrorKind.UNSUPPORTED
                 note = answer.message if unsupported else f"the log backend did not answer ({answer})"
                 notes.append(f"what the errors said: {note}")

@@ -235,6 +235,36 @@ def series_of(rows: Iterable[CountRow], column: str) -> list[LineSeries]:
     return [LineSeries(group=group, lines=lines) for group, lines in per_group.values()]
 
 
+class AnswerClock:
+    """Seconds a question's requests may take, counted from when the source sends the first of them.
+
+    A timeout around the question would also count the time its requests wait for a query slot behind other checks'
+    queries (a source bounds its queries in flight), and would say "no answer" of a backend never asked. The source
+    starts the clock when it sends the question's first request and bounds each request by what is left; one clock
+    may be shared by several questions, which then share the seconds.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._started: float | None = None
+
+    def start(self, now: float) -> None:
+        """Start counting at ``now`` (the event loop's time), unless a request already started it."""
+        if self._started is None:
+            self._started = now
+
+    def remaining(self, now: float) -> float:
+        """Seconds left at ``now``: all of them until a request is sent."""
+        if self._started is None:
+            return self.seconds
+        return self.seconds - (now - self._started)
+
+    @property
+    def started(self) -> bool:
+        """Whether a request of the question was sent."""
+        return self._started is not None
+
+
 @dataclass(frozen=True)
 class ShapeCount:
     """Which message shapes the lines matching ``lines`` in ``window`` have, the most frequent first.
@@ -244,6 +274,9 @@ class ShapeCount:
     unbounded size. The backend groups the lines by shape and answers at most ``group_limit`` shapes, the largest
     first: the ``top`` are shown, and the number answered is how many distinct shapes there were (at least, when it
     reaches the limit).
+
+    ``clock``, when given, bounds the time the backend takes to answer (not the time the question waits for a query
+    slot): a request sent after it ran out fails with a TIMEOUT `SourceError`.
     """
 
     window: Window
@@ -251,6 +284,7 @@ class ShapeCount:
     top: int = 3
     length: int = 160
     group_limit: int = 200
+    clock: AnswerClock | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ must be exact, and no planted secret may reach the text, the HTML, the JSON or t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
@@ -15,11 +16,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import httpx
 import pytest
 
 from checks.contract import Finding, SourceError, SourceErrorKind, Sources, Status, Window
 from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
-from checks.log_questions import CountRow, Filter, Is, LineCount, LineSeries, PeakCount, ShapeCount, Shapes
+from checks.log_questions import (
+    AnswerClock,
+    CountRow,
+    Filter,
+    Is,
+    LineCount,
+    LineSeries,
+    PeakCount,
+    ShapeCount,
+    Shapes,
+)
 from checks.redaction import redact, shorten
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
@@ -264,3 +276,119 @@ async def test_shapes_that_fail_leave_a_note_and_the_grade(sources: Sources, kin
     assert finding.signatures_note.startswith(note)
     text = Renderer().render(grade("prod", WINDOW, [finding], [], Policy()), "text")
     assert f"? {finding.signatures_note}" in text
+
+
+class HoldingTransport(httpx.AsyncBaseTransport):
+    """The real transport, where chosen requests take longer: another check's slow counts, or a slow shapes answer.
+
+    ``hold`` delays every request whose body says ``marker``; ``crowd`` makes each count request of the check (not
+    a shapes one, not a marked one) start a marked count of ``crowd_source`` at once, which queues for the slot
+    before the check's next request does.
+    """
+
+    def __init__(self, hold: float, marker: bytes) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.hold = hold
+        self.marker = marker
+        self.crowd_source: VictoriaLogsSource | None = None
+        self.crowd: list[asyncio.Task[list[CountRow]]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = request.content
+        if self.marker in body:
+            await asyncio.sleep(self.hold)
+        elif self.crowd_source is not None and b"collapse_nums" not in body:
+            self.crowd.append(asyncio.ensure_future(self.crowd_source.count(MARKED_LINES)))
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*self.crowd, return_exceptions=True)
+        await self.inner.aclose()
+
+
+# A count no check asks (the error lines of a made-up pod): what "another check's query" is in these tests.
+MARKED_POD = "another-check-holds-the-slot"
+MARKED_LINES = LineCount(window=WINDOW, scope=Is("pod", MARKED_POD))
+
+
+@pytest.fixture
+async def one_slot(secret_backends: EmbeddedBackends) -> AsyncIterator[tuple[Sources, HoldingTransport]]:
+    """Sources whose log backend takes one query at a time, through a transport that holds the marked ones."""
+    transport = HoldingTransport(hold=1.5, marker=MARKED_POD.encode())
+    endpoint = Endpoint(name="VictoriaLogs", url=secret_backends.logs.url, timeout_seconds=20, max_concurrency=1)
+    logs = VictoriaLogsSource(endpoint, transport=transport)
+    metrics = PrometheusSource(Endpoint(name="VictoriaMetrics", url=secret_backends.metrics.url, timeout_seconds=20))
+    try:
+        yield Sources(metrics=metrics, logs=logs), transport
+    finally:
+        await logs.aclose()
+        await metrics.aclose()
+        await transport.aclose()
+
+
+async def test_the_shapes_seconds_start_when_the_backend_is_asked(one_slot: tuple[Sources, HoldingTransport]) -> None:
+    """Shapes that wait 1.5 s for the one slot behind another count still get their whole 1 s once sent."""
+    sources, _ = one_slot
+    assert isinstance(sources.logs, VictoriaLogsSource)
+    clock = AnswerClock(1.0)
+    holder = asyncio.ensure_future(sources.logs.count(MARKED_LINES))
+    await asyncio.sleep(0)  # the marked count takes the slot first
+    shapes = await sources.logs.shapes(ShapeCount(window=WINDOW, lines=Is("namespace", NAMESPACE), clock=clock))
+    await holder
+    assert [shape.lines for shape in shapes.top] == [2_000, 800, 300]
+    assert clock.started
+
+
+async def test_the_check_waits_for_a_slot_and_still_says_what_the_errors_said(
+    one_slot: tuple[Sources, HoldingTransport],
+) -> None:
+    """With other checks' counts queued ahead for seconds, a 1 s shapes allowance still shows the shapes, no note."""
+    sources, transport = one_slot
+    assert isinstance(sources.logs, VictoriaLogsSource)
+    transport.crowd_source = sources.logs
+    finding = await _finding(sources, signature_timeout_seconds=1.0)
+    assert transport.crowd, "no other query was queued ahead of the shapes: the test proves nothing"
+    assert finding.signatures_note == ""
+    [workload] = finding.signatures
+    assert [one.lines for one in workload.signatures] == [2_000, 800, 300]
+
+
+async def test_a_backend_slower_than_the_allowance_leaves_one_note_and_the_grade(
+    secret_backends: EmbeddedBackends, sources: Sources
+) -> None:
+    """Shapes that take 1.5 s against a 0.5 s allowance: "no answer within 0.5 s of asking", the count unchanged."""
+    transport = HoldingTransport(hold=1.5, marker=b"collapse_nums")
+    endpoint = Endpoint(name="VictoriaLogs", url=secret_backends.logs.url, timeout_seconds=20)
+    slow = VictoriaLogsSource(endpoint, transport=transport)
+    try:
+        finding = await _finding(Sources(metrics=sources.metrics, logs=slow), signature_timeout_seconds=0.5)
+    finally:
+        await slow.aclose()
+        await transport.aclose()
+    reference = await _finding(sources)
+    assert (finding.status, finding.penalty, finding.value) == (reference.status, reference.penalty, reference.value)
+    assert finding.signatures == ()
+    assert finding.signatures_note == "what the errors said: no answer within 0.5 s of asking"
+
+
+async def test_shapes_not_asked_by_the_deadline_say_so_and_keep_the_grade(sources: Sources) -> None:
+    """A check whose deadline has come when it gets to the shapes gives them up with a note; the count stands."""
+    late = Sources(metrics=sources.metrics, logs=sources.logs, deadline=asyncio.get_running_loop().time())
+    finding = await _finding(late)
+    reference = await _finding(sources)
+    assert (finding.status, finding.penalty, finding.value) == (reference.status, reference.penalty, reference.value)
+    assert finding.signatures == ()
+    assert finding.signatures_note.startswith("what the errors said: not asked before the check's deadline")
+
+
+async def test_a_request_sent_after_its_clock_ran_out_is_not_sent(sources: Sources) -> None:
+    """A shapes question whose seconds are spent fails at once with a TIMEOUT that names its allowance."""
+    assert isinstance(sources.logs, VictoriaLogsSource)
+    clock = AnswerClock(0.5)
+    clock.start(asyncio.get_running_loop().time() - 1.0)
+    sent = sources.logs.queries_sent
+    with pytest.raises(SourceError) as raised:
+        await sources.logs.shapes(ShapeCount(window=WINDOW, lines=Is("namespace", NAMESPACE), clock=clock))
+    assert raised.value.kind is SourceErrorKind.TIMEOUT
+    assert "no answer within the 0.5 s its question allows" in str(raised.value)
+    assert sources.logs.queries_sent == sent

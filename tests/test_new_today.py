@@ -195,3 +195,19 @@ def test_stored_findings_keep_the_top_signatures_without_examples() -> None:
     assert workload.distinct == 1
     [one] = workload.signatures
     assert (one.key, one.text, one.lines, one.share, one.example) == ("abc", CERT, 300, 1.0, None)
+
+
+async def test_earlier_days_not_asked_by_the_deadline_mark_nothing(sources: Sources) -> None:
+    """A judge whose deadline came before any earlier day was asked says so and marks nothing new or gone."""
+    check = ErrorLinesCheck(POLICY)
+    window = day_window(TODAY, UTC_ZONE)
+    today = await check(sources, window)
+    earlier = [(past, await check(sources, past)) for past in earlier_windows(window, 4)]
+    late = Sources(metrics=sources.metrics, logs=sources.logs, deadline=asyncio.get_running_loop().time())
+    novelty = await judge(check, late, window, today, earlier, ShapeHistory(), earlier[0][0])
+    assert novelty is not None
+    assert (novelty.new, novelty.seen, novelty.gone) == (frozenset(), frozenset(), ())
+    assert novelty.notes == (
+        "new today: the earlier days' signatures were not asked before the deadline (the log backend's query slots "
+        "stayed busy)",
+    )

@@ -121,7 +121,7 @@ async def _digest(config: Config, window: Window, deadline: float, sources: Sour
         past = await previous_digests(cluster, window, sources, policy, deadline, history)
     collected = await today
     digest = grade(cluster, window, collected.findings, collected.disabled, policy)
-    novelty = await _novelty(policy, sources, window, digest, past, history)
+    novelty = await _novelty(policy, sources, window, digest, past, history, deadline)
     digest = replace(digest, trends=trend_lines(digest, past, policy), novelty=novelty, complete=collected.complete)
     if history is not None:
         history.keep_day(window, digest)  # for the weekly digest, when a state file holds the history
@@ -173,9 +173,18 @@ async def make_week(
 
 
 async def _novelty(
-    policy: Policy, sources: Sources, window: Window, digest: Digest, past: list[Digest], history: History | None
+    policy: Policy,
+    sources: Sources,
+    window: Window,
+    digest: Digest,
+    past: list[Digest],
+    history: History | None,
+    deadline: float,
 ) -> Novelty | None:
-    """New today and gone since yesterday, against the trends' earlier days (none when trends are off)."""
+    """New today and gone since yesterday, against the trends' earlier days (none when trends are off).
+
+    Bounded like a check: ``deadline`` seconds from now, whatever the log backend's query slots are busy with.
+    """
     check = next((one for one in build_checks(policy) if isinstance(one, ErrorLinesCheck)), None)
     if check is None or not past:
         return None
@@ -187,7 +196,8 @@ async def _novelty(
     if yesterday is not None and (past[0].window.start, past[0].window.end) != (yesterday.start, yesterday.end):
         yesterday = None
     shapes = history.shapes if history is not None else ShapeHistory()
-    return await judge(check, sources, window, _finding(digest, check.name), earlier, shapes, yesterday)
+    bounded = replace(sources, deadline=asyncio.get_running_loop().time() + deadline)
+    return await judge(check, bounded, window, _finding(digest, check.name), earlier, shapes, yesterday)
 
 
 def _finding(digest: Digest, name: str) -> Finding | None:

@@ -19,6 +19,10 @@ overflow). httpx's own decoder inflates a whole network chunk in one call, and a
 times its size. Only a single ``gzip`` or ``deflate`` coding is accepted: stacked codings (``gzip, gzip``, where
 one small chunk of the outer layer is a huge inner one) and codings the digest did not ask for are refused.
 
+A question that carries an `AnswerClock` (`ShapeCount.clock`) is bounded by it from the moment its first request
+takes a slot, not from when it was asked: the time spent waiting behind other checks' queries is the digest's, not
+the backend's, and a "no answer" must be the backend's.
+
 Credentials written into a URL (``http://user:pass@host/``) are taken out of it before httpx sees it and sent as
 basic auth instead: httpx logs every request URL at INFO, userinfo included.
 """
@@ -31,7 +35,9 @@ import math
 import ssl
 import traceback
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -39,10 +45,30 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx
 
 from checks.contract import RangeSeries, Sample, SourceError, SourceErrorKind
+from checks.log_questions import AnswerClock
 
 _MAX_ERROR_TEXT = 300
 MIB = 1024 * 1024
 DEFAULT_MAX_RESPONSE_MIB = 32
+
+# The clock of the question a source is answering (`answering_within`), read where each of its requests takes a
+# slot. A context variable rather than a parameter through every helper: the tasks a question's requests run in
+# inherit it, and the requests of other questions, in other tasks, never see it.
+_ANSWER_CLOCK: ContextVar[AnswerClock | None] = ContextVar("answer_clock", default=None)
+
+
+@contextmanager
+def answering_within(clock: AnswerClock | None) -> Iterator[None]:
+    """Bound the requests sent inside the block by ``clock`` (None: by the query timeout only)."""
+    token = _ANSWER_CLOCK.set(clock)
+    try:
+        yield
+    finally:
+        _ANSWER_CLOCK.reset(token)
+
+
+# What identifies a request in flight: its path, its form, and the answer clock bounding it (its id), if any.
+_FlightKey = tuple[str, tuple[tuple[str, str], ...], int | None]
 
 
 @dataclass(frozen=True)
@@ -121,7 +147,7 @@ class HttpSource:
         self._semaphore = asyncio.Semaphore(max(1, endpoint.max_concurrency))
         # Never the URL as written: httpx would log its user info with every request.
         self._base = without_userinfo(endpoint.url).rstrip("/")
-        self._in_flight: dict[tuple[str, tuple[tuple[str, str], ...]], asyncio.Task[Any]] = {}
+        self._in_flight: dict[_FlightKey, asyncio.Task[Any]] = {}
         self._identified: asyncio.Task[str] | None = None
         self.queries_sent = 0
 
@@ -145,9 +171,11 @@ class HttpSource:
 
         Checks share gates (kube-state-metrics' ``up``, the containers that restarted) and write them identically,
         so coalescing them here saves the backend the work without coupling the checks to each other. The shared
-        request is shielded: one caller's deadline cancelling its wait does not cancel the others'.
+        request is shielded: one caller's deadline cancelling its wait does not cancel the others'. A request bounded by
+        an answer clock is shared only with callers of the same clock (their bounds differ).
         """
-        key = (path, tuple(sorted(form.items())))
+        clock = _ANSWER_CLOCK.get()
+        key = (path, tuple(sorted(form.items())), id(clock) if clock is not None else None)
         task = self._in_flight.get(key)
         if task is None:
             task = asyncio.ensure_future(self._exchange(path, form))
@@ -155,7 +183,7 @@ class HttpSource:
             task.add_done_callback(lambda done: self._forget(key, done))
         return await asyncio.shield(task)
 
-    def _forget(self, key: tuple[str, tuple[tuple[str, str], ...]], done: asyncio.Task[Any]) -> None:
+    def _forget(self, key: _FlightKey, done: asyncio.Task[Any]) -> None:
         if self._in_flight.get(key) is done:
             del self._in_flight[key]
         if not done.cancelled():
@@ -213,18 +241,17 @@ class HttpSource:
 
     async def _exchange_once(self, path: str, form: Mapping[str, str]) -> Any:
         async with self._semaphore:
+            limit, said = self._time_allowed(_ANSWER_CLOCK.get())
             self.queries_sent += 1
             try:
                 # asyncio.timeout bounds the whole exchange, httpx's timeout only each network phase.
                 async with (
-                    asyncio.timeout(self._endpoint.timeout_seconds),
+                    asyncio.timeout(limit),
                     self._client.stream("POST", self._base + path, data=dict(form)) as response,
                 ):
                     body = await self._read_bounded(response)
             except (TimeoutError, httpx.TimeoutException):
-                raise self._error(
-                    SourceErrorKind.TIMEOUT, f"no answer within {self._endpoint.timeout_seconds:g} s"
-                ) from None
+                raise self._error(SourceErrorKind.TIMEOUT, said) from None
             except httpx.InvalidURL:
                 raise self._error(SourceErrorKind.UNREACHABLE, f"invalid URL {self._endpoint.display_url}") from None
             except httpx.TransportError as exc:
@@ -243,6 +270,24 @@ class HttpSource:
                     f"cannot reach {self._endpoint.display_url} ({type(leaf).__name__})",
                 ) from None
         return self._decode(response, body.decode(response.encoding or "utf-8", errors="replace"))
+
+    def _time_allowed(self, clock: AnswerClock | None) -> tuple[float, str]:
+        """The seconds a request that just took its slot may take, and what to say if it takes them all.
+
+        The query timeout, or less when the request's question has fewer seconds left on its clock (started here, by
+        its first request). A question whose seconds ran out is not sent again.
+        """
+        timeout = self._endpoint.timeout_seconds
+        plain = f"no answer within {timeout:g} s"
+        if clock is None:
+            return timeout, plain
+        now = asyncio.get_running_loop().time()
+        clock.start(now)
+        left = clock.remaining(now)
+        said = f"no answer within the {clock.seconds:g} s its question allows"
+        if left <= 0:
+            raise self._error(SourceErrorKind.TIMEOUT, said)
+        return (left, said) if left < timeout else (timeout, plain)
 
     async def _read_bounded(self, response: httpx.Response) -> bytearray:
         """The body of a streamed response, at most ``max_response_bytes`` after decompression.

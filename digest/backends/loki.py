@@ -110,7 +110,7 @@ from checks.log_questions import (
     series_of,
 )
 from checks.logsql import quoted
-from digest.backends.http import HttpSource, WrongApiError, parse_value
+from digest.backends.http import HttpSource, WrongApiError, answering_within, parse_value
 
 # Promtail's and Alloy's Kubernetes labels; level is structured metadata or a label (a label filter reads both).
 DEFAULT_LABELS: Mapping[Role, str] = {
@@ -690,8 +690,13 @@ class LokiSource(HttpSource):
         """The shapes Loki's pattern ingester mined from these lines' streams, each counted exactly in the window.
 
         See `PATTERNS_PATH`: the patterns name the shapes, metric queries count them (each line once, for the
-        first pattern in rank order it matches), and the lines of no counted pattern are `Shapes.unshaped`.
+        first pattern in rank order it matches), and the lines of no counted pattern are `Shapes.unshaped`. Every
+        request of the question shares its clock.
         """
+        with answering_within(question.clock):
+            return await self._shapes(question)
+
+    async def _shapes(self, question: ShapeCount) -> Shapes:
         await self._ensure_ready()
         mined = await self._patterns(question)
         candidates = mined[:PATTERN_CANDIDATES]

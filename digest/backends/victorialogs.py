@@ -54,7 +54,7 @@ from checks.log_questions import (
     series_of,
 )
 from checks.logsql import any_of_regex, field_name, quoted
-from digest.backends.http import HttpSource, result_labels_and_text
+from digest.backends.http import HttpSource, answering_within, result_labels_and_text
 
 # Vector's kubernetes_logs source (the fields it writes for every container line).
 DEFAULT_FIELDS: Mapping[Role, str] = {
@@ -369,8 +369,10 @@ class VictoriaLogsSource(HttpSource):
             return series_of(self.writer.rows(self._checked(data), question.by, True), column)
 
     async def shapes(self, question: ShapeCount) -> Shapes:
+        with answering_within(question.clock):
+            answered = await self._post_json(*self.writer.shape_request(question))
         fields: dict[str, dict[str, str]] = {}
-        for labels, text in result_labels_and_text(await self._post_json(*self.writer.shape_request(question)), self):
+        for labels, text in result_labels_and_text(answered, self):
             fields.setdefault(labels.get(_SHAPE, ""), {})[labels.get("__name__", "")] = text
         shapes: list[Shape] = []
         for text, values in fields.items():

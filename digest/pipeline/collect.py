@@ -180,7 +180,12 @@ async def collect(
 ) -> Collected:
     """Run ``checks`` concurrently (the sources bound the number of queries in flight) and judge their coverage."""
     failures = _Failures()
-    watched = Sources(metrics=_WatchedMetrics(sources.metrics, failures), logs=_WatchedLogs(sources.logs, failures))
+    # Every check's run is cut off ``deadline_seconds`` from now (`_guarded`): the sources tell the checks when.
+    watched = Sources(
+        metrics=_WatchedMetrics(sources.metrics, failures),
+        logs=_WatchedLogs(sources.logs, failures),
+        deadline=asyncio.get_running_loop().time() + deadline_seconds,
+    )
     measuring = (
         asyncio.ensure_future(_coverage(checks, watched, window, policy, deadline_seconds))
         if policy.coverage.enabled

@@ -26,8 +26,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from checks.contract import Finding, SourceError, Sources, Status, Window, WorkloadSignatures
+from checks.contract import Finding, SourceError, Sources, Status, Window, WorkloadSignatures, time_left
 from checks.error_lines import ErrorLinesCheck, ShapeKeys
+from checks.log_questions import AnswerClock
 from digest.pipeline.state import HistoryStore, StateError
 
 log = logging.getLogger(__name__)
@@ -93,21 +94,29 @@ class ShapeHistory:
         self._save(key, keys)
 
     async def get(
-        self, check: ErrorLinesCheck, sources: Sources, window: Window, labels: Mapping[str, str]
+        self,
+        check: ErrorLinesCheck,
+        sources: Sources,
+        window: Window,
+        labels: Mapping[str, str],
+        clock: AnswerClock | None = None,
     ) -> ShapeKeys:
-        """The keys of ``labels``' workload in ``window``: stored, being asked, or asked now (and stored)."""
+        """The keys of ``labels``' workload in ``window``: stored, being asked, or asked now (and stored).
+
+        ``clock`` bounds the backend's answer when it is asked now; one being asked for another digest keeps its own.
+        """
         key = _key(labels, window)
         if key not in self._tasks:
-            self._tasks[key] = asyncio.ensure_future(self._stored_or_asked(check, sources, window, key))
+            self._tasks[key] = asyncio.ensure_future(self._stored_or_asked(check, sources, window, key, clock))
         return await asyncio.shield(self._tasks[key])
 
     async def _stored_or_asked(
-        self, check: ErrorLinesCheck, sources: Sources, window: Window, key: ShapeKey
+        self, check: ErrorLinesCheck, sources: Sources, window: Window, key: ShapeKey, clock: AnswerClock | None
     ) -> ShapeKeys:
         stored = self._load(key)
         if stored is not None:
             return stored
-        asked = await check.shape_keys(sources, window, key[0], key[1])
+        asked = await check.shape_keys(sources, window, key[0], key[1], clock)
         self._save(key, asked)
         return asked
 
@@ -172,13 +181,26 @@ async def judge(
         return None
     for workload in today.signatures:
         history.offer(window, workload)
+    # The policy's seconds bound the backend's answers, from the first request sent (`AnswerClock`); the sources'
+    # deadline bounds the wait for a query slot behind the counts of the days still being digested.
+    clock = AnswerClock(check.policy.signature_timeout_seconds)
+    not_asked = Novelty(
+        notes=(
+            "new today: the earlier days' signatures were not asked before the deadline (the log backend's query "
+            "slots stayed busy)",
+        )
+    )
+    left = time_left(sources)
+    if left is not None and left <= 0:
+        return not_asked
     try:
-        async with asyncio.timeout(check.policy.signature_timeout_seconds):
-            new, seen, compared, notes = await _new_today(check, sources, today, earlier, history)
-            gone = await _gone(check, sources, window, today, earlier, history, yesterday)
+        async with asyncio.timeout(left):
+            new, seen, compared, notes = await _new_today(check, sources, today, earlier, history, clock)
+            gone = await _gone(check, sources, window, today, earlier, history, yesterday, clock)
     except TimeoutError:
-        seconds = f"{check.policy.signature_timeout_seconds:g}"
-        return Novelty(notes=(f"new today: the earlier days' signatures did not answer within {seconds} s",))
+        if clock.started:
+            return Novelty(notes=("new today: the earlier days' signatures did not answer before the deadline",))
+        return not_asked
     if not today.signatures and not gone:
         return None
     return Novelty(new=new, seen=seen, compared=compared, gone=gone, notes=notes)
@@ -190,6 +212,7 @@ async def _new_today(
     today: Finding,
     earlier: Sequence[tuple[Window, Finding | None]],
     history: ShapeHistory,
+    clock: AnswerClock,
 ) -> tuple[frozenset[str], frozenset[str], int, tuple[str, ...]]:
     if not today.signatures:
         return frozenset(), frozenset(), 0, ()
@@ -201,7 +224,7 @@ async def _new_today(
         if finding is not None and not finding.value:
             return ShapeKeys(frozenset(), False)  # no error line in the cluster that day: no shape either
         try:
-            return await history.get(check, sources, past, workload.labels)
+            return await history.get(check, sources, past, workload.labels, clock)
         except SourceError as exc:
             return exc
 
@@ -233,6 +256,7 @@ async def _gone(
     earlier: Sequence[tuple[Window, Finding | None]],
     history: ShapeHistory,
     yesterday: Window | None,
+    clock: AnswerClock,
 ) -> tuple[Gone, ...]:
     before = earlier[0][1] if earlier else None
     if yesterday is None or before is None or not seen_whole(before):
@@ -245,7 +269,7 @@ async def _gone(
             continue
         try:
             # Today's shown workloads were offered by `judge`: only a workload not shown today is asked.
-            now = await history.get(check, sources, window, workload.labels)
+            now = await history.get(check, sources, window, workload.labels, clock)
         except SourceError:
             continue  # no evidence either way: say nothing
         if top.key not in now.keys and not now.capped:
