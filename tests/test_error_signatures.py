@@ -331,12 +331,16 @@ async def test_the_shapes_seconds_start_when_the_backend_is_asked(one_slot: tupl
     sources, _ = one_slot
     assert isinstance(sources.logs, VictoriaLogsSource)
     clock = AnswerClock(1.0)
+    loop = asyncio.get_running_loop()
     holder = asyncio.ensure_future(sources.logs.count(MARKED_LINES))
     await asyncio.sleep(0)  # the marked count takes the slot first
+    asked = loop.time()
     shapes = await sources.logs.shapes(ShapeCount(window=WINDOW, lines=Is("namespace", NAMESPACE), clock=clock))
+    waited = loop.time() - asked
     await holder
     assert [shape.lines for shape in shapes.top] == [2_000, 800, 300]
     assert clock.started
+    assert waited > clock.seconds  # a timeout around the question would have given up
 
 
 async def test_the_check_waits_for_a_slot_and_still_says_what_the_errors_said(
