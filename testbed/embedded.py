@@ -14,15 +14,16 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 
 from checks.contract import rfc3339
+from testbed.snapshots import Snapshot, SnapshotKey, record, timed
 
 if TYPE_CHECKING:
     from testbed.corpus.model import CorpusDay
@@ -99,8 +100,9 @@ class Server:
         path = shutil.which(self.binary)
         if path is None:
             raise EmbeddedError(f"{self.binary} is not on PATH: run scripts/install-backends first")
+        started = time.monotonic()
         self.log_path = self.data_dir.parent / f"{self.name}.log"
-        with self.log_path.open("wb") as log_file:
+        with self.log_path.open("ab") as log_file:
             self.process = subprocess.Popen(  # noqa: S603  # the binary was resolved on PATH, arguments are ours
                 [
                     path,
@@ -115,22 +117,36 @@ class Server:
                 stdin=subprocess.DEVNULL,
             )
         self.wait_healthy()
+        record("start", self.binary, time.monotonic() - started)
 
     def wait_healthy(self, timeout_seconds: float = 30.0) -> None:
         wait_ready(self.name, self.process, f"{self.url}/health", timeout_seconds, self.log_path, EmbeddedError)
 
-    def stop(self) -> None:
-        """Stop the process by its PID (SIGTERM, then SIGKILL after 10 s)."""
+    def stop(self, strict: bool = False) -> None:
+        """Stop the process by its PID (SIGTERM, then SIGKILL after 10 s).
+
+        ``strict`` (before a snapshot): wait up to 60 s, and raise ``EmbeddedError`` if the process had to be killed
+        or was not running, since its data may then be incomplete.
+        """
         if self.process is None:
+            if strict:
+                raise EmbeddedError(f"{self.name} was not running: its data cannot be trusted whole")
             return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        self.process = None
+        process, self.process = self.process, None
+        if process.poll() is not None:
+            if strict:
+                raise EmbeddedError(
+                    f"{self.name} exited on its own (code {process.returncode}): {log_tail(self.log_path)}"
+                )
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=60 if strict else 10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+            if strict:
+                raise EmbeddedError(f"{self.name} did not stop within 60 s of SIGTERM: killed") from None
 
     @property
     def running(self) -> bool:
@@ -150,6 +166,7 @@ class EmbeddedBackends:
         self.logs = Server("victoria-logs", "victoria-logs", free_port(), self.root / "vl")
 
     def start(self) -> Self:
+        """Start both servers on their data directories (empty, restored, or kept from before ``halt``)."""
         try:
             # Queries "up to now" must see what was just imported; a real install keeps its 30 s offset. Adjacent
             # corpus days share the hours around their midnight: without deduplication VictoriaMetrics keeps a sample
@@ -161,9 +178,16 @@ class EmbeddedBackends:
             raise
         return self
 
+    def halt(self, strict: bool = False) -> None:
+        """Stop both processes and keep their data directories (to snapshot them, or start again).
+
+        ``strict``: each must exit on its own after SIGTERM (having flushed), within a minute, or ``EmbeddedError``.
+        """
+        self.logs.stop(strict=strict)
+        self.metrics.stop(strict=strict)
+
     def stop(self) -> None:
-        self.logs.stop()
-        self.metrics.stop()
+        self.halt()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> Self:
@@ -254,10 +278,71 @@ def day_bounds(day: date) -> tuple[datetime, datetime]:
     return start, start + timedelta(days=1)
 
 
-def load_corpus_day(backends: EmbeddedBackends, day: CorpusDay) -> None:
-    """Load one incident day into the backends and wait (bounded) until the digest can see all of it."""
-    start, end = day_bounds(day.date)
+def load_corpus_day(backends: EmbeddedBackends, day: CorpusDay) -> int:
+    """Load one incident day into the backends and wait (bounded) until the digest can see all of it.
+
+    Returns the number of log records loaded (what ``wait_for_corpus_day`` waits for).
+    """
     backends.import_series(series.to_import_line() for series in day.series())
     backends.ingest_logs(day.log_chunks())
+    lines = day.log_line_count()
+    wait_for_corpus_day(backends, day.date, lines)
+    return lines
+
+
+def wait_for_corpus_day(backends: EmbeddedBackends, day: date, lines: int) -> None:
+    """Bounded polls until the day's kube-state-metrics series and its ``lines`` log records are visible."""
+    start, end = day_bounds(day)
     backends.wait_for_series('up{job="kube-state-metrics"}', end, 1)
-    backends.wait_for_logs(start - timedelta(days=1), end + timedelta(days=1), day.log_line_count())
+    backends.wait_for_logs(start - timedelta(days=1), end + timedelta(days=1), lines)
+
+
+@contextlib.contextmanager
+def loaded_backends(
+    what: str,
+    snapshot: SnapshotKey | None,
+    load: Callable[[EmbeddedBackends], dict[str, Any]],
+    verify: Callable[[EmbeddedBackends, dict[str, Any]], None],
+    backends_type: Callable[[], EmbeddedBackends] = EmbeddedBackends,
+) -> Iterator[EmbeddedBackends]:
+    """A started pair holding what ``load`` puts in it, from ``snapshot`` when one is kept; stopped on exit.
+
+    ``load`` loads an empty pair, waits until it is visible and returns a manifest (the counts ``verify`` needs);
+    ``verify`` polls (bounded) until a pair shows what the manifest says. A pair restored from a snapshot is verified
+    before it is handed out; so is a fresh load after it was stopped, saved and started again.
+    """
+    backends = backends_type()
+    try:
+        if snapshot is None:
+            backends.start()
+            with timed("load", what, "uncached"):
+                load(backends)
+        else:
+            with snapshot.claim() as kept:
+                _load_or_restore(backends, what, kept, load, verify)
+        yield backends
+    finally:
+        backends.stop()
+
+
+def _load_or_restore(
+    backends: EmbeddedBackends,
+    what: str,
+    kept: Snapshot,
+    load: Callable[[EmbeddedBackends], dict[str, Any]],
+    verify: Callable[[EmbeddedBackends, dict[str, Any]], None],
+) -> None:
+    if kept.found:
+        with timed("load", what, "restored"):
+            kept.restore("vm", backends.metrics.data_dir)
+            kept.restore("vl", backends.logs.data_dir)
+            backends.start()
+            verify(backends, kept.manifest)
+        return
+    backends.start()
+    with timed("load", what, "built"):
+        manifest = load(backends)
+        backends.halt(strict=True)
+        with kept.saving({"vm": backends.metrics.data_dir, "vl": backends.logs.data_dir}, manifest):
+            backends.start()
+            verify(backends, manifest)

@@ -26,9 +26,10 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, cast
@@ -38,6 +39,7 @@ import yaml
 
 from digest.backends.loki import rfc3339_nanos, unix_nanos
 from testbed.embedded import free_port, log_tail, wait_ready
+from testbed.snapshots import SnapshotKey, record, timed
 
 if TYPE_CHECKING:
     from testbed.corpus.model import CorpusDay
@@ -47,6 +49,8 @@ REQUIRE_VARIABLE = "DIGEST_REQUIRE_LOKI"
 CONFIG_PATH = Path(__file__).with_name("loki-local.yaml")
 READY_TIMEOUT_SECONDS = 90.0
 STOP_GRACE_SECONDS = 10.0
+# A clean stop after a bulk load flushes every in-memory chunk: seconds on a quiet machine, more beside a busy one.
+HALT_GRACE_SECONDS = 300.0
 # Two bodies in flight: Loki parses one while the next is converted. Plain JSON, not gzip: on 2 cores gzip cost more
 # CPU (client and server) than it saved on loopback (measured: 47 s against 33 s for the storm day's 432 MB).
 PUSH_CONCURRENCY = 2
@@ -168,17 +172,69 @@ class LokiServer:
         """Start Loki and wait (bounded) until ``/ready`` answers 200; raise ``LokiError`` with the log's tail."""
         if self.process is not None:
             return self
+        self.prepare()
+        self._launch()
+        return self
+
+    def prepare(self) -> Self:
+        """Make the temporary directory, the log file and choose the ports, without starting Loki (see ``resume``)."""
+        if self.root is None:
+            self.root = Path(tempfile.mkdtemp(prefix="digest-loki-"))
+            self.http_port, self.grpc_port = free_port(), free_port()
+            while self.grpc_port == self.http_port:
+                self.grpc_port = free_port()
+            descriptor, log_name = tempfile.mkstemp(prefix="digest-loki-", suffix=".log")
+            os.close(descriptor)
+            self.log_path = Path(log_name)
+        return self
+
+    def halt(self, strict: bool = False) -> None:
+        """Stop the process and keep the data directory (to snapshot it, or ``resume``).
+
+        ``strict`` (before a snapshot): Loki must exit on its own after SIGTERM, having flushed every chunk to its
+        store (its write-ahead log is off), within ``HALT_GRACE_SECONDS``; else ``LokiError``.
+        """
+        if strict:
+            if self.process is None or self.process.poll() is not None:
+                raise LokiError(
+                    f"Loki was not running when halted: its data cannot be trusted whole ({self.tail_log()})"
+                )
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=HALT_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=STOP_GRACE_SECONDS)
+                self.process = None
+                raise LokiError(f"Loki did not flush and stop within {HALT_GRACE_SECONDS:g} s of SIGTERM") from None
+            self.process = None
+        self._terminate()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def resume(self) -> Self:
+        """Start Loki on the data directory ``halt`` kept, or one restored into ``data_dir`` after ``prepare``."""
+        if self.root is None:
+            raise LokiError("Loki was never prepared: nothing to resume")
+        self._launch()
+        return self
+
+    @property
+    def data_dir(self) -> Path:
+        if self.root is None:
+            raise LokiError("Loki is not started")
+        return self.root / "data"
+
+    def _launch(self) -> None:
+        if self.root is None or self.log_path is None:
+            raise LokiError("Loki was not prepared: call start() or prepare() first")
         binary = self.binary or find_loki_binary()
-        self.root = Path(tempfile.mkdtemp(prefix="digest-loki-"))
-        self.http_port, self.grpc_port = free_port(), free_port()
-        while self.grpc_port == self.http_port:
-            self.grpc_port = free_port()
         config_path = self.root / "loki.yaml"
-        config_path.write_text(render_config(self.root / "data", self.http_port, self.grpc_port, self.config_overrides))
-        descriptor, log_name = tempfile.mkstemp(prefix="digest-loki-", suffix=".log")
-        self.log_path = Path(log_name)
+        config_path.write_text(render_config(self.data_dir, self.http_port, self.grpc_port, self.config_overrides))
+        started = time.monotonic()
         try:
-            with os.fdopen(descriptor, "wb") as log_file:
+            with self.log_path.open("ab") as log_file:
                 self.process = subprocess.Popen(  # noqa: S603  # the binary was resolved by find_loki_binary, the arguments are ours
                     [binary, f"-config.file={config_path}", *self.extra_args],
                     stdout=log_file,
@@ -191,7 +247,7 @@ class LokiServer:
             self.keep_log = True  # the error names the log; it must still be there to read
             self.stop()
             raise
-        return self
+        record("start", "loki", time.monotonic() - started)
 
     def wait_ready(self) -> None:
         """Poll ``/ready`` until 200, the process exits, or ``ready_timeout_seconds`` pass."""
@@ -206,6 +262,14 @@ class LokiServer:
         if self._client is not None:
             self._client.close()
             self._client = None
+        self._terminate()
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+        if self.log_path is not None and not self.keep_log:
+            self.log_path.unlink(missing_ok=True)
+
+    def _terminate(self) -> None:
         if self.process is not None:
             if self.process.poll() is not None:
                 self.keep_log = True  # Loki exited on its own: its log says why
@@ -217,11 +281,6 @@ class LokiServer:
                     os.kill(self.process.pid, signal.SIGKILL)
                     self.process.wait(timeout=STOP_GRACE_SECONDS)
             self.process = None
-        if self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
-            self.root = None
-        if self.log_path is not None and not self.keep_log:
-            self.log_path.unlink(missing_ok=True)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -327,9 +386,6 @@ class LokiServer:
             raise LokiError(f"{day.date}: converted {summary.lines} records, the corpus says {expected}")
         if summary.first_ns is None or summary.last_ns is None:
             raise LokiError(f"{day.date}: no log records to push")
-        # (last - span, last] with span > last - first: from just before the first entry to the last, inclusive.
-        span_ns = (summary.last_ns - summary.first_ns) // 1_000_000 * 1_000_000 + 1_000_000
-        self._wait(summary.last_ns, span_ns, summary.lines, timeout_seconds, '{namespace=~".+"}')
         result = PushedDay(
             date=day.date.isoformat(),
             lines=summary.lines,
@@ -338,10 +394,17 @@ class LokiServer:
             last_ns=summary.last_ns,
             body_bytes=summary.body_bytes,
             push_seconds=pushed_at - started,
-            visible_seconds=time.monotonic() - pushed_at,
+            visible_seconds=0.0,
         )
+        self.wait_for_day(result, timeout_seconds)
+        result = replace(result, visible_seconds=time.monotonic() - pushed_at)
         self.pushed.append(result)
         return result
+
+    def wait_for_day(self, pushed: PushedDay, timeout_seconds: float = 120.0) -> None:
+        """Poll (bounded) until Loki counts exactly the lines ``push_day`` pushed for that day."""
+        span_ns = (pushed.last_ns - pushed.first_ns) // 1_000_000 * 1_000_000 + 1_000_000
+        self._wait(pushed.last_ns, span_ns, pushed.lines, timeout_seconds, '{namespace=~".+"}')
 
     def push_records(
         self, chunks: Iterable[bytes], concurrency: int = PUSH_CONCURRENCY, compress: bool = PUSH_GZIP
@@ -635,6 +698,49 @@ def _from_unix_ns(nanoseconds: int) -> datetime:
 
 
 # Config -----------------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def loaded_loki(
+    days: Iterable[CorpusDay], snapshot: SnapshotKey | None, binary: str | None = None
+) -> Iterator[LokiServer]:
+    """A started Loki holding ``days`` (pushed as ``push_days`` pushes them), from ``snapshot`` when one is kept.
+
+    A fresh load is stopped (Loki flushes every chunk to its store on a clean stop, its write-ahead log being off),
+    saved, and started again; a restored one counts each day's lines exactly, as ``push_day`` waited for, before it
+    is handed out. Stopped, its directory removed, on exit.
+    """
+    ordered = sorted(days, key=lambda day: day.date)
+    what = f"{len(ordered)} days: Loki (push API)"
+    server = LokiServer(binary=binary)
+    try:
+        if snapshot is None:
+            server.start()
+            with timed("load", what, "uncached"):
+                server.push_days(ordered)
+        else:
+            with snapshot.claim() as kept:
+                if kept.found:
+                    with timed("load", what, "restored"):
+                        server.prepare()
+                        kept.restore("data", server.data_dir)
+                        server.resume()
+                        server.pushed = [PushedDay(**pushed) for pushed in kept.manifest["pushed"]]
+                        for pushed in server.pushed:
+                            server.wait_for_day(pushed)
+                else:
+                    server.start()
+                    with timed("load", what, "built"):
+                        server.push_days(ordered)
+                        server.halt(strict=True)
+                        manifest = {"pushed": [asdict(item) for item in server.pushed]}
+                        with kept.saving({"data": server.data_dir}, manifest):
+                            server.resume()
+                            for pushed in server.pushed:
+                                server.wait_for_day(pushed)
+        yield server
+    finally:
+        server.stop()
 
 
 def render_config(data_dir: Path, http_port: int, grpc_port: int, overrides: Mapping[str, Any] | None = None) -> str:

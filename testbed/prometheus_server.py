@@ -33,6 +33,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self, TextIO
 
 from testbed.embedded import free_port, wait_ready
+from testbed.snapshots import SnapshotKey, record, timed
 
 if TYPE_CHECKING:
     from testbed.corpus.model import CorpusDay
@@ -225,11 +227,18 @@ def _write_block(
 
 
 class PrometheusServer:
-    """A Prometheus process holding the given corpus days, on a free 127.0.0.1 port, in a temporary directory."""
+    """A Prometheus process holding the given corpus days, on a free 127.0.0.1 port, in a temporary directory.
 
-    def __init__(self, days: Iterable[CorpusDay], ready_timeout_seconds: float = 120.0) -> None:
+    With ``snapshot``, the backfilled blocks are taken from it when it holds them, and saved to it when it does not
+    (``testbed.snapshots``): the blocks are a pure function of the days, promtool and this module.
+    """
+
+    def __init__(
+        self, days: Iterable[CorpusDay], ready_timeout_seconds: float = 120.0, snapshot: SnapshotKey | None = None
+    ) -> None:
         self._days = sorted(days, key=lambda day: day.date)
         self._ready_timeout = ready_timeout_seconds
+        self._snapshot = snapshot
         self.port = free_port()
         self.root: Path | None = None
         self.process: subprocess.Popen[bytes] | None = None
@@ -244,9 +253,11 @@ class PrometheusServer:
             raise PrometheusServerError(f"{', '.join(missing)} not on PATH: run scripts/install-backends first")
         self.root = Path(tempfile.mkdtemp(prefix="digest-prometheus-"))
         try:
-            self._backfill(self.root / "data")
+            self._fill(self.root / "data")
+            started = time.monotonic()
             self._launch(self.root)
             self._wait_ready()
+            record("start", "prometheus", time.monotonic() - started)
         except BaseException:
             self.stop()
             raise
@@ -273,6 +284,22 @@ class PrometheusServer:
         self.stop()
 
     # Backfill ------------------------------------------------------------------------------------------------------
+
+    def _fill(self, data_dir: Path) -> None:
+        what = f"{len(self._days)} days: Prometheus (promtool backfill)"
+        if self._snapshot is None:
+            with timed("load", what, "uncached"):
+                self._backfill(data_dir)
+            return
+        with self._snapshot.claim() as kept:
+            if kept.found:
+                with timed("load", what, "restored"):
+                    kept.restore("data", data_dir)
+                return
+            with timed("load", what, "built"):
+                self._backfill(data_dir)
+                with kept.saving({"data": data_dir}, {"days": [day.date.isoformat() for day in self._days]}):
+                    pass  # promtool's blocks are whole once it exits; Prometheus has not opened them yet
 
     def _backfill(self, data_dir: Path) -> None:
         assert self.root is not None  # noqa: S101  # start() sets it before calling

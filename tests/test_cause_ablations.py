@@ -20,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
 import httpx
+import pytest
 
 from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
@@ -34,7 +36,10 @@ from digest.pipeline.window import day_window
 from testbed.corpus import DAYS
 from testbed.corpus.model import Series
 from testbed.embedded import EmbeddedBackends, Server, free_port
-from tests.conftest import _scaled
+from testbed.snapshots import binary_identity, snapshot_key, timed
+from tests.conftest import VOLUME_SCALE, _scaled
+
+VM_ARGS = ["-search.latencyOffset=0s"]
 
 Transform = Callable[[Series], Iterator[Series]]
 
@@ -162,55 +167,135 @@ async def _causes(metrics_url: str, logs_url: str, day: date) -> dict[str, str]:
     return {explanation.rule: explanation.cause for explanation in digest.explanations}
 
 
-def test_causes_never_change_when_an_optional_exporter_is_missing(corpus_backends: EmbeddedBackends) -> None:
-    """Each corpus day minus each optional family: the same cause, or "cannot tell" — never a different cause."""
-    root = Path(tempfile.mkdtemp(prefix="digest-cause-ablations-"))
-    servers = [Server(f"vm-{i}", "victoria-metrics", free_port(), root / f"vm-{i}") for i in range(len(FAMILIES))]
+@dataclass
+class FamilyServers:
+    """One VictoriaMetrics per family, each holding every corpus day without it; which (day, family) lost series."""
+
+    servers: list[Server]
+    removed: dict[tuple[date, str], int]
+
+
+def _load(servers: list[Server]) -> dict[tuple[date, str], int]:
     removed: dict[tuple[date, str], int] = {}
-    try:
-        for server in servers:
-            server.start(["-search.latencyOffset=0s"])
-        for day in sorted(DAYS):
-            kept: list[list[bytes]] = [[] for _ in FAMILIES]
-            for series in _scaled(DAYS[day]).series():
-                line = series.to_import_line()  # most series pass every family unchanged: encode them once
-                for index, family in enumerate(FAMILIES):
-                    out = list(family.transform(series))
-                    if out == [series]:
-                        kept[index].append(line)
-                        continue
-                    removed[(day, family.name)] = removed.get((day, family.name), 0) + 1
-                    kept[index].extend(item.to_import_line() for item in out)
-            for server, lines in zip(servers, kept, strict=True):
-                _import(server, lines)
+    for day in sorted(DAYS):
+        kept: list[list[bytes]] = [[] for _ in FAMILIES]
+        for series in _scaled(DAYS[day]).series():
+            line = series.to_import_line()  # most series pass every family unchanged: encode them once
+            for index, family in enumerate(FAMILIES):
+                out = list(family.transform(series))
+                if out == [series]:
+                    kept[index].append(line)
+                    continue
+                removed[(day, family.name)] = removed.get((day, family.name), 0) + 1
+                kept[index].extend(item.to_import_line() for item in out)
+        for server, lines in zip(servers, kept, strict=True):
+            _import(server, lines)
+    for server in servers:
+        _flush(server)
+    return removed
+
+
+def _up_counts(server: Server) -> list[int]:
+    """``count(up)`` at noon of each corpus day: what a restored server must show again."""
+    counts = []
+    for day in sorted(DAYS):
+        answer = httpx.post(
+            f"{server.url}/api/v1/query",
+            data={"query": "count(up)", "time": f"{day.isoformat()}T12:00:00Z"},
+            timeout=30.0,
+        ).json()
+        result = answer.get("data", {}).get("result", [])
+        counts.append(int(float(result[0]["value"][1])) if result else 0)
+    return counts
+
+
+def _wait_for_counts(servers: list[Server], expected: list[list[int]], timeout_seconds: float = 60.0) -> None:
+    """Bounded poll until every server shows the ``count(up)`` of every day that the load saw."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        seen = [_up_counts(server) for server in servers]
+        if seen == expected:
+            return
+        assert time.monotonic() < deadline, f"count(up) by day {seen}, expected {expected}"
         for server in servers:
             _flush(server)
-        logs = corpus_backends.logs.url
-        rows: list[str] = []
-        problems: list[str] = []
-        for day in sorted(DAYS):
-            full = asyncio.run(_causes(corpus_backends.metrics.url, logs, day))
-            cells = [f"{day}  full: {_show(full)}"]
-            for server, family in zip(servers, FAMILIES, strict=True):
-                if (day, family.name) not in removed:
-                    cells.append(f"    − {family.name}: absent")
-                    continue
-                ablated = asyncio.run(_causes(server.url, logs, day))
-                cells.append(f"    − {family.name}: {_show(ablated)}")
-                for rule, cause in ablated.items():
-                    if cause and rule in full and cause != full[rule]:
-                        problems.append(f"{day} − {family.name}: {rule} names {cause!r}, the full day {full[rule]!r}")
-                    if cause and rule not in full:
-                        problems.append(f"{day} − {family.name}: {rule} names {cause!r}, silent on the full day")
-            rows.extend(cells)
-        print(f"cause ablation matrix: {len(DAYS)} days × {len(FAMILIES)} families", *rows, sep="\n")
-        assert not problems, "\n".join(problems)
-        # No column of the matrix is vacuous: every family removed exists on some corpus day.
-        assert {name for _, name in removed} == {family.name for family in FAMILIES}
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def family_servers() -> Iterator[FamilyServers]:
+    """The family servers, kept as a snapshot between runs (testbed.snapshots); stopped and removed at the end."""
+    root = Path(tempfile.mkdtemp(prefix="digest-cause-ablations-"))
+    servers = [Server(f"vm-{i}", "victoria-metrics", free_port(), root / f"vm-{i}") for i in range(len(FAMILIES))]
+    snapshot = snapshot_key(
+        "cause-ablations", [Path(__file__)], f"scale={VOLUME_SCALE}", binary_identity("victoria-metrics")
+    )
+    what = f"{len(DAYS)} days × {len(FAMILIES)} families: VictoriaMetrics"
+    try:
+        if snapshot is None:
+            for server in servers:
+                server.start(VM_ARGS)
+            with timed("load", what, "uncached"):
+                removed = _load(servers)
+        else:
+            with snapshot.claim() as kept:
+                if kept.found:
+                    with timed("load", what, "restored"):
+                        for server in servers:
+                            kept.restore(server.name, server.data_dir)
+                            server.start(VM_ARGS)
+                        _wait_for_counts(servers, kept.manifest["up"])
+                        removed = {(date.fromisoformat(day), name): n for day, name, n in kept.manifest["removed"]}
+                else:
+                    for server in servers:
+                        server.start(VM_ARGS)
+                    with timed("load", what, "built"):
+                        removed = _load(servers)
+                        up = [_up_counts(server) for server in servers]
+                        for server in servers:
+                            server.stop(strict=True)
+                        manifest = {
+                            "up": up,
+                            "removed": [[day.isoformat(), name, n] for (day, name), n in removed.items()],
+                        }
+                        with kept.saving({server.name: server.data_dir for server in servers}, manifest):
+                            for server in servers:
+                                server.start(VM_ARGS)
+                            _wait_for_counts(servers, up)
+        yield FamilyServers(servers, removed)
     finally:
         for server in servers:
             server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_causes_never_change_when_an_optional_exporter_is_missing(
+    corpus_backends: EmbeddedBackends, family_servers: FamilyServers
+) -> None:
+    """Each corpus day minus each optional family: the same cause, or "cannot tell" — never a different cause."""
+    servers, removed = family_servers.servers, family_servers.removed
+    logs = corpus_backends.logs.url
+    rows: list[str] = []
+    problems: list[str] = []
+    for day in sorted(DAYS):
+        full = asyncio.run(_causes(corpus_backends.metrics.url, logs, day))
+        cells = [f"{day}  full: {_show(full)}"]
+        for server, family in zip(servers, FAMILIES, strict=True):
+            if (day, family.name) not in removed:
+                cells.append(f"    − {family.name}: absent")
+                continue
+            ablated = asyncio.run(_causes(server.url, logs, day))
+            cells.append(f"    − {family.name}: {_show(ablated)}")
+            for rule, cause in ablated.items():
+                if cause and rule in full and cause != full[rule]:
+                    problems.append(f"{day} − {family.name}: {rule} names {cause!r}, the full day {full[rule]!r}")
+                if cause and rule not in full:
+                    problems.append(f"{day} − {family.name}: {rule} names {cause!r}, silent on the full day")
+        rows.extend(cells)
+    print(f"cause ablation matrix: {len(DAYS)} days × {len(FAMILIES)} families", *rows, sep="\n")
+    assert not problems, "\n".join(problems)
+    # No column of the matrix is vacuous: every family removed exists on some corpus day.
+    assert {name for _, name in removed} == {family.name for family in FAMILIES}
 
 
 def _show(causes: dict[str, str]) -> str:

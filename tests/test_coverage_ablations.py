@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import httpx
@@ -33,7 +34,8 @@ from digest.pipeline.policy import Policy, TrendsPolicy
 from digest.pipeline.window import day_window
 from testbed.corpus import DAYS
 from testbed.corpus.model import CorpusDay, Series
-from testbed.embedded import EmbeddedBackends
+from testbed.embedded import EmbeddedBackends, loaded_backends
+from testbed.snapshots import binary_identity, snapshot_key
 
 FIRST_COPY = date(2023, 6, 1)
 SPACING_DAYS = 10
@@ -261,18 +263,37 @@ def _wait_for_metrics(backends: EmbeddedBackends, timeout_seconds: float = 120.0
     assert not pending, f"{len(pending)} copies not visible in VictoriaMetrics after {timeout_seconds:g} s"
 
 
+def _load_copies(backends: EmbeddedBackends) -> dict[str, object]:
+    counter = [0]
+    for copy in COPIES:
+        backends.import_series(_series(copy))
+        backends.ingest_logs(_lines(copy, counter))
+    manifest: dict[str, object] = {"lines": counter[0]}
+    _verify_copies(backends, manifest)
+    return manifest
+
+
+def _verify_copies(backends: EmbeddedBackends, manifest: dict[str, object]) -> None:
+    """Bounded polls until every copy's metrics and all of the copies' log lines are visible."""
+    _wait_for_metrics(backends)
+    first = datetime(FIRST_COPY.year, FIRST_COPY.month, FIRST_COPY.day, tzinfo=UTC)
+    last = datetime(COPIES[-1].at.year, COPIES[-1].at.month, COPIES[-1].at.day, tzinfo=UTC) + timedelta(days=1)
+    lines = manifest["lines"]
+    assert isinstance(lines, int)
+    backends.wait_for_logs(first, last, lines, timeout_seconds=180)
+
+
 @pytest.fixture(scope="module")
 def ablated_backends() -> Iterator[EmbeddedBackends]:
-    """One backend pair holding every copy of the matrix."""
-    with EmbeddedBackends() as backends:
-        counter = [0]
-        for copy in COPIES:
-            backends.import_series(_series(copy))
-            backends.ingest_logs(_lines(copy, counter))
-        _wait_for_metrics(backends)
-        first = datetime(FIRST_COPY.year, FIRST_COPY.month, FIRST_COPY.day, tzinfo=UTC)
-        last = datetime(COPIES[-1].at.year, COPIES[-1].at.month, COPIES[-1].at.day, tzinfo=UTC) + timedelta(days=1)
-        backends.wait_for_logs(first, last, counter[0], timeout_seconds=180)
+    """One backend pair holding every copy of the matrix (kept as a snapshot between runs: testbed.snapshots)."""
+    snapshot = snapshot_key(
+        "coverage-ablations",
+        [Path(__file__)],
+        binary_identity("victoria-metrics"),
+        binary_identity("victoria-logs"),
+    )
+    what = f"{len(COPIES)} ablated copies: VictoriaMetrics + VictoriaLogs"
+    with loaded_backends(what, snapshot, _load_copies, _verify_copies) as backends:
         yield backends
 
 
