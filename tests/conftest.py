@@ -93,3 +93,85 @@ def own_backends() -> Iterator[EmbeddedBackends]:
 def _scaled(day: object) -> object:
     scale = getattr(day, "with_volume_scale", None)
     return scale(VOLUME_SCALE) if callable(scale) else day
+
+
+# Scheduling on the pytest-xdist workers (scripts/test runs `-n 2 --dist loadgroup`) --------------------------------
+# Each module is one group, so a module's fixtures are built once, on one worker; the modules below are spread
+# instead (their tests share only session fixtures): test_backend_parity one group per day (the three pairs of a day
+# share its reference digest), test_bot, test_bench and test_faults one group per test. Groups are handed out in
+# collection order, so the longest go first (longest-processing-time first: the short ones fill the gaps at the end).
+# The weights are each module's wall time run alone on this 2-core machine, warm snapshots (2026-12-03, `pytest
+# tests/MODULE -n 0`); a module not listed weighs 0 and goes last. A wrong weight costs balance, never correctness.
+MODULE_SECONDS = {
+    "test_backend_parity": 277,
+    "test_bench": 160,
+    "test_bot": 119,
+    "test_cause_ablations": 63,
+    "test_faults": 50,
+    "test_delivery_parts": 43,
+    "test_coverage_ablations": 40,
+    "test_digest_allowance": 32,
+    "test_incident_days": 31,
+    "test_backend_failures": 28,
+    "test_replay": 24,
+    "test_loki_patterns": 22,
+    "test_corpus": 22,
+    "test_week": 20,
+    "test_bad_input": 20,
+    "test_sources": 19,
+    "test_explanations": 18,
+    "test_coverage": 15,
+    "test_secret_redaction": 13,
+    "test_loki_server": 13,
+    "test_probe_inputs": 12,
+    "test_loki_source": 12,
+    "test_history_store": 12,
+}
+SPREAD_BY_TEST = {"test_bot", "test_bench", "test_faults"}
+# In the modules spread by test, the tests that take most of the module's time (their durations in a full run, the
+# same day); the module's other tests share what is left of its time.
+TEST_SECONDS = {
+    "test_quick_benchmark_programme_measures_and_checks_every_figure": 100,
+    "test_replay_only_programme_measures_the_replay_against_its_floor": 45,
+    "test_slow_backends_yield_unknown_not_silence": 35,
+    "test_locked_state_file_fails_visibly_and_posts_nothing": 31,
+}
+
+
+def _group_of(item: pytest.Item) -> str:
+    module = item.path.stem
+    if module == "test_backend_parity":
+        day = getattr(getattr(item, "callspec", None), "params", {}).get("day")
+        return f"{module}[{day}]"
+    if module in SPREAD_BY_TEST:
+        return item.nodeid
+    return module
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group each test for the workers and put the heaviest groups first (stable within a group)."""
+    del config
+    groups: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        group = _group_of(item)
+        item.add_marker(pytest.mark.xdist_group(group))
+        groups.setdefault(group, []).append(item)
+
+    share: dict[str, int] = {}  # how many groups of each module no TEST_SECONDS entry weighs
+    for group, members in groups.items():
+        if members[0].name not in TEST_SECONDS or group != members[0].nodeid:
+            share[members[0].path.stem] = share.get(members[0].path.stem, 0) + 1
+    named = {
+        module: sum(v for k, v in TEST_SECONDS.items() if any(i.name == k for i in items if i.path.stem == module))
+        for module in share
+    }
+
+    def weight(group: str) -> float:
+        first = groups[group][0]
+        if group == first.nodeid and first.name in TEST_SECONDS:
+            return TEST_SECONDS[first.name]
+        module = first.path.stem
+        return max(0, MODULE_SECONDS.get(module, 0) - named[module]) / share[module]
+
+    ordered = sorted(groups, key=lambda group: -weight(group))
+    items[:] = [item for group in ordered for item in groups[group]]
