@@ -4,6 +4,9 @@ Each server gets a temporary data directory and a retention of 100 years: both s
 than their retention, and replayed incident days are months old. Loading goes through the servers' own ingestion
 APIs (`/api/v1/import`, `/insert/jsonline`) and is followed by a bounded poll until the data is visible — never a
 blind sleep. Processes are stopped by their PID and the directories removed.
+
+``loaded_backends`` hands out a pair loaded by a given function, restored from a snapshot of an earlier run when one
+is kept (``testbed.snapshots``), and checked by the same bounded polls either way.
 """
 
 from __future__ import annotations
