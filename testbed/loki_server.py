@@ -194,21 +194,9 @@ class LokiServer:
         ``strict`` (before a snapshot): Loki must exit on its own after SIGTERM, having flushed every chunk to its
         store (its write-ahead log is off), within ``HALT_GRACE_SECONDS``; else ``LokiError``.
         """
-        if strict:
-            if self.process is None or self.process.poll() is not None:
-                raise LokiError(
-                    f"Loki was not running when halted: its data cannot be trusted whole ({self.tail_log()})"
-                )
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=HALT_GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=STOP_GRACE_SECONDS)
-                self.process = None
-                raise LokiError(f"Loki did not flush and stop within {HALT_GRACE_SECONDS:g} s of SIGTERM") from None
-            self.process = None
-        self._terminate()
+        if strict and (self.process is None or self.process.poll() is not None):
+            raise LokiError(f"Loki was not running when halted: its data cannot be trusted whole ({self.tail_log()})")
+        self._terminate(HALT_GRACE_SECONDS if strict else STOP_GRACE_SECONDS, strict)
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -269,18 +257,22 @@ class LokiServer:
         if self.log_path is not None and not self.keep_log:
             self.log_path.unlink(missing_ok=True)
 
-    def _terminate(self) -> None:
-        if self.process is not None:
-            if self.process.poll() is not None:
-                self.keep_log = True  # Loki exited on its own: its log says why
-            else:
-                os.kill(self.process.pid, signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=STOP_GRACE_SECONDS)
-                except subprocess.TimeoutExpired:
-                    os.kill(self.process.pid, signal.SIGKILL)
-                    self.process.wait(timeout=STOP_GRACE_SECONDS)
-            self.process = None
+    def _terminate(self, grace_seconds: float = STOP_GRACE_SECONDS, strict: bool = False) -> None:
+        """SIGTERM, then SIGKILL after ``grace_seconds``; ``strict``: having to kill it is a ``LokiError``."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is not None:
+            self.keep_log = True  # Loki exited on its own: its log says why
+            return
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_seconds)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=STOP_GRACE_SECONDS)
+            if strict:
+                raise LokiError(f"Loki did not flush and stop within {grace_seconds:g} s of SIGTERM") from None
 
     def __enter__(self) -> Self:
         return self.start()

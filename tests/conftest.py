@@ -148,6 +148,13 @@ def _group_of(item: pytest.Item) -> str:
     return module
 
 
+def _named_seconds(group: str, first: pytest.Item) -> float | None:
+    """A group of one test that TEST_SECONDS weighs: its seconds; any other group: None."""
+    if group == first.nodeid and first.name in TEST_SECONDS:
+        return TEST_SECONDS[first.name]
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group each test for the workers and put the heaviest groups first (stable within a group)."""
     del config
@@ -157,21 +164,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(group))
         groups.setdefault(group, []).append(item)
 
-    share: dict[str, int] = {}  # how many groups of each module no TEST_SECONDS entry weighs
+    named: dict[str, float] = {}  # per module: the seconds of its tests that TEST_SECONDS weighs
+    unnamed: dict[str, int] = {}  # per module: its other groups, which share the rest of its time
     for group, members in groups.items():
-        if members[0].name not in TEST_SECONDS or group != members[0].nodeid:
-            share[members[0].path.stem] = share.get(members[0].path.stem, 0) + 1
-    named = {
-        module: sum(v for k, v in TEST_SECONDS.items() if any(i.name == k for i in items if i.path.stem == module))
-        for module in share
-    }
+        module, seconds = members[0].path.stem, _named_seconds(group, members[0])
+        if seconds is None:
+            unnamed[module] = unnamed.get(module, 0) + 1
+        else:
+            named[module] = named.get(module, 0) + seconds
 
     def weight(group: str) -> float:
         first = groups[group][0]
-        if group == first.nodeid and first.name in TEST_SECONDS:
-            return TEST_SECONDS[first.name]
+        seconds = _named_seconds(group, first)
+        if seconds is not None:
+            return seconds
         module = first.path.stem
-        return max(0, MODULE_SECONDS.get(module, 0) - named[module]) / share[module]
+        return max(0, MODULE_SECONDS.get(module, 0) - named.get(module, 0)) / unnamed[module]
 
     ordered = sorted(groups, key=lambda group: -weight(group))
     items[:] = [item for group in ordered for item in groups[group]]
