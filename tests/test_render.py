@@ -115,6 +115,46 @@ def test_unknown_headline_carries_no_clean_score() -> None:
     assert "10/10 ·" not in text
 
 
+def _calm_day_with_diagnoses():
+    graded = [
+        Finding(name=name, status=Status.OK, penalty=0, value=0, summary="fine")
+        for name in ("oom_kills", "error_lines", "conntrack", "envoy_flags")
+    ]
+    restarts = Finding(
+        name="restarts",
+        status=Status.CRIT,
+        penalty=0,
+        value=192,
+        summary="shop/x-7d9c8b6f5d-r8kzq/x: 120 restarts",
+        offenders=[
+            Offender(labels={"namespace": "shop", "pod": "x-7d9c8b6f5d-r8kzq", "container": "x"}, value=120),
+            Offender(labels={"namespace": "shop", "pod": "x-7d9c8b6f5d-w2lmn", "container": "x"}, value=72),
+        ],
+    )
+    rollout = Finding(
+        name="deployments",
+        status=Status.CRIT,
+        penalty=0,
+        value=1,
+        summary="shop/web: rollout stuck",
+        offenders=[Offender(labels={"namespace": "shop", "deployment": f"web{HOSTILE}"}, value=1)],
+    )
+    return grade("prod", WINDOW, [*graded, restarts, rollout], [], Policy())
+
+
+def test_calm_day_with_diagnoses_says_what_to_look_at_in_the_headline() -> None:
+    """A 10/10 day whose diagnostics found a crash loop and a stuck rollout names both in the headline, by workload."""
+    digest = _calm_day_with_diagnoses()
+    text = Renderer().render(digest, "text")
+    assert text.splitlines()[0] == (
+        f"OK 10/10 · prod · 2026-07-20 · 2 to look at: shop/x (crash loop: 192 restarts); shop/web{HOSTILE} "
+        "(stuck rollout)"
+    )
+    html = Renderer().render(digest, "html")
+    assert "&lt;script&gt;" in html.splitlines()[0]
+    assert "<script>" not in html
+
+
 def test_json_contract() -> None:
     """The JSON object carries the contract's fields with the right types."""
     payload = json.loads(Renderer().render(_hostile_digest(), "json"))

@@ -15,12 +15,14 @@ characters written as ``\uXXXX`` escapes (`digest.output.safe_text.escape_json`)
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from checks.contract import Coverage, Finding, Status, fmt_int, fmt_percent, rfc3339
 from checks.coverage import PARTIAL, phrases
+from checks.error_lines import workload_of
 from digest.output.safe_text import escape_json, finalize
 from digest.pipeline.score import Digest, DigestStatus
 from digest.pipeline.week import DayResult, Week, format_value, series_line
@@ -102,7 +104,70 @@ def headline(digest: Digest) -> str:
         shown = parts[:_HEADLINE_PARTS]
         more = len(parts) - len(shown)
         line += " · not seen: " + "; ".join(shown) + (f"; {more} more" if more else "")
+    if digest.status in (DigestStatus.OK, DigestStatus.UNKNOWN):
+        # No point lost, but a diagnostic found something: a reader who stops at the headline must not read "all
+        # fine" over a crash loop. (WARNING and CRITICAL send the reader down already.)
+        things = to_look_at(digest)
+        if things:
+            shown = things[:_HEADLINE_PARTS]
+            more = len(things) - len(shown)
+            line += f" · {len(things)} to look at: " + "; ".join(shown) + (f"; {more} more" if more else "")
     return line
+
+
+# What a diagnostic's finding is called in the headline, by check (the check's name otherwise).
+_LOOK_AT_NOUNS = {
+    "restarts": "restarts",
+    "readiness": "not ready",
+    "deployments": "unavailable replicas",
+    "memory_pressure": "memory pressure",
+    "cpu_throttling": "CPU throttling",
+    "empty_endpoints": "no ready endpoint",
+    "log_storms": "log storm",
+    "alerts": "alert",
+}
+
+
+def to_look_at(digest: Digest) -> list[str]:
+    """What the diagnostic checks found, by workload: ``shop/api (crash loop: 242 restarts, not ready)``.
+
+    One entry per thing to look at (a workload, a Service, an alert), the worst diagnosis first, each with what the
+    checks said about it; only offenders a check flagged.
+    """
+    said: dict[str, list[str]] = {}
+    for finding in digest.diagnoses:
+        by_subject: dict[str, float] = {}
+        for offender in finding.offenders:
+            subject = _subject(offender.labels)
+            by_subject[subject] = by_subject.get(subject, 0.0) + offender.value
+        for subject, value in by_subject.items():
+            noun = _look_at_noun(finding, value)
+            if noun not in said.setdefault(subject, []):
+                said[subject].append(noun)
+    return [f"{subject} ({', '.join(nouns)})" if subject else ", ".join(nouns) for subject, nouns in said.items()]
+
+
+def _look_at_noun(finding: Finding, value: float) -> str:
+    if finding.name == "restarts":
+        # A CRIT restarts finding is a crash loop by the check's own threshold; fewer restarts are just restarts.
+        restarts = f"{fmt_int(value)} restarts"
+        return f"crash loop: {restarts}" if finding.status is Status.CRIT else restarts
+    if finding.name == "deployments" and "stuck" in finding.summary:
+        return "stuck rollout"
+    return _LOOK_AT_NOUNS.get(finding.name, finding.name)
+
+
+def _subject(labels: Mapping[str, str]) -> str:
+    """The thing an offender is about, as a reader names it: ``shop/api`` for a pod of Deployment api."""
+    if labels.get("alertname"):
+        return labels["alertname"]  # an alert's namespace is where its rule lives, not what it is about
+    namespace = labels.get("namespace", "")
+    name = next((labels[key] for key in ("deployment", "workload", "service", "node") if labels.get(key)), "")
+    if not name and labels.get("pod"):
+        name = workload_of(labels["pod"])
+    if not namespace:
+        return name
+    return f"{namespace}/{name}" if name else namespace
 
 
 def not_seen(digest: Digest) -> list[str]:
