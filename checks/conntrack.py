@@ -2,9 +2,10 @@
 
 Signal (node_exporter, queries.md §4): peak of ``node_nf_conntrack_entries / node_nf_conntrack_entries_limit`` per
 node over the window (1-minute subquery, portable PromQL), the rise of ``node_nf_conntrack_stat_drop`` and
-``node_nf_conntrack_stat_early_drop`` (kernel counters exported as gauges, hence ``increase()``; one family at a
-time, told apart by a label until the sum: Prometheus drops the metric name in ``increase()`` and refuses two results
-of the same labels), and the minute of the worst node's peak from a range query.
+``node_nf_conntrack_stat_early_drop`` (kernel counters exported as gauges, read with `checks.promql.counted_rise`:
+their first value is everything since boot, never a drop of the day; one family at a time, told apart by a label
+until the sum, since the rise drops the metric name and two results of the same labels would be one), and the
+minute of the worst node's peak from a range query.
 
 Thresholds: a peak of 80 % costs one point — the alert threshold the 07-20 post-mortem added (ConntrackNearFull),
 leaving head-room before the kernel starts refusing new flows; 95 % or any drop costs two, because at that point
@@ -12,7 +13,9 @@ new connections are already being refused or evicted (and a node that loses its 
 unrelated pods with it, as on 07-20 at 04:46). 07-20 itself peaked at 72 %: shown, not penalised.
 
 No conntrack series at all means the module is not loaded or the collector fails — UNKNOWN, never "0 %". Nodes
-whose ``node_scrape_collector_success{collector="conntrack"}`` never reached 1 are named as blind.
+whose ``node_scrape_collector_success{collector="conntrack"}`` never reached 1 are named as blind, and so is a node
+with entries but no limit series (or the reverse): its fill cannot be computed, and it must not drop out of the
+ranking unnoticed. Coverage needs both series on every node, for the whole window.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from checks.contract import (
     node_name,
     unknown,
 )
-from checks.promql import open_range, quote
+from checks.promql import counted_rise, open_range, quote
 
 NAME = "conntrack"
 
@@ -65,7 +68,8 @@ class ConntrackCheck:
 
     def needs(self) -> tuple[Need, ...]:
         """The sources whose coverage this check's verdict depends on."""
-        return (coverage.node_exporter_conntrack(),)
+        # Entries and limit, on every node: a node with one and not the other has no fill to grade.
+        return (coverage.node_exporter_conntrack(), coverage.node_exporter_conntrack_limit())
 
     def queries(self, window: Window) -> dict[str, str]:
         """The PromQL this check sends, by purpose."""
@@ -80,8 +84,9 @@ class ConntrackCheck:
             # One family at a time: a function drops the metric name in Prometheus, and the two families' results
             # would then be two series of the same labels (an error); the label keeps them apart until the sum.
             "drops": (
-                f"sum by (instance) (increase(node_nf_conntrack_stat_drop[{rng}]) or "
-                f'label_replace(increase(node_nf_conntrack_stat_early_drop[{rng}]), "counter", "early_drop", "", ""))'
+                f"sum by (instance) ({counted_rise('node_nf_conntrack_stat_drop', window.seconds)} or label_replace("
+                f"{counted_rise('node_nf_conntrack_stat_early_drop', window.seconds)}, "
+                '"counter", "early_drop", "", ""))'
             ),
             "blind": (
                 f'max by (instance) (max_over_time(node_scrape_collector_success{{collector="conntrack"}}[{rng}])) == 0'
@@ -159,13 +164,28 @@ class ConntrackCheck:
                 f"({fmt_int(entries_by.get(instance, 0))} / {fmt_int(limit_by.get(instance, 0))})"
                 + (f", {fmt_int(dropped[instance])} drops" if instance in dropped else "")
             )
-        error = None
+        errors: list[str] = []
         if blind_nodes:
             evidence.append(f"conntrack not visible on {', '.join(blind_nodes)}")
-            error = f"conntrack collector failing on {', '.join(blind_nodes)}"
-            if status is Status.OK:
-                # Healthy where we can see is not healthy everywhere.
-                status = Status.UNKNOWN
+            errors.append(f"conntrack collector failing on {', '.join(blind_nodes)}")
+        # A node's fill needs both its entries and its limit: with one of them missing the node is not in ``peak`` at
+        # all, and would drop out of the ranking silently (a full table on the one node without a limit series).
+        graded = {sample.labels.get("instance", "") for sample in peak}
+        halves = [
+            f"{node_name(instance)} has no {missing} series"
+            for instance, missing in sorted(
+                [(instance, "limit") for instance in entries_by if instance not in limit_by]
+                + [(instance, "entries") for instance in limit_by if instance not in entries_by]
+            )
+            if instance not in graded
+        ]
+        if halves:
+            evidence.append(f"fill not measured: {', '.join(halves)}")
+            errors.append(f"conntrack fill not measured on {len(halves)} node(s): {', '.join(halves)}")
+        if errors and status is Status.OK:
+            # Healthy where we can see is not healthy everywhere.
+            status = Status.UNKNOWN
+        error = "; ".join(errors) or None
         hint = ""
         if status in (Status.WARN, Status.CRIT):
             hint = (

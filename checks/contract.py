@@ -279,6 +279,9 @@ class Need:
     up_target: bool = False
     optional: bool = False
     lines: Filter | None = None  # logs: the lines that prove the source (None: every line)
+    # The source this input is one series of (the conntrack limit is node_exporter's): where that source is unseen
+    # on the same node and span, this input's gap says nothing more and is not named twice.
+    part_of: str = ""
 
 
 class GapKind(enum.StrEnum):

@@ -118,6 +118,13 @@ def node_exporter_conntrack() -> Need:
     return Need("node_exporter", Backend.METRICS, "node_nf_conntrack_entries", per_node=True)
 
 
+def node_exporter_conntrack_limit() -> Need:
+    """The conntrack table's size on every node: a node's fill is entries over limit, so each node needs both."""
+    return Need(
+        "conntrack limit", Backend.METRICS, "node_nf_conntrack_entries_limit", per_node=True, part_of="node_exporter"
+    )
+
+
 def kube_state_metrics(job: str) -> Need:
     """kube-state-metrics, proved by its ``up`` being 1."""
     return Need("kube-state-metrics", Backend.METRICS, f'up{{job=~"{job.replace(chr(34), "")}"}}', up_target=True)
@@ -602,8 +609,14 @@ def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -
             node_gaps[node].extend(found)
         for node, reason in judged.excused.items():
             excused.setdefault(node, reason)
+    parents = {need.label: need.part_of for need in measured if need.part_of}
     for node_list in node_gaps.values():
-        gaps.extend(node_list)
+        said = {(gap.kind, gap.name, gap.source, gap.start, gap.end) for gap in node_list}
+        gaps.extend(
+            gap
+            for gap in node_list
+            if (gap.kind, gap.name, parents.get(gap.source, ""), gap.start, gap.end) not in said
+        )
     fraction = 1.0 - sum(grid.weight(index) for index in unseen)
     fraction = max(0.0, min(1.0, round(fraction, 4)))
     # A source that went silent and never answered again before the window ended (an exporter dead since 23:00;

@@ -14,7 +14,9 @@ function), evaluated at the window end with the window's length as range::
 
 The kill time comes from ``kube_pod_container_status_last_terminated_timestamp`` (kube-state-metrics ≥ 2.12) under
 the same freshness check. ``node_vmstat_oom_kill`` (node_exporter) is the cross-check: the kernel counts every OOM
-kill on the node, including child processes that did not terminate the container — those are reported too.
+kill on the node, including child processes that did not terminate the container — those are reported too. It is
+read with `checks.promql.counted_rise`: a series' first value (every kill since boot, when a node-exporter rollout
+relabels the series or monitoring starts mid-day) is history, not a kill of the window, on every backend.
 
 Threshold (the seed's rule): any OOM kill in the window costs one point; together with error lines at most two
 (the cap lives in the policy, not here). Without kube-state-metrics (no ``up`` series for its job, or ``up`` never 1)
@@ -50,6 +52,7 @@ from checks.promql import (
     CONTAINER_LABELS,
     ContainerKey,
     container_key,
+    counted_rise,
     open_range,
     restart_steps,
     with_matchers,
@@ -105,7 +108,7 @@ class OomKillsCheck:
                 "max by (namespace, pod, container) (max_over_time(("
                 f"{terminated_at} and on (namespace, pod, container) ({fresh_oom_filter}))[{steps}:1m]))"
             ),
-            "node_kills": f"sum by (instance) (increase({node_oom_kills}[{window.promql_range()}]))",
+            "node_kills": f"sum by (instance) ({counted_rise(node_oom_kills, window.seconds)})",
         }
 
     async def __call__(self, sources: Sources, window: Window) -> Finding:

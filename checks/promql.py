@@ -120,3 +120,20 @@ def counted_increase(selector: str, range_seconds: int) -> str:
     # `+ 0` drops the metric name, as the subtraction does: Prometheus keeps it on `last_over_time`, and a series
     # read with its name at one step and without it at another would be two series of the same labels.
     return f"sum_over_time(((({now} - {before}) >= 0) or {now} + 0)[{open_range(range_seconds)}:1m])"
+
+
+def counted_rise(selector: str, range_seconds: int) -> str:
+    """PromQL: how much a cumulative counter rose in ``(t - range_seconds, t]``, never from a series' first value.
+
+    For counters whose first value is history, not news: a kernel counter (OOM kills, conntrack drops) is at
+    "everything since boot" when its series appears, and a series appears whenever an exporter's labels change (a
+    node-exporter DaemonSet rollout gives every series a new ``pod``) or monitoring starts (a fresh install at 09:00).
+    VictoriaMetrics' ``increase()`` counts such a first value from zero when it is under ten times the next step (8
+    OOM kills since boot, at noon, on every node), Prometheus' does not: the same day read two ways. This sums, minute
+    by minute, the rise since the series' previous value (looked for up to an hour back); a value with no previous
+    one adds nothing, a value below it (a reboot) adds itself. The same integer on both backends, no extrapolation.
+    """
+    now = step_read(selector, 60)
+    rise = f"({now} - last_over_time({selector}[{_COUNTER_LOOK_BACK}] offset 1m))"
+    # `+ 0` drops the metric name, as the subtraction does (see `counted_increase`).
+    return f"sum_over_time((({rise} >= 0) or (({now} + 0) and ({rise} < 0)))[{open_range(range_seconds)}:1m])"

@@ -6,8 +6,8 @@ Real VictoriaMetrics + VictoriaLogs hold variants of the calm day (07-19), each 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -24,7 +24,18 @@ from digest.pipeline.window import day_window
 from testbed.corpus.identity import NODE_IPS
 from testbed.corpus.model import Series
 from testbed.embedded import EmbeddedBackends
-from tests.test_coverage_ablations import Ablation, Copy, _absent_exporter, _keep_line, _keep_series, _lines, _series
+from testbed.prometheus_server import PrometheusServer
+from tests.test_coverage_ablations import (
+    Ablation,
+    Copy,
+    _absent_exporter,
+    _day_series,
+    _day_start,
+    _keep_line,
+    _keep_series,
+    _lines,
+    _series,
+)
 
 CALM = date(2026, 7, 19)
 NODE = "pi5-1"  # the node the ablations of the calm day touch
@@ -51,11 +62,60 @@ def _by_ip(one: Series, _start: int, _node: str) -> Series | None:
     return one
 
 
+def _no_limit(one: Series, _start: int, node: str) -> Series | None:
+    if one.labels["__name__"] == "node_nf_conntrack_entries_limit" and one.labels.get("instance") == f"{node}:9100":
+        return None
+    return one
+
+
+# Kernel counters at their value since boot (the calm day's are 0 from the start): a first value that is history.
+_SINCE_BOOT = {
+    "node_vmstat_oom_kill": 8.0,
+    "node_nf_conntrack_stat_drop": 3.0,
+    "node_nf_conntrack_stat_early_drop": 2.0,
+}
+
+
+def _since_boot(one: Series) -> Series:
+    base = _SINCE_BOOT.get(one.labels["__name__"])
+    return one if base is None else Series(one.labels, one.timestamps_ms, [value + base for value in one.values])
+
+
+def _exporter_rollout(one: Series, start: int, _node: str) -> Sequence[Series] | Series | None:
+    """Every node's node_exporter pod replaced at noon: each of its series is two, told apart by ``pod``."""
+    if not one.labels.get("instance", "").endswith(":9100"):
+        return one
+    one, noon = _since_boot(one), (start + 12 * 3600) * 1000
+    halves = []
+    for pod, keep in (("node-exporter-x2kfp", lambda t: t < noon), ("node-exporter-q7tzs", lambda t: t >= noon)):
+        pairs = [(t, v) for t, v in zip(one.timestamps_ms, one.values, strict=True) if keep(t)]
+        if pairs:
+            times, values = zip(*pairs, strict=True)
+            halves.append(Series({**one.labels, "pod": pod}, list(times), list(values)))
+    return halves
+
+
+def _fresh_install(one: Series, start: int, _node: str) -> Series | None:
+    """Monitoring installed at 09:00: nothing before it, kernel counters at their value since boot."""
+    one, nine = _since_boot(one), (start + 9 * 3600) * 1000
+    pairs = [(t, v) for t, v in zip(one.timestamps_ms, one.values, strict=True) if t >= nine]
+    return Series(one.labels, [t for t, _ in pairs], [v for _, v in pairs]) if pairs else None
+
+
+def _from_nine(_line: bytes, clock: str, _node: str) -> bool:
+    return clock >= "09:00:00"
+
+
 VARIANTS = {
     "drained": Copy(CALM, Ablation("drained, exporter gone", _drained, _keep_line, lambda _n: ()), date(2024, 1, 1)),
     "absent": Copy(CALM, Ablation("exporter gone", _absent_exporter, _keep_line, lambda _n: ()), date(2024, 1, 11)),
     "by_ip": Copy(CALM, Ablation("exporters named by IP", _by_ip, _keep_line, lambda _n: ()), date(2024, 1, 21)),
     "full": Copy(CALM, Ablation("full", _keep_series, _keep_line, lambda _n: ()), date(2024, 1, 31)),
+    "no_limit": Copy(
+        CALM, Ablation("a node without its limit", _no_limit, _keep_line, lambda _n: ()), date(2024, 2, 20)
+    ),
+    "rollout": Copy(CALM, Ablation("exporter rollout", _exporter_rollout, _keep_line, lambda _n: ()), date(2024, 3, 1)),
+    "fresh": Copy(CALM, Ablation("fresh install", _fresh_install, _from_nine, lambda _n: ()), date(2024, 3, 11)),
     "not_ready": Copy(
         CALM, Ablation("NotReady, no exporter", _not_ready, _keep_line, lambda _n: ()), date(2024, 2, 10)
     ),
@@ -70,11 +130,13 @@ def variants() -> Iterator[EmbeddedBackends]:
         for copy in VARIANTS.values():
             backends.import_series(_series(copy))
             backends.ingest_logs(_lines(copy, counter))
-        for copy in VARIANTS.values():
+        for name, copy in VARIANTS.items():
             start, end = day_window(copy.at, ZoneInfo("UTC")).start, day_window(copy.at, ZoneInfo("UTC")).end
             backends.wait_for_series("kube_node_info", end, 3)
-            backends.wait_for_series("kube_node_info", start, 3)
-        first, last = day_window(date(2024, 1, 1), ZoneInfo("UTC")), day_window(date(2024, 2, 10), ZoneInfo("UTC"))
+            if name != "fresh":  # nothing before 09:00 there
+                backends.wait_for_series("kube_node_info", start, 3)
+        dates = [copy.at for copy in VARIANTS.values()]
+        first, last = day_window(min(dates), ZoneInfo("UTC")), day_window(max(dates), ZoneInfo("UTC"))
         backends.wait_for_logs(first.start, last.end, counter[0])
         yield backends
 
@@ -379,3 +441,77 @@ def test_coverage_off_in_the_policy_vouches_for_nothing() -> None:
     payload = to_json(grade("homelab", window, findings, (), Policy(coverage=CoveragePolicy(enabled=False))))
     assert payload["coverage"]["complete"] is None
     assert payload["checks"][0]["coverage"] is None
+
+
+async def test_a_node_without_its_conntrack_limit_is_named_not_dropped(variants: EmbeddedBackends) -> None:
+    """A node with conntrack entries but no limit series cannot be graded: conntrack is UNKNOWN and names the node."""
+    payload = await _digest(variants, VARIANTS["no_limit"].at)
+    assert payload["status"] == "UNKNOWN"
+    assert f"not seen: node {NODE} (conntrack limit, 24 h)" in str(payload["headline"])
+    conntrack = _check(payload, "conntrack")
+    assert conntrack["status"] == "UNKNOWN"
+    assert f"{NODE} has no limit series" in str(conntrack["error"])
+    assert any(f"fill not measured: {NODE} has no limit series" in line for line in conntrack["evidence"])
+
+
+async def test_an_exporter_rollout_invents_no_kernel_oom_kill_or_drop(variants: EmbeddedBackends) -> None:
+    """node_exporter relabelled at noon, counters at their value since boot: no OOM kill, no drop, still OK 10/10."""
+    payload = await _digest(variants, VARIANTS["rollout"].at)
+    assert (payload["status"], payload["score"]) == ("OK", 10)
+    oom = _check(payload, "oom_kills")
+    assert oom["status"] == "OK"
+    assert not any("kernel" in line or "node_vmstat_oom_kill" in line for line in oom["evidence"])
+    conntrack = _check(payload, "conntrack")
+    assert conntrack["status"] == "OK"
+    assert str(conntrack["summary"]).endswith(", no drops")
+
+
+async def test_a_fresh_install_at_nine_invents_no_kernel_oom_kill(variants: EmbeddedBackends) -> None:
+    """Monitoring that starts at 09:00 is a partial day (data from 09:00), never 8 OOM kills on every node."""
+    payload = await _digest(variants, VARIANTS["fresh"].at)
+    assert payload["status"] == "UNKNOWN"
+    assert "not seen: no data 00:00–08:50" in str(payload["headline"])  # the 09:00 scrape seen in (08:50, 09:00]
+    oom = _check(payload, "oom_kills")
+    assert not any("kernel" in line or "node_vmstat_oom_kill" in line for line in oom["evidence"])
+    assert "dropped" not in str(_check(payload, "conntrack")["summary"])
+
+
+@dataclass(frozen=True)
+class _PrometheusDay:
+    """A variant of the calm day as the Prometheus testbed backfills it: its series, ablated and moved to its date."""
+
+    copy: Copy
+
+    @property
+    def date(self) -> date:
+        return self.copy.at
+
+    def series(self) -> Iterator[Series]:
+        start = _day_start(self.copy.day)
+        shift_ms = (_day_start(self.copy.at) - start) * 1000
+        for one in _day_series(self.copy.day):
+            kept = self.copy.ablation.series(one, start, self.copy.node)
+            for part in () if kept is None else (kept,) if isinstance(kept, Series) else kept:
+                yield Series(part.labels, [t + shift_ms for t in part.timestamps_ms], part.values)
+
+
+@pytest.mark.parametrize("variant", ["rollout", "fresh"])
+async def test_counters_read_the_same_on_prometheus_after_a_rollout_and_a_fresh_install(
+    variants: EmbeddedBackends, variant: str
+) -> None:
+    """The exporter rollout and the fresh install give the same grade and the same OOM and conntrack words on both."""
+    with PrometheusServer([_PrometheusDay(VARIANTS[variant])]) as prometheus:
+        settings = load_settings(
+            vm_url=prometheus.url, vl_url=variants.logs.url, cluster="homelab", timezone="UTC", policy_file=None
+        )
+        config = Config(settings=settings, policy=Policy(trends=TrendsPolicy(enabled=False)))
+        on_prometheus = to_json(await make_digest(config, day_window(VARIANTS[variant].at, ZoneInfo("UTC"))))
+    on_victoria = await _digest(variants, VARIANTS[variant].at)
+    assert (on_prometheus["status"], on_prometheus["score"]) == (on_victoria["status"], on_victoria["score"])
+    for name in ("oom_kills", "conntrack"):
+        mine, theirs = _check(on_prometheus, name), _check(on_victoria, name)
+        assert (mine["status"], mine["summary"], mine["evidence"]) == (
+            theirs["status"],
+            theirs["summary"],
+            theirs["evidence"],
+        )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -51,7 +51,8 @@ class Ablation:
     """One way monitoring fails partly: what it drops, and the words the headline must then carry."""
 
     name: str
-    series: Callable[[Series, int, str], Series | None]  # (series, day start in s, node) → kept part or None
+    # (series, day start in s, node) → kept part, None, or several series (one relabelled mid-day)
+    series: Callable[[Series, int, str], Series | Sequence[Series] | None]
     lines: Callable[[bytes, str, str], bool]  # (record, "HH:MM:SS", node) → keep
     says: Callable[[str], tuple[str, ...]]  # node → phrases the headline must contain
 
@@ -240,7 +241,8 @@ def _series(copy: Copy) -> Iterator[bytes]:
         if kept is one:
             yield head + ",".join(map(str, [t + shift_ms for t in one.timestamps_ms])).encode() + b"]}\n"
         elif kept is not None:
-            yield Series(kept.labels, [t + shift_ms for t in kept.timestamps_ms], kept.values).to_import_line()
+            for part in (kept,) if isinstance(kept, Series) else kept:
+                yield Series(part.labels, [t + shift_ms for t in part.timestamps_ms], part.values).to_import_line()
 
 
 def _lines(copy: Copy, counter: list[int]) -> Iterator[bytes]:
