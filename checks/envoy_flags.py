@@ -141,6 +141,8 @@ class EnvoyFlagsPolicy:
 class _Upstream:
     requests: float = 0.0
     server_errors: float = 0.0
+    # 5xx records without the flag field (absent or null, not Envoy's "-"): neither flagged nor the application's.
+    unclassifiable: float = 0.0
     flagged: dict[str, float] | None = None
 
     def add_flagged(self, flag: str, count: float) -> None:
@@ -274,13 +276,16 @@ class EnvoyFlagsCheck:
         policy = self.policy
         for row in rows:
             upstream = upstreams[_clean(row.group.get(policy.upstream_field, ""))]
-            flags = _clean(row.group.get(policy.flags_field, ""))
+            raw_flags = row.group.get(policy.flags_field, "")
             upstream.requests += row.counts.get("requests", 0.0)
             server_errors = row.counts.get("errors", 0.0)
             if server_errors > 0:
                 upstream.server_errors += server_errors
-                if flags != "-":
-                    upstream.add_flagged(flags, server_errors)
+                # Envoy writes "-" when it set no flag; a record without the field at all says nothing either way.
+                if raw_flags in ("", "null"):
+                    upstream.unclassifiable += server_errors
+                elif raw_flags != "-":
+                    upstream.add_flagged(raw_flags, server_errors)
 
     def _add_istio_rows(self, upstreams: dict[str, _Upstream], rows: Sequence[Sample]) -> None:
         # Keep, per service and (code, flags), the larger of the two reporters' counts: counted once, seen by either.
@@ -338,9 +343,19 @@ class EnvoyFlagsCheck:
             f"{_meaning(flags)}"
             for count, flags, name, ratio, requests in rows[1 : policy.top]
         ]
-        unflagged = sum(upstream.server_errors for upstream in upstreams.values()) - flagged_total
+        unclassifiable = {name: up.unclassifiable for name, up in upstreams.items() if up.unclassifiable > 0}
+        unclassified_total = sum(unclassifiable.values())
+        unflagged = sum(upstream.server_errors for upstream in upstreams.values()) - flagged_total - unclassified_total
         if unflagged > 0:
             evidence.append(f"{fmt_int(unflagged)} other 5xx came from the applications themselves (no proxy flag)")
+        if unclassifiable:
+            worst = sorted(unclassifiable.items(), key=lambda item: -item[1])
+            named = ", ".join(f"{fmt_int(count)} on {name}" for name, count in worst[: policy.top])
+            more = f" and {len(worst) - policy.top} more upstreams" if len(worst) > policy.top else ""
+            evidence.append(
+                f"{fmt_int(unclassified_total)} 5xx cannot be classified: their records have no "
+                f"{policy.flags_field} field ({named}{more}); whether the proxy or the application answered is unknown"
+            )
         if errors:
             evidence.append("partly blind: " + "; ".join(errors))
         if rows:
@@ -356,11 +371,21 @@ class EnvoyFlagsCheck:
                     if flag not in hint_flags:
                         hint_flags.append(flag)
             hint = " ".join(f"{flag}: {FLAG_MEANINGS[flag][1]}." for flag in hint_flags if flag in FLAG_MEANINGS)
+        elif unclassifiable:
+            summary = (
+                f"{fmt_int(unclassified_total)} 5xx not classifiable (no {policy.flags_field} field) in "
+                f"{fmt_int(total_requests)} requests; no flagged 5xx among the rest"
+            )
+            hint = (
+                f"Add %RESPONSE_FLAGS% as {policy.flags_field} to the gateway's access-log format (Envoy Gateway's "
+                "default JSON has it), or set envoy_flags.flags_field in the policy to the key your format uses."
+            )
         else:
             summary = f"no flagged 5xx in {fmt_int(total_requests)} requests"
             hint = ""
-        if errors and status is Status.OK:
+        if (errors or unclassifiable) and status is Status.OK:
             status = Status.UNKNOWN
+        unseen = [f"{fmt_int(unclassified_total)} 5xx without a {policy.flags_field} field"] if unclassifiable else []
         return Finding(
             name=NAME,
             status=status,
@@ -369,7 +394,7 @@ class EnvoyFlagsCheck:
             summary=summary,
             offenders=offenders,
             hint=hint,
-            error="; ".join(errors) or None,
+            error="; ".join([*errors, *unseen]) or None,
             evidence=evidence,
         )
 

@@ -82,6 +82,36 @@ async def test_envoy_gateway_record_read_as_text_or_as_fields(own_backends: Embe
     assert list(finding.evidence) == ["2 other 5xx came from the applications themselves (no proxy flag)"]
 
 
+async def test_envoy_records_without_a_flag_field_are_unclassifiable(own_backends: EmbeddedBackends) -> None:
+    """5xx records lacking response_flags (absent or null) are counted as unclassifiable, never as the application's."""
+    record = json.loads(_fixture("envoy_gateway_access_log_example.json"))
+    record["start_time"] = "2025-03-09T12:00:00.000Z"
+    pod = {"pod_namespace": "envoy-gateway-system", "pod_name": "envoy-default-eg-bcdfg", "container_name": "envoy"}
+    absent = {key: value for key, value in record.items() if key != "response_flags"}
+    records: list[dict[str, object]] = [
+        {"timestamp": record["start_time"], "message": json.dumps(absent), "stream": "stdout", "kubernetes": pod},
+        {**absent, "timestamp": record["start_time"], "message": "access", "stream": "stdout", "kubernetes": pod},
+        {
+            "timestamp": record["start_time"],
+            "message": json.dumps({**record, "response_flags": None}),
+            "stream": "stdout",
+            "kubernetes": pod,
+        },
+    ]
+    _ingest(own_backends, records)
+    window = day_window(date(2025, 3, 9), ZoneInfo("UTC"))
+    own_backends.wait_for_logs(window.start, window.end, 3)
+    sources = _sources(own_backends)
+    finding = await EnvoyFlagsCheck(EnvoyFlagsPolicy(use_istio_metrics=False))(sources, window)
+    await _close(sources)
+    assert finding.status.value == "UNKNOWN"
+    assert finding.summary.startswith("3 5xx not classifiable (no response_flags field)")
+    assert not any("applications themselves" in line for line in finding.evidence)
+    assert any(line.startswith("3 5xx cannot be classified") for line in finding.evidence)
+    assert finding.error is not None
+    assert "response_flags" in finding.error
+
+
 def _sources(backends: EmbeddedBackends) -> Sources:
     metrics = PrometheusSource(Endpoint(name="VictoriaMetrics", url=backends.metrics.url))
     logs = VictoriaLogsSource(Endpoint(name="VictoriaLogs", url=backends.logs.url))
