@@ -239,6 +239,9 @@ class Seen:
     # Logs only: lines per bucket, for the source and per node (how loud it was around a silence: `_loud_enough`).
     lines: dict[int, float] = field(default_factory=dict)
     node_lines: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
+    # An ``up`` source, per target (instance): the buckets its series existed in, and those it was up in.
+    present: dict[str, set[int]] = field(default_factory=dict)
+    live: dict[str, set[int]] = field(default_factory=dict)
 
 
 def _loud_enough(lines: Mapping[int, float], run: tuple[int, int], policy: CoveragePolicy) -> bool:
@@ -302,7 +305,8 @@ def queries(need: Need, grid: Grid, policy: CoveragePolicy) -> str:
     """The range query that measures a metrics ``need`` over ``grid`` (log needs share `logs_query`)."""
     bucket = f"[{grid.step}s]"
     if need.up_target:
-        return f"max(max_over_time({need.query}{bucket}))"
+        # Per target, never max(up): with kube-state-metrics sharded in two, one shard up is half the pods seen.
+        return f"max by (instance) (max_over_time({need.query}{bucket}))"
     if need.per_node:
         return f"count by ({_node_label(need, policy)}) (count_over_time({need.query}{bucket}))"
     return f"count(count_over_time({need.query}{bucket}))"
@@ -400,14 +404,59 @@ async def _measure_metrics(sources: Sources, grid: Grid, need: Need, policy: Cov
         series = await sources.metrics.range(queries(need, grid, policy), grid.range_start, grid.range_end, grid.step)
     except SourceError as exc:
         return seen, str(exc)
+    if need.up_target:
+        for one in series:
+            target = one.labels.get("instance", "")
+            seen.present.setdefault(target, set()).update(grid.buckets(one.points, 0.0))
+            seen.live.setdefault(target, set()).update(grid.buckets(one.points, 1.0))
+        seen.buckets = _all_targets_up(seen, len(grid.points))
+        return seen, None
     label = _node_label(need, policy)
-    least = 1.0 if need.up_target else _ABOVE_ZERO  # up: seen only when 1; a count: when above 0
     for one in series:
-        found = grid.buckets(one.points, least)
+        found = grid.buckets(one.points, _ABOVE_ZERO)
         seen.buckets.update(found)
         if need.per_node and found:
             seen.nodes[one.labels.get(label, "")].update(found)
     return seen, None
+
+
+def _expected_targets(seen: Seen, count: int) -> int:
+    """How many targets the source has: the most that existed together in a bucket whose targets did not change.
+
+    A target replaced by another (kube-state-metrics' pod moved to a new IP) overlaps its successor in one bucket
+    or two; counting only the steady buckets keeps that overlap from reading as one target more, and a shard that
+    vanished (its endpoint removed while it crash-loops) as one target fewer than before.
+    """
+    present = [frozenset(t for t, found in seen.present.items() if i in found) for i in range(count)]
+    steady = [
+        len(targets)
+        for i, targets in enumerate(present)
+        if targets and (i == 0 or present[i - 1] == targets) and (i == count - 1 or present[i + 1] == targets)
+    ]
+    return max(steady, default=max((len(targets) for targets in present), default=0))
+
+
+def _all_targets_up(seen: Seen, count: int) -> set[int]:
+    """The buckets in which as many targets were up as the source has (every shard, not any one of them)."""
+    expected = max(1, _expected_targets(seen, count))
+    up: dict[int, int] = defaultdict(int)
+    for found in seen.live.values():
+        for index in found:
+            up[index] += 1
+    return {index for index, targets in up.items() if targets >= expected}
+
+
+def _missing_targets(seen: Seen, run: tuple[int, int]) -> list[str]:
+    """The targets missing in ``run``: down then (up 0), or up just before or after it and absent all through it."""
+    span = range(run[0], run[1] + 1)
+    down = {t for t, found in seen.present.items() if any(i in found and i not in seen.live[t] for i in span)}
+    beside = (run[0] - 1, run[1] + 1)
+    gone = {
+        t
+        for t, found in seen.live.items()
+        if any(i in found for i in beside) and not any(i in seen.present[t] for i in span)
+    }
+    return sorted(down | gone)
 
 
 async def _measure_logs(sources: Sources, grid: Grid, need: Need, policy: CoveragePolicy) -> tuple[Seen, str | None]:
@@ -579,7 +628,10 @@ def _judge(report: Report, need: Need, policy: CoveragePolicy) -> _Judged:
         for part in _runs(i for i in range(run[0], run[1] + 1) if i not in anything):
             gaps.append(Gap(GapKind.HOURS, "", need.label, *grid.span(*part)))
         for part in _runs(i for i in range(run[0], run[1] + 1) if i in anything):
-            gaps.append(Gap(GapKind.TARGET, need.label, need.label, *grid.span(*part)))
+            # One target of several (a shard): named by its instance, so the reader knows which half was unseen.
+            targets = _missing_targets(seen, part) if len(seen.present) > 1 else []
+            for target in targets or [need.label]:
+                gaps.append(Gap(GapKind.TARGET, target, need.label, *grid.span(*part)))
     node_gaps: dict[str, list[Gap]] = defaultdict(list)
     excused: dict[str, str] = {}
     if need.per_node:
@@ -722,6 +774,12 @@ def _hint(coverage: Coverage, window: Window) -> str:
     if GapKind.NODE in kinds:
         nodes = sorted({gap.name for gap in coverage.missing if gap.kind is GapKind.NODE})
         return f'Is every exporter on {", ".join(nodes)} running and scraped (up{{instance=~"{nodes[0]}.*"}})?'
+    named = sorted(
+        {(gap.source, gap.name) for gap in coverage.missing if gap.kind is GapKind.TARGET and gap.name != gap.source}
+    )
+    if named:
+        source, target = named[0]
+        return f'Is {source} {target} running and scraped (up{{instance="{target}"}}, its pod\'s restarts)?'
     if GapKind.TARGET in kinds:
         return "Is that exporter running and scraped over the whole window (its up series)?"
     if window.asked_at is not None:
@@ -774,7 +832,11 @@ def phrases(gaps: Iterable[Gap], window: Window) -> list[str]:
     for (kind, name, start, end), sources in sorted(grouped.items(), key=lambda item: (order[item[0][0]], item[0])):
         span = when(Gap(kind, name, "", start, end), window)
         full = start <= window.start and end >= window.end
-        if kind is GapKind.TARGET:
+        if kind is GapKind.TARGET and name not in sources:
+            out.append(
+                f"{', '.join(sources)} {name} (down, {span})" if full else f"{', '.join(sources)} {name} down {span}"
+            )
+        elif kind is GapKind.TARGET:
             out.append(f"{', '.join(sources)} ({span})" if full else f"{', '.join(sources)} {span}")
         elif kind is GapKind.NODE:
             joined = ", ".join(sources)

@@ -6,7 +6,8 @@ Real VictoriaMetrics + VictoriaLogs hold variants of the calm day (07-19), each 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
@@ -102,6 +103,50 @@ def _fresh_install(one: Series, start: int, _node: str) -> Series | None:
     return Series(one.labels, [t for t, _ in pairs], [v for _, v in pairs]) if pairs else None
 
 
+def _split_at(one: Series, moment_ms: int) -> tuple[Series | None, Series | None]:
+    """``one`` before and from ``moment_ms``; None for a half without samples."""
+    halves: list[Series | None] = []
+    for keep in (lambda t: t < moment_ms, lambda t: t >= moment_ms):
+        pairs = [(t, v) for t, v in zip(one.timestamps_ms, one.values, strict=True) if keep(t)]
+        halves.append(Series(one.labels, [t for t, _ in pairs], [v for _, v in pairs]) if pairs else None)
+    return halves[0], halves[1]
+
+
+_SHARDS = ("10.42.1.51:8080", "10.42.2.52:8080")
+
+
+def _sharded(*, target_stays: bool) -> Callable[[Series, int, str], Sequence[Series] | Series | None]:
+    """kube-state-metrics sharded in two by pod; shard 2 down from 06:00 (its target at up 0, or gone)."""
+
+    def series(one: Series, start: int, _node: str) -> Sequence[Series] | Series | None:
+        if one.labels.get("job") != "kube-state-metrics":
+            return one
+        six = (start + 6 * 3600) * 1000
+        if one.labels["__name__"] == "up":
+            first = Series({**one.labels, "instance": _SHARDS[0]}, one.timestamps_ms, one.values)
+            before, after = _split_at(
+                Series({**one.labels, "instance": _SHARDS[1]}, one.timestamps_ms, one.values), six
+            )
+            down = Series(after.labels, after.timestamps_ms, [0.0] * len(after.values)) if after else None
+            return [part for part in (first, before, down if target_stays else None) if part is not None]
+        shard = zlib.crc32(one.labels.get("pod", "").encode()) % 2 if one.labels.get("pod") else 0
+        moved = Series({**one.labels, "instance": _SHARDS[shard]}, one.timestamps_ms, one.values)
+        return moved if shard == 0 else _split_at(moved, six)[0]
+
+    return series
+
+
+def _ksm_moved(one: Series, start: int, _node: str) -> Sequence[Series] | Series | None:
+    """kube-state-metrics' pod rescheduled at noon: every series of it continues under a new instance."""
+    if one.labels.get("job") != "kube-state-metrics":
+        return one
+    before, after = _split_at(one, (start + 12 * 3600) * 1000)
+    parts = [Series({**before.labels, "instance": _SHARDS[0]}, before.timestamps_ms, before.values)] if before else []
+    if after:
+        parts.append(Series({**after.labels, "instance": "10.42.3.77:8080"}, after.timestamps_ms, after.values))
+    return parts
+
+
 def _from_nine(_line: bytes, clock: str, _node: str) -> bool:
     return clock >= "09:00:00"
 
@@ -116,6 +161,13 @@ VARIANTS = {
     ),
     "rollout": Copy(CALM, Ablation("exporter rollout", _exporter_rollout, _keep_line, lambda _n: ()), date(2024, 3, 1)),
     "fresh": Copy(CALM, Ablation("fresh install", _fresh_install, _from_nine, lambda _n: ()), date(2024, 3, 11)),
+    "shard_down": Copy(
+        CALM, Ablation("ksm shard 2 down", _sharded(target_stays=True), _keep_line, lambda _n: ()), date(2024, 3, 21)
+    ),
+    "shard_gone": Copy(
+        CALM, Ablation("ksm shard 2 gone", _sharded(target_stays=False), _keep_line, lambda _n: ()), date(2024, 3, 31)
+    ),
+    "ksm_moved": Copy(CALM, Ablation("ksm pod moved", _ksm_moved, _keep_line, lambda _n: ()), date(2024, 4, 10)),
     "not_ready": Copy(
         CALM, Ablation("NotReady, no exporter", _not_ready, _keep_line, lambda _n: ()), date(2024, 2, 10)
     ),
@@ -515,3 +567,19 @@ async def test_counters_read_the_same_on_prometheus_after_a_rollout_and_a_fresh_
             theirs["summary"],
             theirs["evidence"],
         )
+
+
+@pytest.mark.parametrize("variant", ["shard_down", "shard_gone"])
+async def test_a_kube_state_metrics_shard_down_is_named_by_its_target(variants: EmbeddedBackends, variant: str) -> None:
+    """One of two kube-state-metrics shards down from 06:00 (up 0 or its target gone) is named: never max(up)."""
+    payload = await _digest(variants, VARIANTS[variant].at)
+    assert payload["status"] == "UNKNOWN"
+    assert f"kube-state-metrics {_SHARDS[1]} down after 06:" in str(payload["headline"])
+    assert _SHARDS[0] not in str(payload["headline"])
+
+
+async def test_a_kube_state_metrics_pod_moved_is_no_blind_spot(variants: EmbeddedBackends) -> None:
+    """kube-state-metrics rescheduled at noon under a new instance: the day stays fully seen, OK 10/10."""
+    payload = await _digest(variants, VARIANTS["ksm_moved"].at)
+    assert (payload["status"], payload["score"]) == ("OK", 10)
+    assert "not seen" not in str(payload["headline"])
