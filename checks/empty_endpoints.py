@@ -144,10 +144,12 @@ class EmptyEndpointsCheck:
         rng = window.promql_range()
         empty = self.empty_expression(window, legacy, interval)
         return {
+            # Objects, not series: an HA pair of scrapers writes every series twice.
             "presence": (
-                f'label_replace(count(count_over_time(kube_endpointslice_info[{rng}])), "family", "endpointslice", '
-                f'"", "") or label_replace(count(count_over_time(kube_endpoint_info[{rng}])), "family", "endpoint", '
-                '"", "")'
+                "label_replace(count(count by (namespace, endpointslice) "
+                f'(count_over_time(kube_endpointslice_info[{rng}]))), "family", "endpointslice", "", "") or '
+                "label_replace(count(count by (namespace, endpoint) "
+                f'(count_over_time(kube_endpoint_info[{rng}]))), "family", "endpoint", "", "")'
             ),
             "empty_steps": f"count_over_time({empty}[{open_range(window.seconds)}:{self.step(window, interval)}s])",
             "episodes": empty,

@@ -6,11 +6,18 @@ though the old ``reason="OOMKilled"`` series lingers without a staleness marker.
 function), evaluated at the window end with the window's length as range::
 
     sum by (namespace, pod, container) (sum_over_time((
-        clamp_min(restarts_total - (restarts_total offset 1m or min_over_time(restarts_total[1m])), 0)
+        max by (namespace, pod, container) (
+          clamp_min(restarts_total - (restarts_total offset 1m or min_over_time(restarts_total[1m])), 0))
         * on (namespace, pod, container) group_left()
-        (timestamp(last_terminated_reason{reason="OOMKilled"})
-           >= bool on (namespace, pod, container) timestamp(restarts_total))
+        (max by (namespace, pod, container) (timestamp(last_terminated_reason{reason="OOMKilled"}))
+           >= bool on (namespace, pod, container) max by (namespace, pod, container) (timestamp(restarts_total)))
     )[<window, open on the left>:1m]))
+
+Every side of a join is reduced to one series per container (``max by``): an HA pair of scrapers writing every
+series twice (told apart by ``replica``, ``prometheus_replica`` or any other label), or two kube-state-metrics
+instances overlapping after a move, would otherwise make the join many-to-many (which the backend refuses) or
+double the count. Reducing by the container's identity, rather than dropping a configured list of replica labels,
+works whatever the pair's label is called.
 
 The kill time comes from ``kube_pod_container_status_last_terminated_timestamp`` (kube-state-metrics ≥ 2.12) under
 the same freshness check. ``node_vmstat_oom_kill`` (node_exporter) is the cross-check: the kernel counts every OOM
@@ -92,8 +99,16 @@ class OomKillsCheck:
             'kube_pod_container_status_last_terminated_reason{reason="OOMKilled"}', matchers or ""
         )
         terminated_at = with_matchers("kube_pod_container_status_last_terminated_timestamp", matchers or "")
-        fresh_oom = f"timestamp({oom_reason}) >= bool on (namespace, pod, container) timestamp({restarts})"
-        fresh_oom_filter = f"timestamp({oom_reason}) >= on (namespace, pod, container) timestamp({terminated_at})"
+        # `max by` the container on every side of a join: an HA pair of scrapers (every series twice, told apart by
+        # `replica`, `prometheus_replica` or any other label) or two kube-state-metrics instances side by side must
+        # neither make a join many-to-many (the backend refuses it) nor double a count.
+        by = "max by (namespace, pod, container)"
+        fresh_oom = (
+            f"{by} (timestamp({oom_reason})) >= bool on (namespace, pod, container) {by} (timestamp({restarts}))"
+        )
+        fresh_oom_filter = (
+            f"{by} (timestamp({oom_reason})) >= on (namespace, pod, container) {by} (timestamp({terminated_at}))"
+        )
         node_job = self.policy.node_exporter_job.replace('"', "")
         node_oom_kills = f'node_vmstat_oom_kill{{job=~"{node_job}"}}'
         return {
@@ -106,7 +121,7 @@ class OomKillsCheck:
             ),
             "kill_times": (
                 "max by (namespace, pod, container) (max_over_time(("
-                f"{terminated_at} and on (namespace, pod, container) ({fresh_oom_filter}))[{steps}:1m]))"
+                f"{by} ({terminated_at}) and on (namespace, pod, container) ({fresh_oom_filter}))[{steps}:1m]))"
             ),
             "node_kills": f"sum by (instance) ({counted_rise(node_oom_kills, window.seconds)})",
         }

@@ -56,14 +56,20 @@ def container_matchers(containers: Iterable[ContainerKey]) -> str:
     return f'namespace=~"{any_of(namespaces)}", pod=~"{any_of(pods)}", container=~"{any_of(names)}"'
 
 
-def restart_steps(restarts: str) -> str:
-    """PromQL: how much ``restarts`` (a restart counter selector) rose since a minute ago, never negative.
+def restart_steps(restarts: str, by: str = "namespace, pod, container") -> str:
+    """PromQL: how much ``restarts`` (a restart counter selector) rose since a minute ago, never negative, per ``by``.
 
     A pod's first minute has no sample a minute back; its first sample of the window then stands in, so that a crash
     loop's two restarts in its first minute (back-off 10 s, 20 s) are counted, and restarts before its first scrape
     are not (as Prometheus' ``increase()`` would not).
+
+    The counter is reduced to one series per ``by`` group before its rise is taken.
+    An HA pair of scrapers writes every series twice, a few seconds apart: the rise of each copy, reduced after, would
+    count a restart twice whenever the copies saw it in different minutes. The highest value of a counter over its
+    copies rises once.
     """
-    return f"clamp_min({restarts} - ({restarts} offset 1m or min_over_time({restarts}[1m])), 0)"
+    one = f"max by ({by})"
+    return f"clamp_min({one} ({restarts}) - ({one} ({restarts} offset 1m) or {one} (min_over_time({restarts}[1m]))), 0)"
 
 
 def with_matchers(selector: str, matchers: str) -> str:
@@ -122,7 +128,7 @@ def counted_increase(selector: str, range_seconds: int) -> str:
     return f"sum_over_time(((({now} - {before}) >= 0) or {now} + 0)[{open_range(range_seconds)}:1m])"
 
 
-def counted_rise(selector: str, range_seconds: int) -> str:
+def counted_rise(selector: str, range_seconds: int, by: str = "instance") -> str:
     """PromQL: how much a cumulative counter rose in ``(t - range_seconds, t]``, never from a series' first value.
 
     For counters whose first value is history, not news: a kernel counter (OOM kills, conntrack drops) is at
@@ -132,8 +138,12 @@ def counted_rise(selector: str, range_seconds: int) -> str:
     OOM kills since boot, at noon, on every node), Prometheus' does not: the same day read two ways. This sums, minute
     by minute, the rise since the series' previous value (looked for up to an hour back); a value with no previous
     one adds nothing, a value below it (a reboot) adds itself. The same integer on both backends, no extrapolation.
+
+    The counter is reduced to one series per ``by`` group (the node) before its rise is taken: an HA pair of
+    scrapers writing every series twice, a few seconds apart, would otherwise count a kill twice whenever the copies
+    saw it in different minutes, and an exporter rollout's old and new series are one counter of one node.
     """
-    now = step_read(selector, 60)
-    rise = f"({now} - last_over_time({selector}[{_COUNTER_LOOK_BACK}] offset 1m))"
-    # `+ 0` drops the metric name, as the subtraction does (see `counted_increase`).
-    return f"sum_over_time((({rise} >= 0) or (({now} + 0) and ({rise} < 0)))[{open_range(range_seconds)}:1m])"
+    one = f"max by ({by})"
+    now = f"{one} ({step_read(selector, 60)})"
+    rise = f"({now} - {one} (last_over_time({selector}[{_COUNTER_LOOK_BACK}] offset 1m)))"
+    return f"sum_over_time((({rise} >= 0) or ({now} and ({rise} < 0)))[{open_range(range_seconds)}:1m])"

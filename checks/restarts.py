@@ -66,7 +66,14 @@ from checks.contract import (
     unknown,
 )
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
-from checks.promql import CONTAINER_LABELS, container_key, counted_increase, open_range, restart_steps, with_matchers
+from checks.promql import (
+    CONTAINER_LABELS,
+    container_key,
+    counted_increase,
+    open_range,
+    restart_steps,
+    with_matchers,
+)
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
 NAME = "restarts"
@@ -113,7 +120,7 @@ class RestartsCheck:
         # `max by` on every side: two kube-state-metrics replicas scraped side by side must neither double the
         # count nor make the join many-to-many.
         by = "max by (namespace, pod, container)"
-        step = f"{by} ({restart_steps(restarts)})"
+        step = restart_steps(restarts)
         fresh_reason = (
             f"max by (namespace, pod, container, reason) (timestamp({reason_selector})) "
             f">= bool on (namespace, pod, container) group_left() {by} (timestamp({restarts}))"
@@ -127,7 +134,8 @@ class RestartsCheck:
                 f"({fresh_reason}) * on (namespace, pod, container) group_left() {step}"
                 f")[{steps}:1m])) > 0"
             ),
-            "probes": f"sum by (namespace, pod, container) ({counted_increase(LIVENESS_FAILED, window.seconds)}) > 0",
+            # `max`, not `sum`: a container has one liveness probe, and an HA pair of scrapers writes it twice.
+            "probes": f"max by (namespace, pod, container) ({counted_increase(LIVENESS_FAILED, window.seconds)}) > 0",
         }
 
     async def __call__(self, sources: Sources, window: Window) -> Finding:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 
+from checks.contract import SourceError
 from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
+from digest.backends.http import Endpoint
+from digest.backends.prometheus import PrometheusSource
 from digest.output.render import Renderer, to_json
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import day_window
 from testbed.corpus import DAYS
+from testbed.corpus.model import Series
 from testbed.embedded import EmbeddedBackends, free_port, load_corpus_day
 from tests.command import backend_env, clean_env, run_digest
 from tests.misbehaving_server import Behaviour, misbehaving_server
@@ -136,3 +140,27 @@ def test_bad_policy_file_exits_2_naming_the_key(tmp_path: Path) -> None:
         "digest: DIGEST_POLICY_FILE: checks.conntrack.warn_ratoi: unknown key "
         "(known: crit_penalty, crit_ratio, enabled, top, warn_penalty, warn_ratio)"
     ]
+
+
+async def test_a_rejected_query_keeps_its_whole_reason(own_backends: EmbeddedBackends) -> None:
+    """VictoriaMetrics' reason for rejecting a long query survives whole, without the query it echoes back."""
+    at = datetime(2023, 5, 1, 12, tzinfo=UTC)
+    moments = [int(at.timestamp() * 1000) - 60_000 * minute for minute in range(5)]
+    own_backends.import_series(
+        Series({"__name__": name, "pod": "api", "replica": replica}, moments, [1.0] * 5).to_import_line()
+        for name in ("left_side", "right_side")
+        for replica in ("prom-0", "prom-1")
+    )
+    own_backends.wait_for_series("left_side", at, 2)
+    source = PrometheusSource(Endpoint(name="VictoriaMetrics", url=own_backends.metrics.url))
+    padding = " + 0" * 120  # a query longer than any short error text
+    try:
+        await source.instant(f"(left_side{padding}) >= on (pod) (right_side{padding})", at)
+    except SourceError as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("a many-to-many join was accepted")
+    finally:
+        await source.aclose()
+    assert "duplicate" in message, message
+    assert "+ 0 + 0" not in message

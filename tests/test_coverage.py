@@ -39,6 +39,7 @@ from tests.test_coverage_ablations import (
 )
 
 CALM = date(2026, 7, 19)
+OOM_DAY = date(2026, 7, 20)  # seed 001: an OOM kill beside the error flood
 NODE = "pi5-1"  # the node the ablations of the calm day touch
 
 
@@ -147,6 +148,14 @@ def _ksm_moved(one: Series, start: int, _node: str) -> Sequence[Series] | Series
     return parts
 
 
+def _ha_pair(one: Series, _start: int, _node: str) -> Sequence[Series]:
+    """Every series twice, from an HA pair of scrapers told apart by ``replica``; the second scrapes 7 s later."""
+    return [
+        Series({**one.labels, "replica": "prom-0"}, one.timestamps_ms, one.values),
+        Series({**one.labels, "replica": "prom-1"}, [t + 7000 for t in one.timestamps_ms], one.values),
+    ]
+
+
 def _from_nine(_line: bytes, clock: str, _node: str) -> bool:
     return clock >= "09:00:00"
 
@@ -168,6 +177,8 @@ VARIANTS = {
         CALM, Ablation("ksm shard 2 gone", _sharded(target_stays=False), _keep_line, lambda _n: ()), date(2024, 3, 31)
     ),
     "ksm_moved": Copy(CALM, Ablation("ksm pod moved", _ksm_moved, _keep_line, lambda _n: ()), date(2024, 4, 10)),
+    "oom_day": Copy(OOM_DAY, Ablation("full", _keep_series, _keep_line, lambda _n: ()), date(2024, 4, 20)),
+    "oom_day_ha": Copy(OOM_DAY, Ablation("HA pair", _ha_pair, _keep_line, lambda _n: ()), date(2024, 4, 30)),
     "not_ready": Copy(
         CALM, Ablation("NotReady, no exporter", _not_ready, _keep_line, lambda _n: ()), date(2024, 2, 10)
     ),
@@ -583,3 +594,18 @@ async def test_a_kube_state_metrics_pod_moved_is_no_blind_spot(variants: Embedde
     payload = await _digest(variants, VARIANTS["ksm_moved"].at)
     assert (payload["status"], payload["score"]) == ("OK", 10)
     assert "not seen" not in str(payload["headline"])
+
+
+async def test_an_ha_pair_reads_like_one_scraper(variants: EmbeddedBackends) -> None:
+    """Every series twice (replica="prom-0|1"): the same grade and the same words for every check as with one copy."""
+    single = await _digest(variants, VARIANTS["oom_day"].at)
+    paired = await _digest(variants, VARIANTS["oom_day_ha"].at)
+    assert _check(single, "oom_kills")["status"] == "WARN"
+    differ = []
+    for name in [str(item["name"]) for item in single["checks"]]:  # type: ignore[union-attr]
+        mine, theirs = _check(paired, name), _check(single, name)
+        keys = ("status", "summary", "error", "evidence")
+        if [mine[key] for key in keys] != [theirs[key] for key in keys]:
+            differ.append((name, [mine[key] for key in keys], [theirs[key] for key in keys]))
+    assert differ == [], "\n".join(map(repr, differ))
+    assert (paired["status"], paired["score"]) == (single["status"], single["score"])

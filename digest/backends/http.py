@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import ssl
 import traceback
 import zlib
@@ -48,6 +49,12 @@ from checks.contract import RangeSeries, Sample, SourceError, SourceErrorKind
 from checks.log_questions import AnswerClock
 
 _MAX_ERROR_TEXT = 300
+# A rejected query's reason is kept up to this long: VictoriaMetrics says why after echoing the whole query, and a
+# reason cut off ("duplicate series on the left side of …") tells the reader nothing. Bounded all the same.
+_MAX_REASON_TEXT = 2000
+# The query a backend echoes in its error (``error when executing query="…" on the time range …``): we sent it, the
+# reader of the digest does not need it back, and it is what pushed the reason out of sight.
+_ECHOED_QUERY = re.compile(r'query="(?:[^"\\]|\\.)*"')
 MIB = 1024 * 1024
 DEFAULT_MAX_RESPONSE_MIB = 32
 
@@ -486,7 +493,8 @@ def _short_error(text: str) -> str:
         parsed = None
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
         line = " ".join(parsed["error"].split())
-    return line[:_MAX_ERROR_TEXT] or "no reason given"
+    line = _ECHOED_QUERY.sub("query=(the query sent)", line)
+    return line[:_MAX_REASON_TEXT] or "no reason given"
 
 
 def result_labels_and_text(data: Any, source: HttpSource) -> list[tuple[dict[str, str], str]]:
