@@ -39,9 +39,9 @@ from checks.contract import (
     fmt_percent,
     grade,
     local_time,
-    node_name,
     unknown,
 )
+from checks.nodes import node_names
 from checks.promql import counted_rise, open_range, quote
 
 NAME = "conntrack"
@@ -96,16 +96,19 @@ class ConntrackCheck:
     async def __call__(self, sources: Sources, window: Window) -> Finding:
         queries = self.queries(window)
         try:
-            peak, entries, limit, drops, blind = await asyncio.gather(
-                *(
-                    sources.metrics.instant(queries[key], window.end)
-                    for key in ("peak", "entries", "limit", "drops", "blind")
-                )
+            (peak, entries, limit, drops, blind), named = await asyncio.gather(
+                asyncio.gather(
+                    *(
+                        sources.metrics.instant(queries[key], window.end)
+                        for key in ("peak", "entries", "limit", "drops", "blind")
+                    )
+                ),
+                node_names(sources, window),  # targets scraped by IP are named by their node
             )
         except SourceError as exc:
             return unknown(NAME, "conntrack not checked: the metrics backend did not answer", str(exc))
 
-        blind_nodes = sorted(node_name(sample.labels.get("instance", "?")) for sample in blind)
+        blind_nodes = sorted(named(sample.labels.get("instance", "?")) for sample in blind)
         if not peak:
             return unknown(
                 NAME,
@@ -133,7 +136,7 @@ class ConntrackCheck:
         shown = ranked[: self.policy.top]
         offenders = [
             Offender(
-                labels={"node": node_name(sample.labels.get("instance", "?"))},
+                labels={"node": named(sample.labels.get("instance", "?"))},
                 value=round(sample.value, 4),
                 facts=_counts(sample.labels.get("instance", ""), entries=entries_by, limit=limit_by, drops=drops_by),
             )
@@ -141,12 +144,12 @@ class ConntrackCheck:
         ]
         at = f" at {peak_at}" if peak_at else ""
         summary = (
-            f"peak {fmt_percent(worst.value)} on {node_name(worst_instance)} "
+            f"peak {fmt_percent(worst.value)} on {named(worst_instance)} "
             f"({fmt_int(entries_by.get(worst_instance, 0))} / {fmt_int(limit_by.get(worst_instance, 0))}){at}"
         )
         if dropped:
             summary += "; " + ", ".join(
-                f"{fmt_int(count)} dropped on {node_name(instance)}" for instance, count in sorted(dropped.items())
+                f"{fmt_int(count)} dropped on {named(instance)}" for instance, count in sorted(dropped.items())
             )
         elif drops:
             summary += ", no drops"
@@ -160,7 +163,7 @@ class ConntrackCheck:
             if fill < self.policy.warn_ratio and instance not in dropped:
                 continue
             evidence.append(
-                f"then {node_name(sample.labels.get('instance', '?'))}: peak {fmt_percent(fill)} "
+                f"then {named(sample.labels.get('instance', '?'))}: peak {fmt_percent(fill)} "
                 f"({fmt_int(entries_by.get(instance, 0))} / {fmt_int(limit_by.get(instance, 0))})"
                 + (f", {fmt_int(dropped[instance])} drops" if instance in dropped else "")
             )
@@ -172,7 +175,7 @@ class ConntrackCheck:
         # all, and would drop out of the ranking silently (a full table on the one node without a limit series).
         graded = {sample.labels.get("instance", "") for sample in peak}
         halves = [
-            f"{node_name(instance)} has no {missing} series"
+            f"{named(instance)} has no {missing} series"
             for instance, missing in sorted(
                 [(instance, "limit") for instance in entries_by if instance not in limit_by]
                 + [(instance, "entries") for instance in limit_by if instance not in entries_by]
@@ -189,7 +192,7 @@ class ConntrackCheck:
         hint = ""
         if status in (Status.WARN, Status.CRIT):
             hint = (
-                f"On {node_name(worst_instance)}: `conntrack -S` and `conntrack -L | sort | uniq -c` by destination "
+                f"On {named(worst_instance)}: `conntrack -S` and `conntrack -L | sort | uniq -c` by destination "
                 "show who holds the entries; a reconnect loop or a missing keep-alive usually does. Raise "
                 "nf_conntrack_max only after finding it."
             )

@@ -291,6 +291,7 @@ class GapKind(enum.StrEnum):
     TARGET = "target"  # one scrape target or log stream (kube-state-metrics, access logs) had no data then
     NODE = "node"  # one node's exporter (node_exporter, cAdvisor) had no data then
     SHIPPER = "shipper"  # no log line came from one node then: its log shipper is stuck or gone
+    NAMESPACE = "namespace"  # no log line came from a namespace that logged every earlier day, while its pods ran
 
 
 @dataclass(frozen=True)
@@ -319,6 +320,9 @@ class Coverage:
     excused: tuple[tuple[str, str], ...] = ()
     partial: bool = False
     error: str | None = None
+    # Sources with no data in the window nor in the days before it (``deployed_days``): never deployed, not gone.
+    # Not a gap: the check that needs one says it could not look, and the day is not graded on it.
+    never_seen: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -348,6 +352,9 @@ class Finding:
     # why there are none when some were expected ("not available on Loki…", the backend's error).
     signatures: Sequence[WorkloadSignatures] = field(default_factory=tuple)
     signatures_note: str = ""
+    # Log lines per namespace in the window, from a check that counted every line (error_lines): the digest compares
+    # them with earlier days, so that a namespace that always logged and fell silent today is named as unseen.
+    namespace_lines: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.penalty < 0:

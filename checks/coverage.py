@@ -8,8 +8,9 @@ of them held data:
 
 * **time** — the window is cut into buckets (`Grid`: 10 minutes for a day, at least 5 minutes, at most ~160
   buckets). Metrics: one range query per source, ``count by (<node label>) (count_over_time(<key series>[<bucket>]))``
-  (``max(max_over_time(up{job=~…}[<bucket>]))`` for a single target such as kube-state-metrics: seen only when
-  it was up). Logs: one stats query per source, ``<filter> | stats by (_time:<bucket>, <node field>) count()``.
+  (``max by (instance) (max_over_time(up{job=~…}[<bucket>]))`` for a scraped target such as kube-state-metrics:
+  seen only when every one of its targets was up). Logs: one stats query per source,
+  ``<filter> | stats by (_time:<bucket>, <node field>) count()``.
   The fleet: one range query (nodes, their pods, node_exporter's targets, drained and not ready, each marked by a
   ``why`` label) and one instant query (the nodes known before the window).
 * **fleet** — the nodes that existed in the window: ``kube_node_info`` (and its ``internal_ip``, to map
@@ -21,7 +22,11 @@ of them held data:
   expected to be absent.
 
 Optional sources (Envoy's access log, Istio's metrics: a cluster may have either) count only when they held data in
-the window or the day before — then their silence is a gap like any other.
+the window or the day before — then their silence is a gap like any other. A metrics source with no series in the
+window nor in the ``deployed_days`` (30) before it was never deployed (a cluster without a rule evaluator): not a gap
+but `Coverage.never_seen`, so that its check says "never seen" and a calm day is not UNKNOWN every day; a source seen
+before and missing today is a gap. An ``up`` source is measured per target (``max by (instance)``): a
+kube-state-metrics shard down or gone is a gap named by its instance, a target replaced by another is not.
 
 From those buckets each check gets a `Coverage`: the fraction of the window in which all its sources held data, the
 unseen parts (`Gap`: hours nothing answered, a target, a node's exporter, a node's logs) and whether it is
@@ -86,6 +91,9 @@ class CoveragePolicy:
     # Nodes that may be silent without being a blind spot (a node powered off on purpose); named "expected absent".
     absent_nodes: tuple[str, ...] = ()
     history_days: int = 7
+    # A source with no data in the window nor in this many days before it was never deployed: its check says so,
+    # and the day is not counted as unseen for it (a cluster without a rule evaluator is not blind every day).
+    deployed_days: int = 30
     node_exporter_job: str = ".*node.*exporter.*"
     node_exporter_node_label: str = "instance"
     cadvisor_node_label: str = "instance"
@@ -104,6 +112,8 @@ class CoveragePolicy:
             return "silence_lines: must be 1 or more"
         if not 0 <= self.history_days <= 31:
             return "history_days: must be between 0 and 31"
+        if not 1 <= self.deployed_days <= 400:
+            return "deployed_days: must be between 1 and 400"
         return None
 
 
@@ -242,6 +252,7 @@ class Seen:
     # An ``up`` source, per target (instance): the buckets its series existed in, and those it was up in.
     present: dict[str, set[int]] = field(default_factory=dict)
     live: dict[str, set[int]] = field(default_factory=dict)
+    never: bool = False  # no data in the window nor in the ``deployed_days`` before it: never deployed
 
 
 def _loud_enough(lines: Mapping[int, float], run: tuple[int, int], policy: CoveragePolicy) -> bool:
@@ -277,15 +288,39 @@ class Fleet:
     excused: Mapping[str, Mapping[int, str]]  # node → bucket → "drained" | "not ready" | "expected absent"
     by_ip: Mapping[str, str] = field(default_factory=dict)  # internal IP → node name (kube_node_info)
     error: str | None = None
+    # Internal IP → bucket → the node that held it then: a node replaced by one reusing its IP is two nodes.
+    owners: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
 
     def canonical(self, raw: str) -> str:
         """A node's name from a label value: ``pi5-2:9100`` → ``pi5-2``, ``10.0.0.5:9100`` → its node's name."""
         return _canonical(raw, self.by_ip)
 
+    def split(self, raw: str, buckets: Iterable[int]) -> dict[str, set[int]]:
+        """``raw``'s buckets by the node they belong to: by who held the IP then, for a target named by IP."""
+        return _split(raw, buckets, self.by_ip, self.owners)
+
 
 def _canonical(raw: str, by_ip: Mapping[str, str]) -> str:
     bare = node_name(raw)
     return by_ip.get(bare, bare)
+
+
+def _split(
+    raw: str, buckets: Iterable[int], by_ip: Mapping[str, str], owners: Mapping[str, Mapping[int, str]]
+) -> dict[str, set[int]]:
+    bare = node_name(raw)
+    held = owners.get(bare)
+    if not held or len(set(held.values())) < 2:
+        return {by_ip.get(bare, bare): set(buckets)}
+    # A bucket no listing covers (kube-state-metrics silent then) goes to the holder listed nearest in time.
+    listed = sorted(held)
+    out: dict[str, set[int]] = defaultdict(set)
+    for index in buckets:
+        node = held.get(index)
+        if node is None:
+            node = held[min(listed, key=lambda known: abs(known - index))]
+        out[node].add(index)
+    return dict(out)
 
 
 @dataclass(frozen=True)
@@ -381,6 +416,11 @@ async def measure(sources: Sources, window: Window, needs: Iterable[Need], polic
         if error is None and need.optional and not one.buckets:
             try:
                 one.expected = await _held_data_before(sources, grid, need)
+            except SourceError as exc:
+                error = str(exc)
+        elif error is None and _absent_all_window(need, one):
+            try:
+                one.never = not await _held_data_in(sources, grid, need, policy.deployed_days)
             except SourceError as exc:
                 error = str(exc)
         if error is not None:
@@ -503,6 +543,19 @@ async def _held_data_before(sources: Sources, grid: Grid, need: Need) -> bool:
     return any(sample.value > 0 for sample in samples)
 
 
+def _absent_all_window(need: Need, seen: Seen) -> bool:
+    """A metrics source without a single series in the window (an ``up`` target at 0 is there, and down)."""
+    if need.backend is not Backend.METRICS or need.optional:
+        return False
+    return not (seen.present if need.up_target else seen.buckets)
+
+
+async def _held_data_in(sources: Sources, grid: Grid, need: Need, days: int) -> bool:
+    """Whether a metrics source held any series in the ``days`` before the window (one instant query)."""
+    samples = await sources.metrics.instant(f"count(count_over_time({need.query}[{days}d]))", grid.window.start)
+    return any(sample.value > 0 for sample in samples)
+
+
 _RANGED = ("nodes",)
 _BEFORE = ("before",)
 
@@ -538,9 +591,17 @@ def _fleet(
         if one.labels.get("node"):
             parts[one.labels.get("why", "")].append(one)
     by_ip = {one.labels["internal_ip"]: one.labels["node"] for one in parts["info"] if one.labels.get("internal_ip")}
+    owners: dict[str, dict[int, str]] = defaultdict(dict)
+    for one in parts["info"]:
+        if one.labels.get("internal_ip"):
+            for index in buckets(one):
+                owners[one.labels["internal_ip"]][index] = one.labels["node"]
 
     def canonical(raw: str) -> str:
         return _canonical(raw, by_ip)
+
+    def split(raw: str, found: Iterable[int]) -> dict[str, set[int]]:
+        return _split(raw, found, by_ip, owners)
 
     listed: dict[str, set[int]] = defaultdict(set)
     for one in parts["info"]:
@@ -550,14 +611,17 @@ def _fleet(
     # per-node source.
     appeared: dict[str, set[int]] = defaultdict(set)
     for one in (*parts["info"], *parts["pods"], *parts["target"]):
-        appeared[canonical(one.labels["node"])].update(buckets(one))
+        for name, found in split(one.labels["node"], buckets(one)).items():
+            appeared[name].update(found)
     for one_seen in seen.values():
         for raw, found in one_seen.nodes.items():
             if raw:
-                appeared[canonical(raw)].update(found)
+                for name, part in split(raw, found).items():
+                    appeared[name].update(part)
     first_seen = {name: min(found) for name, found in appeared.items() if found}
     for one in rows["before"]:
-        name = canonical(one.labels["node"]) if one.labels.get("node") else ""
+        # An IP's holder before the window is the one that held it first today (a replacement came later).
+        name = next(iter(split(one.labels["node"], {0}))) if one.labels.get("node") else ""
         # A node known before the window is expected from the start, unless kube-state-metrics listed nodes today
         # without it: then it was deleted.
         if name and (name in first_seen or not listed):
@@ -573,7 +637,13 @@ def _fleet(
                 excused[canonical(one.labels["node"])][index] = why
     for name in policy.absent_nodes:
         excused[name] = dict.fromkeys(range(len(grid.points)), "expected absent")
-    return Fleet(first_seen=first_seen, deleted_after=deleted_after, excused=excused, by_ip=by_ip)
+    return Fleet(
+        first_seen=first_seen,
+        deleted_after=deleted_after,
+        excused=excused,
+        by_ip=by_ip,
+        owners={address: dict(held) for address, held in owners.items()},
+    )
 
 
 # Judging ----------------------------------------------------------------------------------------------------------
@@ -645,7 +715,12 @@ def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -
     errors = [f"{need.label}: {report.errors[need]}" for need in needs if need in report.errors]
     if fleet.error and any(need.per_node for need in needs):
         errors.append(f"nodes: {fleet.error}")
-    measured = [need for need in needs if need in report.seen and not (need.optional and not report.seen[need].buckets)]
+    never = tuple(need.label for need in needs if need in report.seen and report.seen[need].never)
+    measured = [
+        need
+        for need in needs
+        if need in report.seen and not report.seen[need].never and not (need.optional and not report.seen[need].buckets)
+    ]
     gaps: list[Gap] = []
     unseen: set[int] = set()
     node_gaps: dict[str, list[Gap]] = defaultdict(list)
@@ -693,6 +768,7 @@ def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -
         excused=tuple(sorted(excused.items())),
         partial=partial,
         error="; ".join(errors) or None,
+        never_seen=never,
     )
 
 
@@ -708,16 +784,19 @@ def _node_gaps(
     grid, fleet = report.grid, report.fleet
     by_node: dict[str, set[int]] = {}
     lines: dict[str, dict[int, float]] = {}
-    for raw, buckets in seen.nodes.items():
-        name = fleet.canonical(raw)
+    for raw, all_buckets in seen.nodes.items():
         raw_lines = seen.node_lines.get(raw, {})
-        if name not in by_node:  # the usual case: one spelling per node, copied whole
-            by_node[name], lines[name] = set(buckets), dict(raw_lines)
-            continue
-        by_node[name].update(buckets)  # ``pi5-2:9100`` and ``pi5-2``: one node
-        node_lines = lines[name]
-        for index, count in raw_lines.items():
-            node_lines[index] = node_lines.get(index, 0.0) + count
+        for name, buckets in fleet.split(raw, all_buckets).items():
+            mine = (
+                raw_lines if len(buckets) == len(all_buckets) else {i: raw_lines[i] for i in buckets if i in raw_lines}
+            )
+            if name not in by_node:  # the usual case: one spelling per node, copied whole
+                by_node[name], lines[name] = set(buckets), dict(mine)
+                continue
+            by_node[name].update(buckets)  # ``pi5-2:9100`` and ``pi5-2``: one node
+            node_lines = lines[name]
+            for index, count in mine.items():
+                node_lines[index] = node_lines.get(index, 0.0) + count
     last = len(grid.points) - 1
     is_logs = need.backend is Backend.LOGS
     tolerance = policy.shipper_silence_minutes if is_logs else policy.node_gap_minutes
@@ -738,6 +817,33 @@ def _node_gaps(
             if not is_logs or _loud_at(rate, run, policy):
                 kind = GapKind.SHIPPER if is_logs else GapKind.NODE
                 node_gaps[node].append(Gap(kind, node, need.label, *grid.span(*run)))
+
+
+def silent_namespaces(
+    today: Mapping[str, float], earlier: Sequence[Mapping[str, float]], policy: CoveragePolicy
+) -> list[str]:
+    """Namespaces that logged on every earlier day (at least ``silence_lines`` an hour on average) and not today.
+
+    The candidates only: whether their pods ran today is asked of the metrics (a namespace scaled to zero is quiet,
+    not unseen). No earlier day, no candidate: a namespace that never logs is never expected to.
+    """
+    if not earlier:
+        return []
+    least = policy.silence_lines * 24
+    steady = set.intersection(*({name for name, lines in day.items() if lines >= least} for day in earlier))
+    return sorted(name for name in steady if today.get(name, 0.0) <= 0)
+
+
+def with_silent_namespaces(finding: Finding, namespaces: Sequence[str], window: Window) -> Finding:
+    """``finding`` with ``namespaces`` unseen for the whole window: its coverage partial, the grade rule applied."""
+    if not namespaces or finding.coverage is None:
+        return finding
+    gaps = tuple(Gap(GapKind.NAMESPACE, name, "logs", window.start, window.end) for name in namespaces)
+    before = finding.coverage
+    widened = replace(before, missing=(*before.missing, *gaps), partial=True)
+    if before.partial:  # already judged partial: its note stands, the coverage now names the namespaces too
+        return replace(finding, coverage=widened)
+    return apply(replace(finding, coverage=None), widened, window)
 
 
 # How a partial finding's error starts; the renderers say "partly seen" for it.
@@ -765,6 +871,12 @@ def _hint(coverage: Coverage, window: Window) -> str:
     if coverage.error:
         return "The coverage queries failed: see the error, then ask again."
     kinds = {gap.kind for gap in coverage.missing}
+    if GapKind.NAMESPACE in kinds:
+        names = sorted({gap.name for gap in coverage.missing if gap.kind is GapKind.NAMESPACE})
+        return (
+            f"Are the logs of namespace {', '.join(names)} still shipped (the shipper's namespace filters and "
+            "exclusions, the pods' log output)? Its pods ran, and it logged on every earlier day."
+        )
     if GapKind.SHIPPER in kinds:
         nodes = sorted({gap.name for gap in coverage.missing if gap.kind is GapKind.SHIPPER})
         return (
@@ -828,7 +940,7 @@ def phrases(gaps: Iterable[Gap], window: Window) -> list[str]:
     for gap in unique:
         if gap.kind is not GapKind.HOURS and gap.source not in grouped[(gap.kind, gap.name, gap.start, gap.end)]:
             grouped[(gap.kind, gap.name, gap.start, gap.end)].append(gap.source)
-    order = {GapKind.TARGET: 0, GapKind.NODE: 1, GapKind.SHIPPER: 2}
+    order = {GapKind.TARGET: 0, GapKind.NODE: 1, GapKind.SHIPPER: 2, GapKind.NAMESPACE: 3}
     for (kind, name, start, end), sources in sorted(grouped.items(), key=lambda item: (order[item[0][0]], item[0])):
         span = when(Gap(kind, name, "", start, end), window)
         full = start <= window.start and end >= window.end
@@ -841,6 +953,8 @@ def phrases(gaps: Iterable[Gap], window: Window) -> list[str]:
         elif kind is GapKind.NODE:
             joined = ", ".join(sources)
             out.append(f"node {name} ({joined}, {span})" if full else f"node {name} ({joined} {span})")
+        elif kind is GapKind.NAMESPACE:
+            out.append(f"logs of namespace {name} ({span})" if full else f"logs of namespace {name} {span}")
         else:
             out.append(f"logs from {name} ({span})" if full else f"logs from {name} {span}")
     return out

@@ -279,6 +279,7 @@ class ErrorLinesCheck:
             evidence=evidence,
             signatures=said,
             signatures_note=note,
+            namespace_lines=_by_namespace(totals),
         )
 
     def signature_workloads(self, window: Window, ranked: list[tuple[float, tuple[str, str]]]) -> list[tuple[str, str]]:
@@ -404,3 +405,11 @@ class ErrorLinesCheck:
                 WorkloadSignatures(labels, signatures, distinct=answer.distinct, capped=answer.capped, keys=keys)
             )
         return tuple(said), "; ".join(dict.fromkeys(notes))
+
+
+def _by_namespace(totals: Mapping[tuple[str, str], float]) -> dict[str, float]:
+    """Lines per namespace, from the lines per (namespace, workload)."""
+    lines: dict[str, float] = {}
+    for (namespace, _), count in totals.items():
+        lines[namespace] = lines.get(namespace, 0.0) + count
+    return lines

@@ -51,9 +51,9 @@ from checks.contract import (
     Window,
     fmt_int,
     local_time,
-    node_name,
     unknown,
 )
+from checks.nodes import NodeNames, node_names
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
 from checks.promql import (
     CONTAINER_LABELS,
@@ -142,11 +142,14 @@ class OomKillsCheck:
             if absent is not None:
                 return absent
         node_error: str | None = None
+        named = NodeNames()
         try:
             node_kills: Sequence[Sample] = await sources.metrics.instant(queries["node_kills"], at)
         except SourceError as exc:
             node_kills, node_error = (), str(exc)
-        return self._finding(window, kills, kill_times, node_kills, node_error)
+        if any(round(sample.value) > 0 for sample in node_kills):
+            named = await node_names(sources, window)  # only a node with kills is named: only then asked
+        return self._finding(window, kills, kill_times, node_kills, node_error, named)
 
     async def _kills(
         self, sources: Sources, window: Window, containers: Sequence[ContainerKey]
@@ -171,6 +174,7 @@ class OomKillsCheck:
         kill_times: Sequence[Sample],
         node_kills: Sequence[Sample],
         node_error: str | None,
+        named: NodeNames,
     ) -> Finding:
         start = window.start.timestamp()
         times = {container_key(sample.labels): sample.value for sample in kill_times if sample.value >= start}
@@ -199,7 +203,7 @@ class OomKillsCheck:
             )
 
         nodes = ", ".join(
-            f"{node_name(sample.labels.get('instance', '?'))} +{fmt_int(sample.value)}"
+            f"{named(sample.labels.get('instance', '?'))} +{fmt_int(sample.value)}"
             for sample in sorted(node_kills, key=lambda sample: -sample.value)
             if round(sample.value) > 0
         )

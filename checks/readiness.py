@@ -40,6 +40,7 @@ with it but no ``kube_pod_status_ready`` at all: UNKNOWN.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ from checks.contract import (
     fmt_int,
     grade,
     local_time,
+    node_name,
     unknown,
 )
 from checks.empty_endpoints import service_of_slice_expression
@@ -91,6 +93,10 @@ class ReadinessPolicy:
     assumed_interval_seconds: int = 30  # when the data cannot tell
     detail_pods: int = 50
     top: int = 5
+    # The targets whose answers prove a node kept reporting: its kubelet (what keeps a node Ready; node_exporter may
+    # answer while the kubelet hangs, 11-12). Read when the cluster has no node conditions, so that a pod unready on a
+    # node whose kubelet answered throughout is not blamed on the node.
+    node_liveness_jobs: str = "kubelet"
 
 
 @dataclass
@@ -108,6 +114,7 @@ class _Pod:
     services: tuple[str, ...] = ()
     readiness_failures: int | None = None
     with_node_seconds: float = 0.0
+    node_reported_seconds: float | None = None  # of its unready time, how much its node's kubelet answered
 
     @property
     def unready_seconds(self) -> float:
@@ -174,6 +181,12 @@ class ReadinessCheck:
             ),
             "node_not_ready": f"(max by (node) (last_over_time({_NODE_READY}[{open_range(step)}])) == 0)",
             "node_condition_present": f"count(count_over_time({_NODE_READY}[{rng}]))",
+            # Without node conditions: whether each node's kubelet answered, step by step.
+            "node_targets": (
+                f'max by (instance) (max_over_time(up{{job=~"{self.policy.node_liveness_jobs.replace(chr(34), "")}"}}'
+                f"[{open_range(step)}])) >= 1"
+            ),
+            "node_addresses": f"max by (node, internal_ip) (last_over_time(kube_node_info[{rng}]))",
             # The failed counts, plus one marker row saying whether the prober is scraped at all.
             "probes": (
                 f"sum by (namespace, pod) ({counted_increase(READINESS_FAILED, window.seconds)}) > 0 "
@@ -225,13 +238,18 @@ class ReadinessCheck:
                 if item.readiness_failures is None:
                     item.readiness_failures = 0
         node_spans = {series.labels.get("node", ""): runs([t for t, _ in series.points], step) for series in node_rows}
-        detail_error = await self._detail(sources, window, step, pods)
+        detail_error = await self._detail(sources, window, step, pods, liveness=not node_present)
         return self._finding(
             window, step, resolution, pods, node_spans, probes_observed, bool(node_present), detail_error
         )
 
-    async def _detail(self, sources: Sources, window: Window, step: int, pods: dict[tuple[str, str], _Pod]) -> str:
-        """Episodes, restarts, node and Service of the worst pods; the error that prevented it, or ""."""
+    async def _detail(
+        self, sources: Sources, window: Window, step: int, pods: dict[tuple[str, str], _Pod], liveness: bool
+    ) -> str:
+        """Episodes, restarts, node and Service of the worst pods; the error that prevented it, or "".
+
+        With ``liveness`` (no node conditions in the cluster), also whether their nodes kept reporting.
+        """
         worst = sorted(pods.values(), key=lambda item: (-item.steps, item.namespace, item.pod))[
             : self.policy.detail_pods
         ]
@@ -271,7 +289,31 @@ class ReadinessCheck:
         for key, names in by_pod.items():
             if key in pods:
                 pods[key].services = tuple(sorted(names))
+        if liveness and any(item.node and item.unready for item in worst):
+            # On failure the pods keep no liveness fact: the explanation then says the node's state cannot be told.
+            with contextlib.suppress(SourceError):
+                await self._node_liveness(sources, window, step, queries, worst)
         return ""
+
+    async def _node_liveness(
+        self, sources: Sources, window: Window, step: int, queries: Mapping[str, str], worst: Sequence[_Pod]
+    ) -> None:
+        """How much of each pod's unready time its node's kubelet answered (up = 1)."""
+        targets, addresses = await asyncio.gather(
+            sources.metrics.range(queries["node_targets"], window.start + timedelta(seconds=step), window.end, step),
+            sources.metrics.instant(queries["node_addresses"], window.end),
+        )
+        by_ip = {s.labels["internal_ip"]: s.labels["node"] for s in addresses if s.labels.get("internal_ip")}
+        alive: dict[str, set[float]] = defaultdict(set)
+        for series in targets:
+            bare = node_name(series.labels.get("instance", ""))
+            alive[by_ip.get(bare, bare)].update(moment for moment, _ in series.points)
+        spans = {node: runs(sorted(moments), step) for node, moments in alive.items()}
+        for item in worst:
+            if item.node and item.unready:
+                item.node_reported_seconds = sum(
+                    a.shared_seconds(b) for a in item.unready for b in spans.get(item.node, [])
+                )
 
     def _finding(
         self,
@@ -399,6 +441,8 @@ class ReadinessCheck:
             facts["startup_seconds"] = Quantity(item.startup_seconds, Unit.SECONDS)
             if item.node:
                 facts["with_node_not_ready_seconds"] = Quantity(item.with_node_seconds, Unit.SECONDS)
+            if item.node_reported_seconds is not None:
+                facts["node_reported_seconds"] = Quantity(item.node_reported_seconds, Unit.SECONDS)
         if item.restarts is not None:
             facts["restarts"] = Quantity(item.restarts, Unit.COUNT)
         if item.readiness_failures is not None:

@@ -143,6 +143,9 @@ FAMILIES = (
     # generation and strategy: rollouts are then not observable, and must not be guessed.
     Family("ReplicaSets, generation, strategy", _rollout_families),
     Family("ALERTS / vmalert", _alerting),
+    # Clusters whose kube-state-metrics does not export node conditions: a node's liveness is then read from its
+    # kubelet's and node_exporter's own answers.
+    Family("node conditions", _without("kube_node_status_condition")),
 )
 
 
@@ -302,3 +305,22 @@ def _show(causes: dict[str, str]) -> str:
     if not causes:
         return "(no explanation)"
     return ", ".join(f"{rule}={cause or 'cannot tell'}" for rule, cause in causes.items())
+
+
+SPIRAL = date(2026, 8, 12)  # seed 000: the readiness spiral under CPU throttling
+
+
+def test_the_readiness_spiral_without_node_conditions_still_names_readiness(
+    corpus_backends: EmbeddedBackends, family_servers: FamilyServers
+) -> None:
+    """Seed 000 without kube_node_status_condition: the nodes kept reporting, so readiness (throttled) is the cause."""
+    server = family_servers.servers[[family.name for family in FAMILIES].index("node conditions")]
+    digest = asyncio.run(
+        make_digest(
+            _config(server.url, corpus_backends.logs.url), day_window(SPIRAL, load_settings(timezone="UTC").zone)
+        )
+    )
+    [uh] = [explanation for explanation in digest.explanations if explanation.rule == "no_healthy_upstream"]
+    assert uh.cause == "readiness", uh.text
+    assert "CPU throttling" in uh.text
+    assert "kubelet answered throughout" in uh.text

@@ -156,6 +156,38 @@ def _ha_pair(one: Series, _start: int, _node: str) -> Sequence[Series]:
     ]
 
 
+def _no_evaluator(one: Series, _start: int, _node: str) -> Series | None:
+    """A cluster that never ran a rule evaluator: no vmalert target, no ALERTS series."""
+    if one.labels.get("job") == "vmalert" or one.labels["__name__"].startswith("ALERTS"):
+        return None
+    return one
+
+
+def _renamed(value: str) -> str:
+    return value.replace("pi5-3", "pi5-4")
+
+
+def _replaced(one: Series, start: int, node: str) -> Sequence[Series] | Series | None:
+    """pi5-3 replaced at noon by pi5-4 at the same IP, node_exporter scraped by IP (its target is the same)."""
+    one = _by_ip(one, start, node) or one
+    if not any("pi5-3" in value for value in one.labels.values()):
+        return one
+    noon = (start + 12 * 3600) * 1000
+    halves = []
+    for rename, keep in ((False, lambda t: t < noon), (True, lambda t: t >= noon)):
+        pairs = [(t, v) for t, v in zip(one.timestamps_ms, one.values, strict=True) if keep(t)]
+        if pairs:
+            labels = {key: _renamed(value) for key, value in one.labels.items()} if rename else dict(one.labels)
+            halves.append(Series(labels, [t for t, _ in pairs], [v for _, v in pairs]))
+    return halves
+
+
+def _replaced_line(line: bytes, clock: str, _node: str) -> bool | bytes:
+    if clock >= "12:00:00" and b'"pod_node_name":"pi5-3"' in line:
+        return line.replace(b'"pod_node_name":"pi5-3"', b'"pod_node_name":"pi5-4"')
+    return True
+
+
 def _from_nine(_line: bytes, clock: str, _node: str) -> bool:
     return clock >= "09:00:00"
 
@@ -179,6 +211,28 @@ VARIANTS = {
     "ksm_moved": Copy(CALM, Ablation("ksm pod moved", _ksm_moved, _keep_line, lambda _n: ()), date(2024, 4, 10)),
     "oom_day": Copy(OOM_DAY, Ablation("full", _keep_series, _keep_line, lambda _n: ()), date(2024, 4, 20)),
     "oom_day_ha": Copy(OOM_DAY, Ablation("HA pair", _ha_pair, _keep_line, lambda _n: ()), date(2024, 4, 30)),
+    # No rule evaluator today: 10 days after days that had one (gone), and more than 30 days after any (never).
+    "evaluator_gone": Copy(
+        CALM, Ablation("rule evaluator gone", _no_evaluator, _keep_line, lambda _n: ()), date(2024, 5, 10)
+    ),
+    "no_evaluator": Copy(
+        CALM, Ablation("no rule evaluator", _no_evaluator, _keep_line, lambda _n: ()), date(2024, 7, 20)
+    ),
+    # Two days in a row: the second has every line of namespace feeds lost (its pods ran as before).
+    "feeds_logged": Copy(CALM, Ablation("full", _keep_series, _keep_line, lambda _n: ()), date(2024, 5, 31)),
+    "feeds_lost": Copy(
+        CALM,
+        Ablation(
+            "namespace feeds' logs lost",
+            _keep_series,
+            lambda line, _c, _n: b'"pod_namespace":"feeds"' not in line,
+            lambda _n: (),
+        ),
+        date(2024, 6, 1),
+    ),
+    "replaced": Copy(
+        CALM, Ablation("pi5-3 replaced by pi5-4 at its IP", _replaced, _replaced_line, lambda _n: ()), date(2024, 8, 20)
+    ),
     "not_ready": Copy(
         CALM, Ablation("NotReady, no exporter", _not_ready, _keep_line, lambda _n: ()), date(2024, 2, 10)
     ),
@@ -225,12 +279,19 @@ async def test_full_calm_day_is_fully_covered(variants: EmbeddedBackends) -> Non
     """The unablated day: every check saw the whole window and every node; OK 10/10 with nothing unseen."""
     payload = await _digest(variants, VARIANTS["full"].at)
     assert (payload["status"], payload["score"]) == ("OK", 10)
-    assert payload["coverage"] == {"complete": True, "partial": [], "not_seen": [], "excused": []}
+    assert payload["coverage"] == {
+        "complete": True,
+        "partial": [],
+        "not_seen": [],
+        "excused": [],
+        "never_seen": [],
+    }
     assert _check(payload, "conntrack")["coverage"] == {
         "fraction": 1.0,
         "partial": False,
         "missing": [],
         "excused": [],
+        "never_seen": [],
         "error": None,
     }
 
@@ -609,3 +670,51 @@ async def test_an_ha_pair_reads_like_one_scraper(variants: EmbeddedBackends) -> 
             differ.append((name, [mine[key] for key in keys], [theirs[key] for key in keys]))
     assert differ == [], "\n".join(map(repr, differ))
     assert (paired["status"], paired["score"]) == (single["status"], single["score"])
+
+
+async def test_a_rule_evaluator_never_deployed_is_said_once_and_keeps_the_day_ok(variants: EmbeddedBackends) -> None:
+    """No rule evaluator now nor in the 30 days before: alerts "never seen", the calm day still OK 10/10."""
+    payload = await _digest(variants, VARIANTS["no_evaluator"].at)
+    assert (payload["status"], payload["score"]) == ("OK", 10)
+    assert "not seen" not in str(payload["headline"])
+    alerts = _check(payload, "alerts")
+    assert alerts["status"] == "UNKNOWN"
+    assert alerts["coverage"]["never_seen"] == ["rule evaluator"]  # type: ignore[index]
+    digest = await make_digest(_config(variants), day_window(VARIANTS["no_evaluator"].at, ZoneInfo("UTC")))
+    text = Renderer().render(digest, "text")
+    assert "alerts not checked · never seen: rule evaluator" in text
+    assert "alerts.enabled: false" in text
+
+
+async def test_a_rule_evaluator_seen_before_and_missing_today_is_a_blind_spot(variants: EmbeddedBackends) -> None:
+    """A rule evaluator scraped on earlier days and absent today is unseen, named in the headline, as before."""
+    payload = await _digest(variants, VARIANTS["evaluator_gone"].at)
+    assert payload["status"] == "UNKNOWN"
+    assert "not seen: rule evaluator (24 h)" in str(payload["headline"])
+
+
+async def test_a_namespace_whose_logs_are_lost_is_unseen_not_quiet(variants: EmbeddedBackends) -> None:
+    """Namespace feeds logged the day before and its pods ran today, but no line of it came: the log checks name it."""
+    policy = Policy(trends=TrendsPolicy(days=1))
+    before = await _digest(variants, VARIANTS["feeds_logged"].at, policy)
+    assert (before["status"], before["score"]) == ("OK", 10)  # the day before had no earlier day to compare with
+    payload = await _digest(variants, VARIANTS["feeds_lost"].at, policy)
+    assert payload["status"] == "UNKNOWN"
+    assert "not seen: logs of namespace feeds (24 h)" in str(payload["headline"])
+    error_lines = _check(payload, "error_lines")
+    assert error_lines["status"] == "UNKNOWN"
+    assert "feeds" not in str(_check(payload, "conntrack")["coverage"])  # the metrics checks saw all they read
+
+
+async def test_namespaces_that_log_or_never_logged_are_not_named(variants: EmbeddedBackends) -> None:
+    """A full calm day after another: namespaces with pods but no lines on either day are not named, OK 10/10."""
+    payload = await _digest(variants, VARIANTS["feeds_logged"].at, Policy(trends=TrendsPolicy(days=1)))
+    assert (payload["status"], payload["score"]) == ("OK", 10)
+    assert "namespace" not in str(payload["headline"])
+
+
+async def test_a_node_replaced_by_one_reusing_its_ip_is_no_blind_spot(variants: EmbeddedBackends) -> None:
+    """pi5-3 replaced at noon by pi5-4 at the same IP (exporters by IP): each node seen while it existed, OK 10/10."""
+    payload = await _digest(variants, VARIANTS["replaced"].at)
+    assert "not seen" not in str(payload["headline"])
+    assert (payload["status"], payload["score"]) == ("OK", 10)

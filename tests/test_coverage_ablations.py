@@ -53,7 +53,7 @@ class Ablation:
     name: str
     # (series, day start in s, node) → kept part, None, or several series (one relabelled mid-day)
     series: Callable[[Series, int, str], Series | Sequence[Series] | None]
-    lines: Callable[[bytes, str, str], bool]  # (record, "HH:MM:SS", node) → keep
+    lines: Callable[[bytes, str, str], bool | bytes]  # (record, "HH:MM:SS", node) → keep, or the record rewritten
     says: Callable[[str], tuple[str, ...]]  # node → phrases the headline must contain
 
 
@@ -254,8 +254,11 @@ def _lines(copy: Copy, counter: list[int]) -> Iterator[bytes]:
         for line in lines[first : first + 20_000]:
             where = line.rfind(old)
             clock = line[where + len(old) : where + len(old) + 8].decode()
-            if copy.ablation.lines(line, clock, copy.node):
+            verdict = copy.ablation.lines(line, clock, copy.node)
+            if verdict is True:
                 kept.append(line)
+            elif verdict:  # the record rewritten (a node renamed after its replacement)
+                kept.append(verdict)
         counter[0] += len(kept)
         if kept:
             yield (b"\n".join(kept) + b"\n").replace(old, new)

@@ -274,3 +274,34 @@ def test_another_deployments_rollout_does_not_make_it_a_day_without_rollouts() -
     other = _rollout("worker", 20_000, "RollingUpdate")
     _, text = _cause(_uh(), _empty(*EPISODES), _readiness(*pods), _deployments(other), _throttled())
     assert "; no rollout of its Deployment." in text
+
+
+def test_uh_is_not_explained_by_another_services_emptiness() -> None:
+    """UH on the fastapi route while only prod/cart was empty (its Recreate rollout): cannot tell, cart not blamed."""
+    empty = _empty(*EPISODES)
+    cart = Offender(
+        labels={**empty.offenders[0].labels, "service": "cart"},
+        value=empty.offenders[0].value,
+        facts=empty.offenders[0].facts,
+        spans=empty.offenders[0].spans,
+    )
+    only_cart = Finding(name="empty_endpoints", status=Status.CRIT, penalty=0, value=1, summary="s", offenders=[cart])
+    rollout = _rollout("cart", 610, "Recreate")
+    cause, text = _cause(_uh(), only_cart, _readiness(), _deployments(rollout))
+    assert cause == ""
+    assert "the data cannot tell why" in text
+    assert "a rollout of prod/cart" not in text
+    assert "nothing in the data ties the route to prod/cart" in text
+
+
+def test_without_node_conditions_a_node_that_kept_reporting_leaves_readiness_and_throttling() -> None:
+    """No node condition series, but the pods' node answered all through: readiness is the cause, throttling named."""
+    pods = [
+        _unready_pod("fastapi-abc-1", Span(T0 + 500, T0 + 950), node_reported_seconds=450),
+        _unready_pod("fastapi-abc-2", Span(T0 + 500, T0 + 950), node_reported_seconds=450),
+    ]
+    cause, text = _cause(_uh(), _empty(*EPISODES), _readiness(*pods, nodes=False), _deployments(), _throttled())
+    assert cause == "readiness"
+    assert "under CPU throttling (fastapi-abc-1: 62 %" in text
+    assert "their nodes' kubelet answered throughout" in text
+    assert "cannot tell" not in text

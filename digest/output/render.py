@@ -329,6 +329,16 @@ def novelty_json(digest: Digest) -> dict[str, Any] | None:
 def _blind(finding: Finding, verb: str) -> tuple[str, str, str]:
     """(name, verb, reason) of an UNKNOWN finding: "partly seen" with what was found, when coverage made it so."""
     partial = finding.coverage is not None and finding.coverage.partial
+    never = finding.coverage.never_seen if finding.coverage is not None else ()
+    if never and not partial:
+        # A source this cluster never had (no data today nor in the days before): said once, with the key that
+        # leaves the check out, rather than as a blind spot every day.
+        return (
+            finding.name,
+            "not checked",
+            f"never seen: {', '.join(never)} (no data today nor in the days before); "
+            f"{finding.name}.enabled: false in the policy leaves it out",
+        )
     if partial and finding.error and finding.error.startswith(PARTIAL):
         return finding.name, "partly seen", f"{finding.summary} — {finding.error.removeprefix(PARTIAL)}"
     return finding.name, verb, finding.error or finding.summary
@@ -401,6 +411,7 @@ def coverage_json(coverage: Coverage | None) -> dict[str, Any] | None:
             for gap in coverage.missing
         ],
         "excused": [{"node": node, "why": why} for node, why in coverage.excused],
+        "never_seen": list(coverage.never_seen),
         "error": coverage.error,
     }
 
@@ -474,6 +485,8 @@ def to_json(digest: Digest) -> dict[str, Any]:
             "partial": [finding.name for finding in digest.partial],
             "not_seen": not_seen(digest),
             "excused": [{"node": node, "why": why} for node, why in excused(digest)],
+            # Sources never deployed (no data today nor in the days before): not blind spots, the checks say so.
+            "never_seen": sorted({label for f in digest.findings for label in _coverage(f).never_seen}),
         },
         "not_checked": [finding.name for finding in (*digest.unknown, *digest.unexplained)],
         "explanations": [{"rule": e.rule, "cause": e.cause, "text": e.text} for e in digest.explanations],

@@ -12,9 +12,10 @@ to the next cause. A cause is never chosen because the others were not seen.
 
 Rules, in this order (the order of the explanations in the digest):
 
-- ``no_healthy_upstream`` (seeds 000 and 003): UH answers while the matching Service had no ready endpoint. The
-  cause of the emptiness is the first of these whose evidence overlaps the empty episodes in time (one scrape of
-  slack either side), in this precedence:
+- ``no_healthy_upstream`` (seeds 000 and 003): UH answers while the route's own Service (named like the route) had
+  no ready endpoint. Another Service of the namespace that was empty meanwhile is not borrowed as the cause: the
+  sentence says the data cannot tell, and names it as untied. The cause of the emptiness is the first of these whose
+  evidence overlaps the empty episodes in time (one scrape of slack either side), in this precedence:
 
   1. ``node_not_ready`` — a node the Service's pods ran on was NotReady (``kube_node_status_condition``) and those
      pods went unready with it (readiness). A node failure explains its pods' unreadiness, not the reverse.
@@ -22,8 +23,10 @@ Rules, in this order (the order of the explanations in the digest):
      change: deployments), with its strategy from kube-state-metrics (Recreate, or RollingUpdate with its
      parameters). A rollout explains new pods that are not ready yet; it is named before readiness for that reason.
   3. ``readiness`` — the Service's pods went unready without a restart and no rollout overlapped (readiness), with
-     CPU throttling in the namespace when cpu_throttling saw it (the readiness spiral of seed 000), or saying that
-     throttling was not seen or not observable.
+     CPU throttling of those pods when cpu_throttling saw it (the readiness spiral of seed 000), or saying that
+     throttling was not seen or not observable. Without node conditions, a node that stopped reporting would look the
+     same: readiness is named only when the pods' nodes' kubelet answered through the episodes
+     (readiness' ``node_reported_seconds``); otherwise the sentence says it cannot tell which.
   4. ``crash_loop`` — the Service's pods restarted (restarts) meanwhile.
   5. none of them: the sentence names the evidence that was missing ("rollout state not observable", "pods'
      readiness not observable") and the alternatives it cannot tell apart.
@@ -196,19 +199,26 @@ def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offend
             no_rollout = "no rollout of its Deployment"  # others rolled out: "that day" would contradict them
         else:
             no_rollout = "no rollout that day"
+        node_words = ""
         if not _observes(readiness, "kube_node_status_condition"):
-            # A node that stops reporting makes its pods unready too: without the nodes' condition, no telling.
-            return (
-                "",
-                f"{len(unready)} of its pods went unready without a restart — failing readiness probes or their "
-                f"node stopping to report, the data cannot tell which (nodes' condition not observable; {no_rollout})",
-                "",
-            )
+            # A node that stops reporting makes its pods unready too. Without the nodes' condition, the nodes' own
+            # kubelet answering through every episode is the evidence that they did not (node_exporter is not: it
+            # answers while a hung kubelet leaves the node NotReady).
+            if not all(_node_kept_reporting(p) for p in unready):
+                return (
+                    "",
+                    f"{len(unready)} of its pods went unready without a restart — failing readiness probes or their "
+                    "node stopping to report, the data cannot tell which (nodes' condition not observable, and "
+                    f"their kubelet not seen answering through the episodes; {no_rollout})",
+                    "",
+                )
+            node_words = "; their nodes' kubelet answered throughout (no node condition series)"
         throttled, words = _throttling(findings, namespace, {p.labels.get("pod", "") for p in unready})
         fix = _FIXES["readiness"] if throttled else _FIXES["probes"]
         return (
             "readiness",
-            f"{len(unready)} of its pods went unready without a restart{words}{_probes(unready)}; {no_rollout}",
+            f"{len(unready)} of its pods went unready without a restart{words}{_probes(unready)}{node_words}; "
+            f"{no_rollout}",
             fix,
         )
     # 4. Pods that restarted.
@@ -237,6 +247,12 @@ def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offend
         opening = "either a rollout or failing readiness" if blind else "the data cannot tell why"
         return "", f"{opening} — {'; '.join(missing)}", ""
     return "", "no rollout, no pod seen unready or restarting: the data does not say why", ""
+
+
+def _node_kept_reporting(pod: Offender) -> bool:
+    """Whether the pod's node's kubelet answered through (95 % of) its unready time."""
+    reported, unready = pod.fact("node_reported_seconds"), pod.fact("not_ready_seconds")
+    return reported is not None and unready is not None and unready > 0 and reported >= 0.95 * unready
 
 
 def _throttling(findings: Findings, namespace: str, pods: set[str]) -> tuple[bool, str]:
@@ -286,11 +302,16 @@ _FIXES = {
 def no_healthy_upstream(findings: Findings) -> Explanation | None:
     """UH while the matching Service had no ready endpoint, with the cause of the emptiness or what cannot tell it."""
     empty = [o for o in _offenders(findings.get("empty_endpoints")) if (o.fact("empty_seconds") or 0) > 0]
+    untied: list[tuple[Offender, str, list[Offender]]] = []
     for answer in _flagged(findings, "UH"):
         namespace, route = _upstream_namespace(answer.labels["upstream"]), _upstream_name(answer.labels["upstream"])
         same = [o for o in empty if o.labels.get("namespace") == namespace]
-        match = next((o for o in same if o.labels.get("service") == route), same[0] if len(same) == 1 else None)
+        # Only the route's own backend: another Service of the namespace that was empty meanwhile (a Recreate
+        # rollout of shop/cart beside UH on shop/api) is a coincidence until the data ties the two.
+        match = next((o for o in same if o.labels.get("service") == route), None)
         if match is None:
+            if same:
+                untied.append((answer, route, same))
             continue
         service = match.labels.get("service", "?")
         episodes = match.fact("episodes")
@@ -303,6 +324,17 @@ def no_healthy_upstream(findings: Findings) -> Explanation | None:
             f"No healthy upstream: {fmt_int(answer.value)} × UH while {namespace}/{service} had no ready endpoint "
             f"for {fmt_duration(match.fact('empty_seconds') or 0)}{shape}: {words}.{fix}",
             cause,
+        )
+    if untied:
+        answer, route, same = untied[0]
+        namespace = _upstream_namespace(answer.labels["upstream"])
+        others = ", ".join(sorted(f"{namespace}/{o.labels.get('service', '?')}" for o in same))
+        return Explanation(
+            "no_healthy_upstream",
+            f"No healthy upstream: {fmt_int(answer.value)} × UH on {answer.labels['upstream']}; the data cannot tell "
+            f"why — no Service {namespace}/{route} was seen without a ready endpoint, and nothing in the data ties "
+            f"the route to {others}, which had none that day.",
+            "",
         )
     return None
 

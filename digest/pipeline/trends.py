@@ -183,6 +183,8 @@ def _encode(collected: Collected) -> str:
             "status": finding.status.value,
             "penalty": finding.penalty,
             "value": finding.value,
+            # Lines per namespace (error_lines): a namespace that logged every day and fell silent is named unseen.
+            "namespace_lines": dict(finding.namespace_lines),
             # The top signatures (their redacted shapes, never an example line): "gone since yesterday" reads them.
             "signatures": [
                 {
@@ -213,6 +215,7 @@ def _decode(payload: str) -> Collected:
             value=None if item["value"] is None else float(item["value"]),
             summary="(stored by an earlier digest)",
             signatures=tuple(_decode_signatures(item.get("signatures", []))),
+            namespace_lines={str(name): float(lines) for name, lines in item.get("namespace_lines", {}).items()},
         )
         for item in raw["findings"]
     )
