@@ -343,10 +343,13 @@ async def test_missing_exporter_is_partial_unless_declared_absent(variants: Embe
 
 
 async def test_exporters_named_by_ip_map_to_their_nodes(variants: EmbeddedBackends) -> None:
-    """node_exporter targets named by IP are matched to kube_node_info's internal_ip: no node reads as unseen."""
+    """node_exporter targets named by IP are matched to kube_node_info's internal_ip: no node unseen, nodes by name."""
     payload = await _digest(variants, VARIANTS["by_ip"].at)
     assert (payload["status"], payload["score"]) == ("OK", 10)
     assert payload["coverage"]["not_seen"] == []
+    conntrack = _check(payload, "conntrack")
+    assert " on pi5-2 (" in str(conntrack["summary"])
+    assert [offender["labels"]["node"] for offender in conntrack["offenders"]] == ["pi5-2", "pi5-1", "pi5-3"]  # type: ignore[index]
 
 
 async def test_window_after_the_newest_data_says_until_when(variants: EmbeddedBackends) -> None:
