@@ -137,17 +137,21 @@ class DeploymentsCheck:
         """The evaluation step: the scrape interval, coarser only when the window would exceed the point limit."""
         return step_for(window, interval)
 
-    def queries(self, window: Window, interval: int = 30) -> dict[str, str]:
-        """The PromQL this check sends, by purpose (``unavailable_spans`` and ``progress`` are range queries)."""
+    def queries(self, window: Window, interval: int = 30, lookback: int = 0) -> dict[str, str]:
+        """The PromQL this check sends, by purpose (``unavailable_spans`` and ``progress`` are range queries).
+
+        Each step reads back one scrape: ``lookback``, the coarsest interval of the window (`checks.resolution`).
+        """
         rng = window.promql_range()
         step = self.step(window, interval)
+        look = max(step, lookback)
         by = "max by (namespace, deployment)"
         start, end = round(window.start.timestamp()), round(window.end.timestamp())
         return {
             "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
-            "unavailable": f"count_over_time(({shortfall(step)} > 0)[{open_range(window.seconds)}:{step}s])",
-            "maximum": f"max_over_time({shortfall(step)}[{open_range(window.seconds)}:{step}s]) > 0",
-            "unavailable_spans": f"{shortfall(step)} > 0",
+            "unavailable": f"count_over_time(({shortfall(look)} > 0)[{open_range(window.seconds)}:{step}s])",
+            "maximum": f"max_over_time({shortfall(look)}[{open_range(window.seconds)}:{step}s]) > 0",
+            "unavailable_spans": f"{shortfall(look)} > 0",
             "created": (
                 f"max by (namespace, replicaset) (last_over_time(kube_replicaset_created[{rng}])) >= {start} < {end}"
             ),
@@ -157,8 +161,8 @@ class DeploymentsCheck:
             ),
             "progress": (
                 "max by (namespace, replicaset) (last_over_time(kube_replicaset_status_ready_replicas"
-                f"[{open_range(step)}])) - max by (namespace, replicaset) (last_over_time(kube_replicaset_spec_replicas"
-                f"[{open_range(step)}]))"
+                f"[{open_range(look)}])) - max by (namespace, replicaset) (last_over_time(kube_replicaset_spec_replicas"
+                f"[{open_range(look)}]))"
             ),
             "generation": f"{by} (changes(kube_deployment_metadata_generation[{rng}])) > 0",
             "families": " or ".join(
@@ -184,7 +188,8 @@ class DeploymentsCheck:
             return missing
         resolution = await self.resolution(sources, window)
         step = self.step(window, resolution.seconds)
-        queries = self.queries(window, resolution.seconds)
+        lookback = resolution.look
+        queries = self.queries(window, resolution.seconds, lookback)
         metrics = sources.metrics
         try:
             unavailable, maximum, created, generation, families = await asyncio.gather(
@@ -201,10 +206,10 @@ class DeploymentsCheck:
                 return absent
         present = {sample.labels.get("family", "") for sample in families if sample.value > 0}
         try:
-            rollouts = await self._rollouts(sources, window, step, created, generation, "progress" in present)
+            rollouts = await self._rollouts(sources, window, step, created, generation, "progress" in present, lookback)
             strategies = await self._strategies(sources, window, "strategy" in present)
             flagged = {_key(s) for s in unavailable if s.value > 0} | {_key(s) for s in maximum}
-            spans = await self._spans(sources, window, step, flagged)
+            spans = await self._spans(sources, window, step, flagged, lookback)
         except SourceError as exc:
             return unknown(NAME, "Deployments not checked: the metrics backend did not answer", str(exc))
         return self._finding(window, step, resolution, present, unavailable, maximum, rollouts, strategies, spans)
@@ -217,9 +222,10 @@ class DeploymentsCheck:
         created: Sequence[Sample],
         generation: Sequence[Sample],
         progress_observable: bool,
+        lookback: int = 0,
     ) -> list[Rollout]:
         """The rollouts of the window: new ReplicaSets with their owner and progress, then bare generation changes."""
-        queries = self.queries(window, step)
+        queries = self.queries(window, step, lookback)
         rollouts: list[Rollout] = []
         if created:
             names = any_of(sample.labels.get("replicaset", "") for sample in created)
@@ -263,7 +269,7 @@ class DeploymentsCheck:
             names = any_of(sample.labels.get("deployment", "") for sample in changed)
             series = await sources.metrics.range(
                 "max by (namespace, deployment) (last_over_time("
-                f'kube_deployment_metadata_generation{{deployment=~"{names}"}}[{open_range(step)}]))',
+                f'kube_deployment_metadata_generation{{deployment=~"{names}"}}[{open_range(max(step, lookback))}]))',
                 window.start,
                 window.end,
                 step,
@@ -290,11 +296,13 @@ class DeploymentsCheck:
             _key(sample): Strategy("RollingUpdate", sample.value, surge_by.get(_key(sample))) for sample in unavailable
         }
 
-    async def _spans(self, sources: Sources, window: Window, step: int, flagged: set[Key]) -> dict[Key, list[Span]]:
+    async def _spans(
+        self, sources: Sources, window: Window, step: int, flagged: set[Key], lookback: int = 0
+    ) -> dict[Key, list[Span]]:
         if not flagged:
             return {}
         names = any_of(deployment for _, deployment in flagged)
-        query = f"{shortfall(step, f'deployment=~{chr(34)}{names}{chr(34)}')} > 0"
+        query = f"{shortfall(max(step, lookback), f'deployment=~{chr(34)}{names}{chr(34)}')} > 0"
         rows = await sources.metrics.range(query, window.start + timedelta(seconds=step), window.end, step)
         return {_key_of(series.labels): runs([t for t, _ in series.points], step) for series in rows}
 

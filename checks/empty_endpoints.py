@@ -45,9 +45,10 @@ this check says why. Neither EndpointSlice nor Endpoints series in the window: U
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from checks import coverage
 from checks.contract import (
@@ -55,7 +56,6 @@ from checks.contract import (
     Need,
     Offender,
     Quantity,
-    RangeSeries,
     Sample,
     SourceError,
     Sources,
@@ -94,7 +94,7 @@ class _Service:
     empty_seconds: int
     episodes: int
     longest_seconds: int
-    runs: tuple[tuple[float, int], ...]
+    runs: tuple[tuple[float, int, int], ...]  # (first step's moment, seconds, step): a step at t is (t - step, t]
 
 
 @dataclass(frozen=True)
@@ -170,26 +170,60 @@ class EmptyEndpointsCheck:
             )
         legacy = "endpointslice" not in families
         resolution = await self.resolution(sources, window, legacy)
-        queries = self.queries(window, legacy, resolution.seconds)
-        step = self.step(window, resolution.seconds)
-        try:
-            empty_steps = await sources.metrics.instant(queries["empty_steps"], window.end)
-        except SourceError as exc:
-            return unknown(NAME, "endpoints not checked: the metrics backend did not answer", str(exc))
-        episodes: Sequence[RangeSeries] = ()
+        # One part per scrape interval: a slice's ready endpoints are series of their own (``ready="true"``), so a
+        # read looking back further than its part's scrape would see an endpoint that left as still there.
+        parts = self.parts(window, resolution)
+        step = parts[0][1]
+        seconds: dict[tuple[str, str], float] = defaultdict(float)
+        runs: dict[tuple[str, str], list[tuple[float, int, int]]] = defaultdict(list)
+        empty_steps: list[Sample] = []
         episodes_error: str | None = None
-        if empty_steps:
+        for part, part_step in parts:
+            queries = self.queries(part, legacy, part_step)
+            try:
+                counted = await sources.metrics.instant(queries["empty_steps"], part.end)
+            except SourceError as exc:
+                return unknown(NAME, "endpoints not checked: the metrics backend did not answer", str(exc))
+            empty_steps.extend(counted)
+            for sample in counted:
+                seconds[_service_key(sample.labels)] += round(sample.value) * part_step
+            if not counted or episodes_error:
+                continue
             try:
                 # The same steps as the subquery: (start, end], every `step` seconds.
                 episodes = await sources.metrics.range(
-                    queries["episodes"], window.start + timedelta(seconds=step), window.end, step
+                    queries["episodes"], part.start + timedelta(seconds=part_step), part.end, part_step
                 )
             except SourceError as exc:
                 episodes_error = str(exc)
+                continue
+            for series in episodes:
+                runs[_service_key(series.labels)].extend(
+                    (at, length, part_step) for at, length in _runs(series.points, part_step)
+                )
         members: dict[tuple[str, str], list[str]] = {}
         if empty_steps and not legacy:
             members = await self._members(sources, window, empty_steps)
-        return self._finding(window, step, resolution, legacy, families, empty_steps, episodes, episodes_error, members)
+        services = [
+            _service(key, total, [] if episodes_error else _joined(runs.get(key, []))) for key, total in seconds.items()
+        ]
+        return self._finding(window, step, resolution, legacy, families, services, episodes_error, members)
+
+    def parts(self, window: Window, resolution: Resolution) -> list[tuple[Window, int]]:
+        """The window's parts at one scrape interval each, with their steps (one part when the interval held)."""
+        segments = resolution.segments
+        if len(segments) < 2:
+            return [(window, self.step(window, resolution.seconds))]
+        out: list[tuple[Window, int]] = []
+        start = window.start
+        for index, segment in enumerate(segments):
+            last = index == len(segments) - 1
+            end = window.end if last else datetime.fromtimestamp(segment.until, tz=UTC)
+            if end > start:
+                part = Window(start, end, window.zone, window.label)
+                out.append((part, self.step(part, segment.seconds)))
+            start = end
+        return out or [(window, self.step(window, resolution.seconds))]
 
     async def _members(
         self, sources: Sources, window: Window, empty_steps: Sequence[Sample]
@@ -227,27 +261,11 @@ class EmptyEndpointsCheck:
         resolution: Resolution,
         legacy: bool,
         families: dict[str, float],
-        empty_steps: Sequence[Sample],
-        episodes: Sequence[RangeSeries],
+        services: list[_Service],
         episodes_error: str | None,
         members: Mapping[tuple[str, str], list[str]] | None = None,
     ) -> Finding:
         policy = self.policy
-        runs = {_service_key(series.labels): _runs(series.points, step) for series in episodes}
-        services = []
-        for sample in empty_steps:
-            key = _service_key(sample.labels)
-            service_runs = runs.get(key, [])
-            services.append(
-                _Service(
-                    namespace=key[0],
-                    service=key[1],
-                    empty_seconds=round(sample.value) * step,
-                    episodes=len(service_runs),
-                    longest_seconds=max((length for _, length in service_runs), default=0),
-                    runs=tuple(service_runs),
-                )
-            )
         services.sort(key=lambda item: (-item.empty_seconds, item.namespace, item.service))
         worst = services[0].empty_seconds if services else 0
         level = 2 if worst >= policy.crit_seconds else 1 if services else 0
@@ -302,7 +320,7 @@ class EmptyEndpointsCheck:
                     ),
                 },
                 # A step at t stands for the scrape in (t - step, t].
-                spans=tuple(Span(at - step, at - step + length) for at, length in item.runs),
+                spans=tuple(Span(at - each, at - each + length) for at, length, each in item.runs),
             )
             for item in services[: policy.top]
         ]
@@ -323,7 +341,7 @@ class EmptyEndpointsCheck:
             for item in services[1 : policy.top]
         ]
         if first.runs:
-            shown = ", ".join(f"{local_time(at, window)} {fmt_duration(length)}" for at, length in first.runs[:8])
+            shown = ", ".join(f"{local_time(at, window)} {fmt_duration(length)}" for at, length, _ in first.runs[:8])
             more = f" and {len(first.runs) - 8} more" if len(first.runs) > 8 else ""
             evidence.insert(0, f"{first.namespace}/{first.service} empty at {shown}{more}")
         evidence.append(_bound(resolution, step))
@@ -356,6 +374,31 @@ def service_of_slice_expression(look: str) -> str:
 
 def _service_key(labels: Mapping[str, str]) -> tuple[str, str]:
     return labels.get("namespace", ""), labels.get("service", "")
+
+
+def _service(key: tuple[str, str], seconds: float, runs: Sequence[tuple[float, int, int]]) -> _Service:
+    return _Service(
+        namespace=key[0],
+        service=key[1],
+        empty_seconds=round(seconds),
+        episodes=len(runs),
+        longest_seconds=max((length for _, length, _ in runs), default=0),
+        runs=tuple(runs),
+    )
+
+
+def _joined(runs: Sequence[tuple[float, int, int]]) -> list[tuple[float, int, int]]:
+    """Runs of consecutive parts as one when the second begins where the first ended (an episode across a change)."""
+    out: list[tuple[float, int, int]] = []
+    for at, length, step in sorted(runs):
+        if out:
+            first_at, first_length, first_step = out[-1]
+            end = first_at - first_step + first_length
+            if at - step <= end + step / 2:
+                out[-1] = (first_at, round(max(end, at - step + length) - (first_at - first_step)), first_step)
+                continue
+        out.append((at, length, step))
+    return out
 
 
 def _runs(points: Sequence[tuple[float, float]], step: int) -> list[tuple[float, int]]:

@@ -141,20 +141,27 @@ class ReadinessCheck:
         """The evaluation step: the scrape interval, coarser only when the window would exceed the point limit."""
         return step_for(window, interval)
 
-    def ready_expression(self, step: int, pods: str = "") -> str:
-        """Per running pod, 1 when ready and 0 when not, read one scrape per step; ``pods`` narrows the selector."""
+    def ready_expression(self, step: int, pods: str = "", lookback: int = 0) -> str:
+        """Per running pod, 1 when ready and 0 when not, read one scrape per step; ``pods`` narrows the selector.
+
+        Each step reads back one scrape (``lookback``: the coarsest interval of the window, `checks.resolution`).
+        """
         narrowed = READY[:-1] + f", {pods}}}" if pods else READY
-        look = f"[{open_range(step)}]"  # one scrape back, on every backend (see `checks.promql.open_range`)
+        # One scrape back, on every backend (see `checks.promql.open_range`).
+        look = f"[{open_range(max(step, lookback))}]"
         return (
             f"(max by (namespace, pod) (last_over_time({narrowed}{look})) unless on (namespace, pod) "
             f"(max by (namespace, pod) (last_over_time(kube_pod_status_phase"
             f'{{phase=~"Succeeded|Failed|Pending"}}{look})) == 1))'
         )
 
-    def queries(self, window: Window, interval: int = 30, pods: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
+    def queries(
+        self, window: Window, interval: int = 30, pods: Sequence[tuple[str, str]] = (), lookback: int = 0
+    ) -> dict[str, str]:
         """The PromQL this check sends, by purpose; ``pods`` (namespace, pod) narrow the detail queries to them."""
         rng = window.promql_range()
         step = self.step(window, interval)
+        look = open_range(max(step, lookback))
         matchers = ""
         targets = ""
         if pods:
@@ -166,9 +173,10 @@ class ReadinessCheck:
         return {
             "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
             "not_ready": (
-                f"count_over_time(({self.ready_expression(step)} == 0)[{open_range(window.seconds)}:{step}s]) > 0"
+                f"count_over_time(({self.ready_expression(step, lookback=lookback)} == 0)"
+                f"[{open_range(window.seconds)}:{step}s]) > 0"
             ),
-            "detail": self.ready_expression(step, matchers),
+            "detail": self.ready_expression(step, matchers, lookback),
             "restarts": (
                 "sum by (namespace, pod) (max_over_time(kube_pod_container_status_restarts_total"
                 f"{narrowed}[{rng}]) - min_over_time(kube_pod_container_status_restarts_total{narrowed}[{rng}]))"
@@ -179,12 +187,12 @@ class ReadinessCheck:
                 f'{{targetref_kind="Pod"{targets}}}[{rng}]), "pod", "$1", "targetref_name", "(.+)") '
                 f"* on (namespace, endpointslice) group_left(service) {slices})"
             ),
-            "node_not_ready": f"(max by (node) (last_over_time({_NODE_READY}[{open_range(step)}])) == 0)",
+            "node_not_ready": f"(max by (node) (last_over_time({_NODE_READY}[{look}])) == 0)",
             "node_condition_present": f"count(count_over_time({_NODE_READY}[{rng}]))",
             # Without node conditions: whether each node's kubelet answered, step by step.
             "node_targets": (
                 f'max by (instance) (max_over_time(up{{job=~"{self.policy.node_liveness_jobs.replace(chr(34), "")}"}}'
-                f"[{open_range(step)}])) >= 1"
+                f"[{look}])) >= 1"
             ),
             "node_addresses": f"max by (node, internal_ip) (last_over_time(kube_node_info[{rng}]))",
             # The failed counts, plus one marker row saying whether the prober is scraped at all.
@@ -206,7 +214,7 @@ class ReadinessCheck:
             return missing
         resolution = await self.resolution(sources, window)
         step = self.step(window, resolution.seconds)
-        queries = self.queries(window, resolution.seconds)
+        queries = self.queries(window, resolution.seconds, lookback=resolution.look)
         try:
             not_ready, probes, node_rows, node_present = await asyncio.gather(
                 sources.metrics.instant(queries["not_ready"], window.end),
@@ -238,13 +246,21 @@ class ReadinessCheck:
                 if item.readiness_failures is None:
                     item.readiness_failures = 0
         node_spans = {series.labels.get("node", ""): runs([t for t, _ in series.points], step) for series in node_rows}
-        detail_error = await self._detail(sources, window, step, pods, liveness=not node_present)
+        detail_error = await self._detail(
+            sources, window, step, pods, liveness=not node_present, lookback=resolution.look
+        )
         return self._finding(
             window, step, resolution, pods, node_spans, probes_observed, bool(node_present), detail_error
         )
 
     async def _detail(
-        self, sources: Sources, window: Window, step: int, pods: dict[tuple[str, str], _Pod], liveness: bool
+        self,
+        sources: Sources,
+        window: Window,
+        step: int,
+        pods: dict[tuple[str, str], _Pod],
+        liveness: bool,
+        lookback: int = 0,
     ) -> str:
         """Episodes, restarts, node and Service of the worst pods; the error that prevented it, or "".
 
@@ -256,7 +272,7 @@ class ReadinessCheck:
         if not worst:
             return ""
         asked = {(p.namespace, p.pod) for p in worst}
-        queries = self.queries(window, step, sorted(asked))
+        queries = self.queries(window, step, sorted(asked), lookback)
         try:
             detail, restarts, nodes, services = await asyncio.gather(
                 sources.metrics.range(queries["detail"], window.start + timedelta(seconds=step), window.end, step),

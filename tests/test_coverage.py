@@ -188,6 +188,33 @@ def _replaced_line(line: bytes, clock: str, _node: str) -> bool | bytes:
     return True
 
 
+def _interval_change(one: Series, start: int, _node: str) -> Sequence[Series] | Series | None:
+    """Scrapes every 30 s until noon, every 5 min after; shop/api's pods unready 15:00–15:40 (its Service empty)."""
+    noon, down, up = ((start + hours * 3600) * 1000 for hours in (12, 15, 15 + 40 / 60))
+    kept = [(t, v) for t, v in zip(one.timestamps_ms, one.values, strict=True) if t < noon or t % 300_000 == 0]
+    labels = one.labels
+    is_api = labels.get("namespace") == "shop" and labels.get("pod", labels.get("targetref_name", "")).startswith(
+        "api-"
+    )
+
+    def during(t: int) -> bool:
+        return down <= t < up
+
+    if is_api and labels["__name__"] == "kube_pod_status_ready" and labels.get("condition") in ("true", "false"):
+        unready = labels["condition"] == "true"
+        kept = [(t, (0.0 if unready else 1.0) if during(t) else v) for t, v in kept]
+    if is_api and labels["__name__"] == "kube_endpointslice_endpoints":
+        ready = [(t, v) for t, v in kept if not during(t)]
+        not_ready = [(t, v) for t, v in kept if during(t)]
+        return [
+            Series(labels, [t for t, _ in ready], [v for _, v in ready]),
+            Series(
+                {**labels, "ready": "false", "serving": "false"}, [t for t, _ in not_ready], [v for _, v in not_ready]
+            ),
+        ]
+    return Series(labels, [t for t, _ in kept], [v for _, v in kept]) if kept else None
+
+
 def _from_nine(_line: bytes, clock: str, _node: str) -> bool:
     return clock >= "09:00:00"
 
@@ -232,6 +259,9 @@ VARIANTS = {
     ),
     "replaced": Copy(
         CALM, Ablation("pi5-3 replaced by pi5-4 at its IP", _replaced, _replaced_line, lambda _n: ()), date(2024, 8, 20)
+    ),
+    "interval_change": Copy(
+        CALM, Ablation("30 s, then 5 min scrapes", _interval_change, _keep_line, lambda _n: ()), date(2024, 8, 30)
     ),
     "not_ready": Copy(
         CALM, Ablation("NotReady, no exporter", _not_ready, _keep_line, lambda _n: ()), date(2024, 2, 10)
@@ -622,11 +652,11 @@ class _PrometheusDay:
                 yield Series(part.labels, [t + shift_ms for t in part.timestamps_ms], part.values)
 
 
-@pytest.mark.parametrize("variant", ["rollout", "fresh"])
+@pytest.mark.parametrize("variant", ["rollout", "fresh", "interval_change"])
 async def test_counters_read_the_same_on_prometheus_after_a_rollout_and_a_fresh_install(
     variants: EmbeddedBackends, variant: str
 ) -> None:
-    """The exporter rollout and the fresh install give the same grade and the same OOM and conntrack words on both."""
+    """A rollout, a fresh install and a scrape interval change read the same, word for word, on both backends."""
     with PrometheusServer([_PrometheusDay(VARIANTS[variant])]) as prometheus:
         settings = load_settings(
             vm_url=prometheus.url, vl_url=variants.logs.url, cluster="homelab", timezone="UTC", policy_file=None
@@ -635,7 +665,7 @@ async def test_counters_read_the_same_on_prometheus_after_a_rollout_and_a_fresh_
         on_prometheus = to_json(await make_digest(config, day_window(VARIANTS[variant].at, ZoneInfo("UTC"))))
     on_victoria = await _digest(variants, VARIANTS[variant].at)
     assert (on_prometheus["status"], on_prometheus["score"]) == (on_victoria["status"], on_victoria["score"])
-    for name in ("oom_kills", "conntrack"):
+    for name in ("oom_kills", "conntrack", "readiness", "empty_endpoints"):
         mine, theirs = _check(on_prometheus, name), _check(on_victoria, name)
         assert (mine["status"], mine["summary"], mine["evidence"]) == (
             theirs["status"],
@@ -721,3 +751,19 @@ async def test_a_node_replaced_by_one_reusing_its_ip_is_no_blind_spot(variants: 
     payload = await _digest(variants, VARIANTS["replaced"].at)
     assert "not seen" not in str(payload["headline"])
     assert (payload["status"], payload["score"]) == ("OK", 10)
+
+
+async def test_a_scrape_interval_change_keeps_durations_right_in_each_part(variants: EmbeddedBackends) -> None:
+    """30 s scrapes until noon, 5 min after: shop/api's 40 minutes unready read as 40 minutes, CRIT, said once."""
+    payload = await _digest(variants, VARIANTS["interval_change"].at)
+    readiness = _check(payload, "readiness")
+    assert readiness["status"] == "CRIT"
+    for offender in readiness["offenders"]:  # type: ignore[union-attr]
+        assert 35 * 60 <= offender["facts"]["not_ready_seconds"]["value"] <= 45 * 60, offender
+    empty = _check(payload, "empty_endpoints")
+    assert empty["status"] == "CRIT"
+    [api] = [o for o in empty["offenders"] if o["labels"]["service"] == "api"]  # type: ignore[union-attr]
+    assert 35 * 60 <= api["facts"]["empty_seconds"]["value"] <= 45 * 60, api
+    said = "scrape interval 30 s until 12:00, 5 min after"
+    assert any(line.startswith(said) for line in empty["evidence"]), empty["evidence"]
+    assert any(line.startswith(said) for line in readiness["evidence"]), readiness["evidence"]
