@@ -25,7 +25,7 @@ Signal (kube-state-metrics and the kubelet's prober, queries.md §5.1, §5.2):
   exactly (`checks.promql.counted_increase`: the counter appears at its first failure, at 1, which Prometheus'
   ``increase()`` would not count, and it would extrapolate the rest to 4.0068 — 07-20 had 5)::
 
-      sum by (namespace, pod, container) (<rise of prober_probe_total{probe_type="Liveness", result="failed"}
+      max by (namespace, pod, container) (<rise of prober_probe_total{probe_type="Liveness", result="failed"}
                                            minute by minute over the window>) > 0
 
 Pods that were not ready without restarting are the ``readiness`` check's: a restart counter says nothing about
@@ -198,7 +198,15 @@ class RestartsCheck:
             Offender(
                 labels={**dict(zip(CONTAINER_LABELS, key, strict=True)), "reasons": _reasons(containers[key])},
                 value=containers[key].restarts,
-                facts={"restarts": Quantity(containers[key].restarts, Unit.COUNT)},
+                facts={
+                    "restarts": Quantity(containers[key].restarts, Unit.COUNT),
+                    # Only when some were counted: without the prober's metrics, none seen is not none.
+                    **(
+                        {"liveness_failures": Quantity(containers[key].liveness_failures, Unit.COUNT)}
+                        if containers[key].liveness_failures
+                        else {}
+                    ),
+                },
             )
             for key in flagged[: policy.top]
         ]

@@ -305,3 +305,38 @@ def test_without_node_conditions_a_node_that_kept_reporting_leaves_readiness_and
     assert "under CPU throttling (fastapi-abc-1: 62 %" in text
     assert "their nodes' kubelet answered throughout" in text
     assert "cannot tell" not in text
+
+
+def _crash_looping(reasons: str, **facts: float) -> Finding:
+    values = {"restarts": Quantity(192, Unit.COUNT)}
+    values.update({key: Quantity(value, Unit.COUNT) for key, value in facts.items()})
+    offender = Offender(
+        labels={"namespace": "shop", "pod": "x-7d9c8b6f5d-x2x4k", "container": "app", "reasons": reasons},
+        value=192,
+        facts=values,
+    )
+    return Finding(name="restarts", status=Status.CRIT, penalty=0, value=192, summary="s", offenders=[offender])
+
+
+def test_a_quiet_crash_loop_is_explained_on_its_own_evidence() -> None:
+    """192 restarts with few error lines: the crash loop is explained from its exit reasons, not left unsaid."""
+    [explanation] = [e for e in explain([_crash_looping("Error")]) if e.rule == "crash_loop"]
+    assert explanation.cause == "crash_loop"
+    assert explanation.text.startswith("Crash loop: shop/x-7d9c8b6f5d-x2x4k/app restarted 192 times")
+    assert "exit reasons: Error" in explanation.text
+
+
+def test_a_crash_loop_without_reasons_says_it_cannot_tell() -> None:
+    """No exit reason and no probe failure: the sentence names no cause."""
+    [explanation] = [e for e in explain([_crash_looping("reason unknown")]) if e.rule == "crash_loop"]
+    assert explanation.cause == ""
+    assert "why is not in the data" in explanation.text
+
+
+def test_a_liveness_kill_loop_names_the_probe() -> None:
+    """Restarts the kubelet made after failed liveness probes are named as the probe's."""
+    [explanation] = [
+        e for e in explain([_crash_looping("reason unknown", liveness_failures=576)]) if e.rule == "crash_loop"
+    ]
+    assert explanation.cause == "liveness"
+    assert "576 failed liveness probes" in explanation.text

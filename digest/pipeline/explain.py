@@ -37,6 +37,8 @@ Rules, in this order (the order of the explanations in the digest):
 - ``idle_timeout`` (seeds 000 and 004): UC — the upstream closes idle keep-alive connections before the proxy does;
   named with the inversion when the failure ratio is higher in quiet hours than in busy ones (seed 004).
 - ``log_storm`` (seed 001): an error flood with restarts but no OOM kill — a crash loop or a retry storm.
+- ``crash_loop``: a container restarting in a loop (restarts CRIT) on its own evidence — its exit reasons, failed
+  liveness probes, error lines — when neither the flood nor a stuck rollout said it already.
 - ``blind_spot`` (seed 001: zero alerts in 19 hours): CRITICAL findings but no alert fired.
 """
 
@@ -459,6 +461,54 @@ def log_storm(findings: Findings) -> Explanation | None:
     )
 
 
+def crash_loop(findings: Findings) -> Explanation | None:
+    """A crash loop on its own evidence: restarts (CRIT), their exit reasons, failed liveness probes, error lines.
+
+    Not only when the error lines flood (log_storm): a container can crash-loop quietly (192 restarts, a few lines
+    each). The cause is named only from the reasons kube-state-metrics gave: OOMKilled is memory, a liveness kill
+    with failed probes is the probe, Error/Completed is the program's own exit; without reasons, it says so.
+    """
+    restarts = findings.get("restarts")
+    if restarts is None or restarts.status is not Status.CRIT or not restarts.offenders:
+        return None
+    worst = restarts.offenders[0]
+    namespace, pod = worst.labels.get("namespace", ""), worst.labels.get("pod", "")
+    container = worst.labels.get("container", "")
+    count = worst.fact("restarts") or worst.value
+    reasons = [reason for reason in worst.labels.get("reasons", "").split(", ") if reason]
+    liveness = worst.fact("liveness_failures")
+    known = [reason for reason in reasons if reason != "reason unknown"]
+    evidence = [f"{fmt_int(count)} restarts"]
+    if known:
+        evidence.append(f"exit reasons: {', '.join(reasons)}")
+    if liveness:
+        evidence.append(f"{fmt_int(liveness)} failed liveness probes")
+    errors = [
+        o
+        for o in _offenders(findings.get("error_lines"))
+        if o.labels.get("namespace") == namespace and pod.startswith(f"{o.labels.get('workload', '')}-")
+    ]
+    if errors:
+        evidence.append(f"{fmt_int(errors[0].value)} error lines from {namespace}/{errors[0].labels.get('workload')}")
+    if known and known[0] == "OOMKilled":
+        cause, words = "oom", "the kernel killed it for memory: raise its limit or find what grows"
+    elif liveness and (not known or known[0] not in ("Error", "Completed")):
+        cause, words = "liveness", "the kubelet killed it on failed liveness probes: the probe, or what makes it slow"
+    elif known:
+        cause, words = (
+            "crash_loop",
+            "it exits on its own: read the last lines of its previous run (kubectl logs --previous)",
+        )
+    else:
+        cause, words = "", "why is not in the data (no exit reason, no probe failure seen): kubectl logs --previous"
+    return Explanation(
+        "crash_loop",
+        f"Crash loop: {namespace}/{pod}/{container} restarted {fmt_int(count)} times ({'; '.join(evidence)}) "
+        f"— {words}.",
+        cause,
+    )
+
+
 def blind_spot(findings: Findings) -> Explanation | None:
     """CRITICAL findings and no alert fired."""
     critical = [name for name, finding in findings.items() if finding.status is Status.CRIT and name != "alerts"]
@@ -487,6 +537,7 @@ RULES: tuple[Callable[[Findings], Explanation | None], ...] = (
     node_not_ready,
     idle_timeout,
     log_storm,
+    crash_loop,
     blind_spot,
 )
 
@@ -502,6 +553,9 @@ def explain(findings: Sequence[Finding]) -> tuple[Explanation, ...]:
             continue
         # The UH sentence already named the node or the stuck rollout: the standalone rule would repeat it.
         if explanation.rule in ("node_not_ready", "stuck_rollout") and explanation.cause in said:
+            continue
+        # A crash loop already said by the error flood (log_storm) or the stuck rollout (its new pods crash-loop).
+        if explanation.rule == "crash_loop" and ({"crash_loop", "stuck_rollout"} & said or "oom" in said):
             continue
         said.add(explanation.cause)
         out.append(explanation)
