@@ -232,7 +232,9 @@ class OomKillsCheck:
             more = f" ({fmt_int(container_kills)} container kills in all)" if container_kills > count else ""
             summary = f"{key[0]}/{key[1]}/{key[2]} OOM-killed{times_word}{at}{more}"
         else:
-            summary = f"{fmt_int(kernel_kills)} kernel OOM kill(s) on {nodes}, no container terminated by it"
+            # "seen": a container terminated by it may be one kube-state-metrics did not see (a pod deleted between
+            # two scrapes, a shard down), so the sentence claims only what was seen.
+            summary = f"{fmt_int(kernel_kills)} kernel OOM kill(s) on {nodes}, no container termination seen for it"
         return Finding(
             name=NAME,
             status=Status.WARN,

@@ -197,7 +197,9 @@ class ReadinessCheck:
             "node_addresses": f"max by (node, internal_ip) (last_over_time(kube_node_info[{rng}]))",
             # The failed counts, plus one marker row saying whether the prober is scraped at all.
             "probes": (
-                f"sum by (namespace, pod) ({counted_increase(READINESS_FAILED, window.seconds)}) > 0 "
+                # One series per container first: an HA pair of scrapers writes each probe counter twice.
+                "sum by (namespace, pod) (max by (namespace, pod, container) "
+                f"({counted_increase(READINESS_FAILED, window.seconds)})) > 0 "
                 "or label_replace(count(count_over_time("
                 f'prober_probe_total{{probe_type="Readiness"}}[{rng}])), "pod", "{_OBSERVED}", "", "")'
             ),

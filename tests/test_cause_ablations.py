@@ -292,13 +292,23 @@ def test_causes_never_change_when_an_optional_exporter_is_missing(
             for rule, cause in ablated.items():
                 if cause and rule in full and cause != full[rule]:
                     problems.append(f"{day} − {family.name}: {rule} names {cause!r}, the full day {full[rule]!r}")
-                if cause and rule not in full:
+                if cause and rule not in full and not _said_by_another(rule, cause, full):
                     problems.append(f"{day} − {family.name}: {rule} names {cause!r}, silent on the full day")
         rows.extend(cells)
     print(f"cause ablation matrix: {len(DAYS)} days × {len(FAMILIES)} families", *rows, sep="\n")
     assert not problems, "\n".join(problems)
     # No column of the matrix is vacuous: every family removed exists on some corpus day.
     assert {name for _, name in removed} == {family.name for family in FAMILIES}
+
+
+# A rule the full day kept silent because a more specific one said the same thing: the crash loop of a stuck
+# rollout's new pods (stuck_rollout) or of an error flood (log_storm). Without the rollout families the crash loop is
+# all that can be said, and it is the same cause.
+_SAID_BY = {"crash_loop": ("stuck_rollout", "log_storm")}
+
+
+def _said_by_another(rule: str, cause: str, full: dict[str, str]) -> bool:
+    return cause == "crash_loop" and any(other in full for other in _SAID_BY.get(rule, ()))
 
 
 def _show(causes: dict[str, str]) -> str:

@@ -195,10 +195,11 @@ def test_without_rollout_families_readiness_evidence_still_speaks_but_says_what_
 
 
 def test_no_readiness_nor_rollout_evidence_says_it_cannot_tell() -> None:
-    """UH with an empty Service, no pod seen unready and no rollout families: "either … or …", no cause named."""
+    """UH, no pod seen unready (readiness observed) and no rollout families: only a rollout is possible, no cause."""
     cause, text = _cause(_uh(), _empty(*EPISODES), _readiness(), _deployments(observable=False))
     assert cause == ""
-    assert "either a rollout or failing readiness — rollout state not observable" in text
+    assert "possibly a rollout, the data cannot tell — rollout state not observable" in text
+    assert "failing readiness" not in text
     assert "Recreate" not in text
 
 

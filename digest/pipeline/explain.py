@@ -245,8 +245,22 @@ def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offend
     if not _observes(readiness, "kube_pod_status_ready"):
         missing.append("pods' readiness not observable")
     if missing:
-        blind = not rollouts_seen or not _observes(readiness, "kube_pod_status_ready")
-        opening = "either a rollout or failing readiness" if blind else "the data cannot tell why"
+        # Only what could have happened unseen is offered as a possibility: a rollout when rollouts were not
+        # observable (an observed day without one had none), failing readiness when readiness was not.
+        possible = [
+            words
+            for words, unseen in (
+                ("a rollout", not rollouts_seen),
+                ("failing readiness", not _observes(readiness, "kube_pod_status_ready")),
+            )
+            if unseen
+        ]
+        if len(possible) == 2:
+            opening = "either a rollout or failing readiness"
+        elif possible:
+            opening = f"possibly {possible[0]}, the data cannot tell"
+        else:
+            opening = "the data cannot tell why"
         return "", f"{opening} — {'; '.join(missing)}", ""
     return "", "no rollout, no pod seen unready or restarting: the data does not say why", ""
 
