@@ -48,7 +48,7 @@ async def test_logs_down_then_metrics_down(own_backends: EmbeddedBackends) -> No
     errors = {item["name"]: item["error"] for item in payload["checks"]}
     assert "VictoriaLogs unreachable" in errors["error_lines"]
     text = Renderer().render(await make_digest(config, window), "text")
-    assert text.splitlines()[0] == "UNKNOWN · homelab · 2026-08-17"
+    assert text.splitlines()[0] == "UNKNOWN · homelab · 2026-08-17 · not checked: error_lines, envoy_flags"
     assert text.splitlines()[1] == "score 10/10 on the 2 of 4 graded checks that could run"
     assert "error_lines not checked" in text
 

@@ -111,7 +111,7 @@ def test_unknown_headline_carries_no_clean_score() -> None:
         Policy(),
     )
     text = Renderer().render(digest, "text")
-    assert text.splitlines()[0] == "UNKNOWN · prod · 2026-07-20"
+    assert text.splitlines()[0] == "UNKNOWN · prod · 2026-07-20 · not checked: conntrack"
     assert "10/10 ·" not in text
 
 

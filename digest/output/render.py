@@ -104,6 +104,11 @@ def headline(digest: Digest) -> str:
         shown = parts[:_HEADLINE_PARTS]
         more = len(parts) - len(shown)
         line += " · not seen: " + "; ".join(shown) + (f"; {more} more" if more else "")
+    blind = [finding.name for finding in digest.unknown if not (finding.coverage and finding.coverage.missing)]
+    if blind and digest.status is DigestStatus.UNKNOWN:
+        # A graded check blind for its own reason (its query failed, its records lack a field): what could not be
+        # checked is said where the reader stops, not only further down.
+        line += " · not checked: " + ", ".join(blind)
     if digest.status in (DigestStatus.OK, DigestStatus.UNKNOWN):
         # No point lost, but a diagnostic found something: a reader who stops at the headline must not read "all
         # fine" over a crash loop. (WARNING and CRITICAL send the reader down already.)
