@@ -52,6 +52,7 @@ from checks.contract import (
     Sample,
     SourceError,
     Sources,
+    Span,
     Status,
     Unit,
     Window,
@@ -144,6 +145,8 @@ class _Upstream:
     # 5xx records without the flag field (absent or null, not Envoy's "-"): neither flagged nor the application's.
     unclassifiable: float = 0.0
     flagged: dict[str, float] | None = None
+    # The hours (start, unix seconds) each flag's 5xx fell in, from the access log: when, for a cross-check in time.
+    hours: dict[str, set[float]] | None = None
 
     def add_flagged(self, flag: str, count: float) -> None:
         if self.flagged is None:
@@ -286,6 +289,9 @@ class EnvoyFlagsCheck:
                     upstream.unclassifiable += server_errors
                 elif raw_flags != "-":
                     upstream.add_flagged(raw_flags, server_errors)
+                    if row.bucket is not None:
+                        upstream.hours = upstream.hours or {}
+                        upstream.hours.setdefault(raw_flags, set()).add(row.bucket)
 
     def _add_istio_rows(self, upstreams: dict[str, _Upstream], rows: Sequence[Sample]) -> None:
         # Keep, per service and (code, flags), the larger of the two reporters' counts: counted once, seen by either.
@@ -336,7 +342,10 @@ class EnvoyFlagsCheck:
             if shape is not None:
                 labels["worst_hour"] = shape.worst_hour
                 facts.update(shape.facts())
-            offenders.append(Offender(labels=labels, value=count, facts=facts))
+            # The hours the answers fell in (access log only): an explanation ties them to a cause only in time.
+            hours = (upstreams[name].hours or {}).get(flags, set())
+            spans = tuple(Span(hour, hour + 3600) for hour in sorted(hours))
+            offenders.append(Offender(labels=labels, value=count, facts=facts, spans=spans))
         # The summary explains the worst flag; the evidence lines list the next ones.
         evidence = [
             f"then {fmt_int(count)} × {flags} on {name} ({fmt_percent(ratio)} of {fmt_int(requests)}): "

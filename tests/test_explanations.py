@@ -341,3 +341,13 @@ def test_a_liveness_kill_loop_names_the_probe() -> None:
     ]
     assert explanation.cause == "liveness"
     assert "576 failed liveness probes" in explanation.text
+
+
+def test_uh_at_another_time_than_the_empty_episodes_is_not_explained_by_them() -> None:
+    """UH answers in the 20:00 hour, the Service empty only around 00:10: the emptiness is not their cause."""
+    uh = _uh()
+    late = Offender(labels=uh.offenders[0].labels, value=uh.offenders[0].value, spans=(Span(T0 + 72_000, T0 + 75_600),))
+    answers = Finding(name="envoy_flags", status=Status.CRIT, penalty=2, value=7_212, summary="s", offenders=[late])
+    cause, text = _cause(answers, _empty(*EPISODES), _readiness(), _deployments(_rollout("fastapi", 610, "Recreate")))
+    assert cause == ""
+    assert "had no ready endpoint only at other times of the day" in text

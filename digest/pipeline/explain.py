@@ -325,6 +325,16 @@ def no_healthy_upstream(findings: Findings) -> Explanation | None:
         # Only the route's own backend: another Service of the namespace that was empty meanwhile (a Recreate
         # rollout of shop/cart beside UH on shop/api) is a coincidence until the data ties the two.
         match = next((o for o in same if o.labels.get("service") == route), None)
+        # The answers' hours (from the access log) must meet the empty episodes: emptiness at another time of the day
+        # explains nothing about these answers.
+        if (
+            match is not None
+            and answer.spans
+            and match.spans
+            and not _overlaps(answer.spans, match.spans, 2 * _slack(match))
+        ):
+            untied.append((answer, route, [match]))
+            continue
         if match is None:
             if same:
                 untied.append((answer, route, same))
@@ -344,6 +354,13 @@ def no_healthy_upstream(findings: Findings) -> Explanation | None:
     if untied:
         answer, route, same = untied[0]
         namespace = _upstream_namespace(answer.labels["upstream"])
+        if [o.labels.get("service") for o in same] == [route]:
+            return Explanation(
+                "no_healthy_upstream",
+                f"No healthy upstream: {fmt_int(answer.value)} × UH on {answer.labels['upstream']}; the data cannot "
+                f"tell why — {namespace}/{route} had no ready endpoint only at other times of the day.",
+                "",
+            )
         others = ", ".join(sorted(f"{namespace}/{o.labels.get('service', '?')}" for o in same))
         return Explanation(
             "no_healthy_upstream",
