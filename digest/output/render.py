@@ -104,7 +104,8 @@ def headline(digest: Digest) -> str:
         shown = parts[:_HEADLINE_PARTS]
         more = len(parts) - len(shown)
         line += " · not seen: " + "; ".join(shown) + (f"; {more} more" if more else "")
-    blind = [finding.name for finding in digest.unknown if not (finding.coverage and finding.coverage.missing)]
+    # Blind for its own reason, not for a part of the window or fleet already named (a partial note).
+    blind = [finding.name for finding in digest.unknown if not (finding.error or "").startswith(PARTIAL)]
     if blind and digest.status is DigestStatus.UNKNOWN:
         # A graded check blind for its own reason (its query failed, its records lack a field): what could not be
         # checked is said where the reader stops, not only further down.
