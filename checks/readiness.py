@@ -63,10 +63,10 @@ from checks.contract import (
     fmt_int,
     grade,
     local_time,
-    node_name,
     unknown,
 )
 from checks.empty_endpoints import service_of_slice_expression
+from checks.nodes import node_names
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
 from checks.promql import any_of, counted_increase, open_range
 from checks.resolution import Resolution, resolve, runs, step_for
@@ -194,7 +194,6 @@ class ReadinessCheck:
                 f'max by (instance) (max_over_time(up{{job=~"{self.policy.node_liveness_jobs.replace(chr(34), "")}"}}'
                 f"[{look}])) >= 1"
             ),
-            "node_addresses": f"max by (node, internal_ip) (last_over_time(kube_node_info[{rng}]))",
             # The failed counts, plus one marker row saying whether the prober is scraped at all.
             "probes": (
                 # One series per container first: an HA pair of scrapers writes each probe counter twice.
@@ -317,15 +316,13 @@ class ReadinessCheck:
         self, sources: Sources, window: Window, step: int, queries: Mapping[str, str], worst: Sequence[_Pod]
     ) -> None:
         """How much of each pod's unready time its node's kubelet answered (up = 1)."""
-        targets, addresses = await asyncio.gather(
+        targets, named = await asyncio.gather(
             sources.metrics.range(queries["node_targets"], window.start + timedelta(seconds=step), window.end, step),
-            sources.metrics.instant(queries["node_addresses"], window.end),
+            node_names(sources, window),  # kubelets scraped by IP are matched to their node by kube_node_info
         )
-        by_ip = {s.labels["internal_ip"]: s.labels["node"] for s in addresses if s.labels.get("internal_ip")}
         alive: dict[str, set[float]] = defaultdict(set)
         for series in targets:
-            bare = node_name(series.labels.get("instance", ""))
-            alive[by_ip.get(bare, bare)].update(moment for moment, _ in series.points)
+            alive[named(series.labels.get("instance", ""))].update(moment for moment, _ in series.points)
         spans = {node: runs(sorted(moments), step) for node, moments in alive.items()}
         for item in worst:
             if item.node and item.unready:
