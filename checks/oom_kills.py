@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from checks import coverage
 from checks.contract import (
@@ -124,6 +124,11 @@ class OomKillsCheck:
                 f"{by} ({terminated_at}) and on (namespace, pod, container) ({fresh_oom_filter}))[{steps}:1m]))"
             ),
             "node_kills": f"sum by (instance) ({counted_rise(node_oom_kills, window.seconds)})",
+            # The nodes whose node_exporter answered but carried no kernel OOM counter: the cross-check is blind there.
+            "kernel_blind": (
+                f'group by (instance) (max_over_time(up{{job=~"{node_job}"}}[{window.promql_range()}]) >= 1) '
+                f"unless on (instance) group by (instance) (count_over_time({node_oom_kills}[{window.promql_range()}]))"
+            ),
         }
 
     async def __call__(self, sources: Sources, window: Window) -> Finding:
@@ -143,13 +148,25 @@ class OomKillsCheck:
                 return absent
         node_error: str | None = None
         named = NodeNames()
+        blind: Sequence[Sample] = ()
         try:
-            node_kills: Sequence[Sample] = await sources.metrics.instant(queries["node_kills"], at)
+            node_kills: Sequence[Sample]
+            node_kills, blind = await asyncio.gather(
+                sources.metrics.instant(queries["node_kills"], at),
+                sources.metrics.instant(queries["kernel_blind"], at),
+            )
         except SourceError as exc:
             node_kills, node_error = (), str(exc)
-        if any(round(sample.value) > 0 for sample in node_kills):
-            named = await node_names(sources, window)  # only a node with kills is named: only then asked
-        return self._finding(window, kills, kill_times, node_kills, node_error, named)
+        if blind or any(round(sample.value) > 0 for sample in node_kills):
+            named = await node_names(sources, window)  # only a node that is named: only then asked
+        finding = self._finding(window, kills, kill_times, node_kills, node_error, named)
+        if blind and node_kills:
+            # Per node: a node without the counter is a hole in the cross-check, said rather than read as no kill.
+            nodes = ", ".join(sorted(named(sample.labels.get("instance", "?")) for sample in blind))
+            return replace(
+                finding, evidence=(*finding.evidence, f"kernel cross-check blind on {nodes}: no node_vmstat_oom_kill")
+            )
+        return finding
 
     async def _kills(
         self, sources: Sources, window: Window, containers: Sequence[ContainerKey]

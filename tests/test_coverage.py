@@ -263,6 +263,20 @@ VARIANTS = {
     "interval_change": Copy(
         CALM, Ablation("30 s, then 5 min scrapes", _interval_change, _keep_line, lambda _n: ()), date(2024, 8, 30)
     ),
+    "no_kernel_counter": Copy(
+        CALM,
+        Ablation(
+            "pi5-1 without node_vmstat_oom_kill",
+            lambda one, _s, _n: (
+                None
+                if one.labels["__name__"] == "node_vmstat_oom_kill" and one.labels.get("instance") == f"{NODE}:9100"
+                else one
+            ),
+            _keep_line,
+            lambda _n: (),
+        ),
+        date(2024, 9, 9),
+    ),
     "not_ready": Copy(
         CALM, Ablation("NotReady, no exporter", _not_ready, _keep_line, lambda _n: ()), date(2024, 2, 10)
     ),
@@ -767,3 +781,10 @@ async def test_a_scrape_interval_change_keeps_durations_right_in_each_part(varia
     said = "scrape interval 30 s until 12:00, 5 min after"
     assert any(line.startswith(said) for line in empty["evidence"]), empty["evidence"]
     assert any(line.startswith(said) for line in readiness["evidence"]), readiness["evidence"]
+
+
+async def test_a_node_without_the_kernel_oom_counter_is_named_in_the_cross_check(variants: EmbeddedBackends) -> None:
+    """pi5-1's node_exporter without node_vmstat_oom_kill: the cross-check says it is blind there, not "no kill"."""
+    payload = await _digest(variants, VARIANTS["no_kernel_counter"].at)
+    oom = _check(payload, "oom_kills")
+    assert f"kernel cross-check blind on {NODE}: no node_vmstat_oom_kill" in oom["evidence"]  # type: ignore[operator]
