@@ -292,6 +292,7 @@ class GapKind(enum.StrEnum):
     NODE = "node"  # one node's exporter (node_exporter, cAdvisor) had no data then
     SHIPPER = "shipper"  # no log line came from one node then: its log shipper is stuck or gone
     NAMESPACE = "namespace"  # no log line came from a namespace that logged every earlier day, while its pods ran
+    ROUTE = "route"  # no access-log line came for a route that had requests every earlier day, while its pods ran
 
 
 @dataclass(frozen=True)
@@ -355,6 +356,9 @@ class Finding:
     # Log lines per namespace in the window, from a check that counted every line (error_lines): the digest compares
     # them with earlier days, so that a namespace that always logged and fell silent today is named as unseen.
     namespace_lines: Mapping[str, float] = field(default_factory=dict)
+    # Access-log lines per route (upstream) in the window (envoy_flags): a route that had requests every earlier day
+    # and none today, its namespace's pods running, is unseen rather than a route without 5xx.
+    route_lines: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.penalty < 0:

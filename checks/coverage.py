@@ -819,10 +819,10 @@ def _node_gaps(
                 node_gaps[node].append(Gap(kind, node, need.label, *grid.span(*run)))
 
 
-def silent_namespaces(
+def fell_silent(
     today: Mapping[str, float], earlier: Sequence[Mapping[str, float]], policy: CoveragePolicy
 ) -> list[str]:
-    """Namespaces that logged on every earlier day (at least ``silence_lines`` an hour on average) and not today.
+    """Namespaces (or routes) that logged on every earlier day (``silence_lines`` an hour on average) and not today.
 
     The candidates only: whether their pods ran today is asked of the metrics (a namespace scaled to zero is quiet,
     not unseen). No earlier day, no candidate: a namespace that never logs is never expected to.
@@ -834,14 +834,18 @@ def silent_namespaces(
     return sorted(name for name in steady if today.get(name, 0.0) <= 0)
 
 
-def with_silent_namespaces(finding: Finding, namespaces: Sequence[str], window: Window) -> Finding:
-    """``finding`` with ``namespaces`` unseen for the whole window: its coverage partial, the grade rule applied."""
-    if not namespaces or finding.coverage is None:
+# What each kind of silent entity missed, as a gap's source.
+_SILENT_SOURCE = {GapKind.NAMESPACE: "logs", GapKind.ROUTE: "access log"}
+
+
+def with_silent(finding: Finding, kind: GapKind, names: Sequence[str], window: Window) -> Finding:
+    """``finding`` with ``names`` (namespaces or routes) unseen for the whole window, the grade rule applied."""
+    if not names or finding.coverage is None:
         return finding
-    gaps = tuple(Gap(GapKind.NAMESPACE, name, "logs", window.start, window.end) for name in namespaces)
+    gaps = tuple(Gap(kind, name, _SILENT_SOURCE[kind], window.start, window.end) for name in names)
     before = finding.coverage
     widened = replace(before, missing=(*before.missing, *gaps), partial=True)
-    if before.partial:  # already judged partial: its note stands, the coverage now names the namespaces too
+    if before.partial:  # already judged partial: its note stands, the coverage now names the entities too
         return replace(finding, coverage=widened)
     return apply(replace(finding, coverage=None), widened, window)
 
@@ -876,6 +880,12 @@ def _hint(coverage: Coverage, window: Window) -> str:
         return (
             f"Are the logs of namespace {', '.join(names)} still shipped (the shipper's namespace filters and "
             "exclusions, the pods' log output)? Its pods ran, and it logged on every earlier day."
+        )
+    if GapKind.ROUTE in kinds:
+        names = sorted({gap.name for gap in coverage.missing if gap.kind is GapKind.ROUTE})
+        return (
+            f"Does the gateway still log {', '.join(names)} (its access-log settings, the route's listener, a "
+            "renamed route)? Its namespace's pods ran, and it had requests on every earlier day."
         )
     if GapKind.SHIPPER in kinds:
         nodes = sorted({gap.name for gap in coverage.missing if gap.kind is GapKind.SHIPPER})
@@ -940,7 +950,7 @@ def phrases(gaps: Iterable[Gap], window: Window) -> list[str]:
     for gap in unique:
         if gap.kind is not GapKind.HOURS and gap.source not in grouped[(gap.kind, gap.name, gap.start, gap.end)]:
             grouped[(gap.kind, gap.name, gap.start, gap.end)].append(gap.source)
-    order = {GapKind.TARGET: 0, GapKind.NODE: 1, GapKind.SHIPPER: 2, GapKind.NAMESPACE: 3}
+    order = {GapKind.TARGET: 0, GapKind.NODE: 1, GapKind.SHIPPER: 2, GapKind.NAMESPACE: 3, GapKind.ROUTE: 4}
     for (kind, name, start, end), sources in sorted(grouped.items(), key=lambda item: (order[item[0][0]], item[0])):
         span = when(Gap(kind, name, "", start, end), window)
         full = start <= window.start and end >= window.end
@@ -955,6 +965,8 @@ def phrases(gaps: Iterable[Gap], window: Window) -> list[str]:
             out.append(f"node {name} ({joined}, {span})" if full else f"node {name} ({joined} {span})")
         elif kind is GapKind.NAMESPACE:
             out.append(f"logs of namespace {name} ({span})" if full else f"logs of namespace {name} {span}")
+        elif kind is GapKind.ROUTE:
+            out.append(f"access log of route {name} ({span})" if full else f"access log of route {name} {span}")
         else:
             out.append(f"logs from {name} ({span})" if full else f"logs from {name} {span}")
     return out

@@ -141,6 +141,8 @@ class EnvoyFlagsPolicy:
 @dataclass
 class _Upstream:
     requests: float = 0.0
+    # Of them, the access log's lines (Istio's counter adds to ``requests`` only).
+    logged: float = 0.0
     server_errors: float = 0.0
     # 5xx records without the flag field (absent or null, not Envoy's "-"): neither flagged nor the application's.
     unclassifiable: float = 0.0
@@ -281,6 +283,7 @@ class EnvoyFlagsCheck:
             upstream = upstreams[_clean(row.group.get(policy.upstream_field, ""))]
             raw_flags = row.group.get(policy.flags_field, "")
             upstream.requests += row.counts.get("requests", 0.0)
+            upstream.logged += row.counts.get("requests", 0.0)
             server_errors = row.counts.get("errors", 0.0)
             if server_errors > 0:
                 upstream.server_errors += server_errors
@@ -405,6 +408,7 @@ class EnvoyFlagsCheck:
             hint=hint,
             error="; ".join([*errors, *unseen]) or None,
             evidence=evidence,
+            route_lines={name: upstream.logged for name, upstream in upstreams.items() if upstream.logged > 0},
         )
 
 
@@ -444,6 +448,14 @@ def _quiet_vs_busy(requests: dict[float, float], resets: dict[float, float], win
         worst_hour_start=worst[1],
         worst_hour=local_time(worst[1], window),
     )
+
+
+def upstream_namespace(upstream: str) -> str:
+    """``httproute/shop/api/rule/0`` → ``shop``; ``istio:pricing/quote`` → ``pricing``; else ``""``."""
+    if upstream.startswith("istio:"):
+        return upstream.removeprefix("istio:").split("/", 1)[0]
+    parts = upstream.split("/")
+    return parts[1] if len(parts) > 2 else ""
 
 
 def _clean(value: str) -> str:

@@ -257,6 +257,17 @@ VARIANTS = {
         ),
         date(2024, 6, 1),
     ),
+    # The day after: every access-log record of shop/api's route lost (the gateway logs its other routes).
+    "route_lost": Copy(
+        CALM,
+        Ablation(
+            "shop/api's access log lost",
+            _keep_series,
+            lambda line, _c, _n: b"httproute/shop/api/" not in line,
+            lambda _n: (),
+        ),
+        date(2024, 6, 2),
+    ),
     "replaced": Copy(
         CALM, Ablation("pi5-3 replaced by pi5-4 at its IP", _replaced, _replaced_line, lambda _n: ()), date(2024, 8, 20)
     ),
@@ -751,6 +762,17 @@ async def test_a_namespace_whose_logs_are_lost_is_unseen_not_quiet(variants: Emb
     error_lines = _check(payload, "error_lines")
     assert error_lines["status"] == "UNKNOWN"
     assert "feeds" not in str(_check(payload, "conntrack")["coverage"])  # the metrics checks saw all they read
+    assert "route" not in str(payload["headline"])  # every route logged on both days
+
+
+async def test_a_route_whose_access_log_is_lost_is_unseen_not_clean(variants: EmbeddedBackends) -> None:
+    """shop/api's route had requests the day before and none today, shop's pods running: envoy_flags names it."""
+    payload = await _digest(variants, VARIANTS["route_lost"].at, Policy(trends=TrendsPolicy(days=1)))
+    envoy = _check(payload, "envoy_flags")
+    assert envoy["status"] == "UNKNOWN", envoy
+    assert "access log of route httproute/shop/api/rule/0 (24 h)" in str(payload["headline"])
+    assert "Does the gateway still log httproute/shop/api/rule/0" in str(envoy["hint"])
+    assert "route" not in str(_check(payload, "error_lines")["coverage"])  # the app logs are whole
 
 
 async def test_namespaces_that_log_or_never_logged_are_not_named(variants: EmbeddedBackends) -> None:

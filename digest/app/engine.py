@@ -25,7 +25,7 @@ from digest.pipeline.collect import Collected, build_checks, collect
 from digest.pipeline.novelty import Novelty, ShapeHistory, judge
 from digest.pipeline.policy import Policy, PolicyError, load_policy
 from digest.pipeline.score import Digest, grade
-from digest.pipeline.silent_namespaces import judge_silent_namespaces
+from digest.pipeline.silent_logs import judge_silent_logs
 from digest.pipeline.state import HistoryStore, StateError
 from digest.pipeline.trends import History, graded_only, previous_digests, shifted, trend_lines
 from digest.pipeline.week import DayResult, Week, day_result, skipped_day, week_days
@@ -121,8 +121,8 @@ async def _digest(config: Config, window: Window, deadline: float, sources: Sour
         if history is not None:
             history.offer(window, _graded(today, policy))
         past = await previous_digests(cluster, window, sources, policy, deadline, history)
-    # A namespace that logged every earlier day and fell silent today is unseen, not quiet.
-    collected = await judge_silent_namespaces(await today, past, checks, sources, window, policy)
+    # A namespace or a route that logged every earlier day and fell silent today is unseen, not quiet.
+    collected = await judge_silent_logs(await today, past, checks, sources, window, policy)
     digest = grade(cluster, window, collected.findings, collected.disabled, policy)
     novelty = await _novelty(policy, sources, window, digest, past, history, deadline)
     digest = replace(digest, trends=trend_lines(digest, past, policy), novelty=novelty, complete=collected.complete)

@@ -48,6 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from checks.contract import Event, Finding, Offender, Span, Status, fmt_duration, fmt_int, fmt_percent
+from checks.envoy_flags import upstream_namespace
 
 
 @dataclass(frozen=True)
@@ -77,14 +78,6 @@ def _events(finding: Finding | None, kind: str) -> list[Event]:
 def _observes(finding: Finding | None, family: str) -> bool:
     """Whether the check ran and read ``family`` (an UNKNOWN finding observed nothing)."""
     return finding is not None and finding.status is not Status.UNKNOWN and family in finding.observed
-
-
-def _upstream_namespace(upstream: str) -> str:
-    """``httproute/shop/api/rule/0`` → ``shop``; ``istio:pricing/quote`` → ``pricing``."""
-    if upstream.startswith("istio:"):
-        return upstream.removeprefix("istio:").split("/", 1)[0]
-    parts = upstream.split("/")
-    return parts[1] if len(parts) > 2 else ""
 
 
 def _upstream_name(upstream: str) -> str:
@@ -320,7 +313,7 @@ def no_healthy_upstream(findings: Findings) -> Explanation | None:
     empty = [o for o in _offenders(findings.get("empty_endpoints")) if (o.fact("empty_seconds") or 0) > 0]
     untied: list[tuple[Offender, str, list[Offender]]] = []
     for answer in _flagged(findings, "UH"):
-        namespace, route = _upstream_namespace(answer.labels["upstream"]), _upstream_name(answer.labels["upstream"])
+        namespace, route = upstream_namespace(answer.labels["upstream"]), _upstream_name(answer.labels["upstream"])
         same = [o for o in empty if o.labels.get("namespace") == namespace]
         # Only the route's own backend: another Service of the namespace that was empty meanwhile (a Recreate
         # rollout of shop/cart beside UH on shop/api) is a coincidence until the data ties the two.
@@ -353,7 +346,7 @@ def no_healthy_upstream(findings: Findings) -> Explanation | None:
         )
     if untied:
         answer, route, same = untied[0]
-        namespace = _upstream_namespace(answer.labels["upstream"])
+        namespace = upstream_namespace(answer.labels["upstream"])
         if [o.labels.get("service") for o in same] == [route]:
             return Explanation(
                 "no_healthy_upstream",
