@@ -100,16 +100,18 @@ def _scaled(day: object) -> object:
 # instead (their tests share only session fixtures): test_backend_parity one group per day (the three pairs of a day
 # share its reference digest), test_bot, test_bench and test_faults one group per test. Groups are handed out in
 # collection order, so the longest go first (longest-processing-time first: the short ones fill the gaps at the end).
-# The weights are each module's wall time run alone on this 2-core machine, warm snapshots (2026-12-03, `pytest
+# The weights are each module's wall time run alone on this 2-core machine, warm snapshots (2026-12-04, `pytest
 # tests/MODULE -n 0`); a module not listed weighs 0 and goes last. A wrong weight costs balance, never correctness.
 MODULE_SECONDS = {
     "test_backend_parity": 277,
     "test_bench": 160,
     "test_bot": 119,
-    "test_cause_ablations": 63,
+    "test_cause_ablations": 72,
+    "test_coverage": 80,
     "test_faults": 50,
     "test_delivery_parts": 43,
     "test_coverage_ablations": 40,
+    "test_input_matrix": 35,
     "test_digest_allowance": 32,
     "test_incident_days": 31,
     "test_backend_failures": 28,
@@ -120,7 +122,6 @@ MODULE_SECONDS = {
     "test_bad_input": 20,
     "test_sources": 19,
     "test_explanations": 18,
-    "test_coverage": 15,
     "test_secret_redaction": 13,
     "test_loki_server": 13,
     "test_probe_inputs": 12,
