@@ -16,11 +16,12 @@ from pathlib import Path
 from bench.floor import LOGS, METRICS, Dependencies, FloorResult, checks_queries, window_of
 from bench.generate import DAY, LoadReport, Shape, Volume, build_cluster, day_facts, load, log_chunks
 from bench.pairs import ALL_PAIRS, LOKI, parse_pairs
+from bench.proxy import CountingProxy
 from bench.report import render_replays, replay_met
 from bench.runner import QUICK, ReplayResult, Run, digest_env, not_checked_in
 from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
-from digest.pipeline.policy import Policy
+from digest.pipeline.policy import Policy, TrendsPolicy
 from digest.pipeline.window import day_window
 from testbed.embedded import EmbeddedBackends
 
@@ -87,6 +88,28 @@ async def test_generated_day_is_digested_with_its_exact_facts(own_backends: Embe
     )
     assert windows == 8
     assert [query.purpose for query in queries if "shapes" in query.purpose] == [f"{DAY} error_lines.shapes#1"]
+
+
+async def _requests_per_digest(shape: Shape) -> tuple[dict[str, int], dict[str, int], int]:
+    """The metrics and logs requests (by path) of one digest of DAY on a cluster of ``shape``, and its node count."""
+    with EmbeddedBackends() as backends:
+        load(backends, build_cluster(shape), [DAY], Volume(lines=5_000, envoy_records=500))
+        with CountingProxy(backends.metrics.url) as metrics, CountingProxy(backends.logs.url) as logs:
+            settings = load_settings(vm_url=metrics.url, vl_url=logs.url, timezone="UTC", policy_file=None)
+            # Trends off: the earlier days hold only the generated hour before DAY, whose random restarts decide
+            # whether their OOM check gets as far as the kernel counter (what happened, not how big the fleet is).
+            policy = Policy(trends=TrendsPolicy(days=0))
+            digest = await make_digest(Config(settings=settings, policy=policy), day_window(DAY, settings.zone))
+            assert digest.status.value != "UNKNOWN", [f.summary for f in digest.findings if f.error]
+            return dict(metrics.counts.by_path), dict(logs.counts.by_path), shape.nodes
+
+
+async def test_requests_per_digest_do_not_grow_with_nodes_and_pods() -> None:
+    """The same day on 4 nodes / 40 pods and on 16 nodes / 160 pods costs the same requests to each backend."""
+    small = await _requests_per_digest(Shape(pods=40, namespaces=4, nodes=4, cadvisor=True))
+    large = await _requests_per_digest(Shape(pods=160, namespaces=8, nodes=16, cadvisor=True))
+    assert small[:2] == large[:2], (small, large)
+    print(f"requests per digest: {sum(small[0].values())} + {sum(small[1].values())} on 4 and on 16 nodes")
 
 
 def test_gc_cost_replays_with_the_collector_defaults_and_with_the_digest_tuning(own_backends: EmbeddedBackends) -> None:
