@@ -336,7 +336,7 @@ def test_cronjobs_are_suspended_and_never_concurrent(rendered: list[Obj]) -> Non
     post = the(rendered, "CronJob", "digest-post")
     assert post["spec"]["schedule"] == "0 12 * * *"
     [container] = post["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
-    assert container["args"] == ["run", "--last", "24h", "--post"]
+    assert container["args"] == ["run", "--scheduled", "--post"]
     replay = the(rendered, "CronJob", "digest-replay")
     [container] = replay["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
     assert container["args"][0] == "replay"

@@ -30,18 +30,35 @@ from digest.pipeline.window import (
     WindowError,
     as_asked,
     day_window,
+    last_post,
     last_window,
     parse_date,
     parse_duration,
     parse_moment,
+    post_window,
 )
 
 DEMO_DAY = "2026-07-20"
 
 
+def scheduled_post(settings: Settings, now: datetime) -> tuple[str, Window]:
+    """The delivery key and window of the most recent scheduled daily post at or before ``now``.
+
+    The bot's own: the same key and window whoever posts it (the bot, a CronJob, its retries, a rerun), so a day is
+    posted once per chat however many of them run.
+    """
+    from digest.channels.telegram.bot import daily_key
+
+    wall = settings.post_time.replace(tzinfo=None)
+    day, moment = last_post(now, wall, settings.zone)
+    return daily_key(day), post_window(moment, wall, settings.zone)
+
+
 def window_from_args(args: argparse.Namespace, settings: Settings, now: datetime) -> Window:
     """The window the arguments ask for; ``now`` is the caller's clock."""
     zone = settings.zone
+    if args.scheduled:
+        return scheduled_post(settings, now)[1]
     if args.date is not None:
         return as_asked(day_window(parse_date(args.date), zone), now)
     span = parse_duration("24h" if args.last is None else args.last)
@@ -63,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--last", metavar="DURATION", help="a window ending at --at or now, e.g. 24h (default), 6h")
     which.add_argument(
         "--week", metavar="YYYY-Www", help="the week at a glance: that ISO week's seven days, e.g. 2026-W33"
+    )
+    which.add_argument(
+        "--scheduled",
+        action="store_true",
+        help="the last daily post's window (previous DIGEST_POST_AT to the last one); with --post, the bot's own "
+        "delivery: one post per chat and day however often it runs (for a CronJob)",
     )
     run.add_argument("--at", metavar="RFC3339", help="end of a --last window, e.g. 2026-07-21T12:00:00Z")
     run.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
@@ -147,8 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.verbose)
     if args.command == "demo":
         return _demo(args)
-    if args.command == "run" and args.at and (args.date or args.week):
-        return _fail(f"--at goes with --last, not --{'date' if args.date else 'week'}")
+    if args.command == "run" and args.at and (args.date or args.week or args.scheduled):
+        other = "date" if args.date else "week" if args.week else "scheduled"
+        return _fail(f"--at goes with --last, not --{other}")
     try:
         config = load_config()
         wants_telegram = args.command == "serve" or getattr(args, "post", False)
@@ -165,8 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _replay(args, config, token)
     if args.week is not None:
         return _week(args, config, token)
+    now = datetime.now(UTC)
     try:
-        window = window_from_args(args, config.settings, datetime.now(UTC))
+        window = window_from_args(args, config.settings, now)
     except WindowError as exc:
         return _fail(str(exc))
     chart = Path(args.chart) if args.chart else None
@@ -177,7 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if problem is not None:
             return problem
 
-        return asyncio.run(post_window(config, token or "", window, args.format, chart))
+        key = scheduled_post(config.settings, now)[0] if args.scheduled else None
+        return asyncio.run(post_window(config, token or "", window, args.format, chart, key=key))
     # The state file keeps the trends' past days when one is configured; a plain `digest run` writes no file.
     store = open_history_store(config.settings) if "state_path" in config.settings.model_fields_set else None
     try:

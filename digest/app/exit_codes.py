@@ -10,7 +10,7 @@ from digest.pipeline.state import StateError
 
 EXIT_OK = 0  # the digest was made (and posted, if asked)
 EXIT_FAILED = 1  # a delivery failed, the state file was locked by another writer, or the demo's backends did not start
-EXIT_USAGE = 2  # bad configuration or arguments, or a state file that cannot be used (corrupt, unwritable)
+EXIT_USAGE = 2  # bad configuration or arguments, an unusable state file, or a chat that refused the post for good
 
 
 def for_state_error(error: StateError) -> int:

@@ -94,16 +94,22 @@ async def _check_bot(token: str, api_root: str) -> None:
 
 @dataclass
 class ChannelPoster:
-    """Posts a digest to every recipient of a channel once per window (the `run --post` and `replay --post` path)."""
+    """Posts a digest to every recipient of a channel once per window (the `run --post` and `replay --post` path).
+
+    Failures are counted apart by kind: a transient one (Telegram busy, the claim held elsewhere) is worth a retry of
+    the whole command, a permanent one (chat not found, bot blocked) is not — retrying would only ask again what
+    Telegram refused for good, while the chats that had the post keep it (each is posted once per key).
+    """
 
     channel: Channel
     renderer: Renderer
     failures: int = 0
+    permanent_failures: int = 0
 
-    async def __call__(self, digest: Digest, photo: Photo | None = None) -> str:
-        """Post ``digest`` (and ``photo``); returns a short account ("chat 1: sent; chat 2: already_sent")."""
+    async def __call__(self, digest: Digest, photo: Photo | None = None, key: str | None = None) -> str:
+        """Post ``digest`` (and ``photo``) under ``key`` (by default the window's); a short account of each chat."""
         text = self.renderer.render(digest, self.channel.format)
-        return await self.post_text(window_key(digest.window), digest.window.label, text, photo)
+        return await self.post_text(key or window_key(digest.window), digest.window.label, text, photo)
 
     async def post_text(self, key: str, label: str, text: str, photo: Photo | None = None) -> str:
         """Post ``text`` (and ``photo``) once per recipient under the delivery ``key``; the account as above."""
@@ -120,8 +126,10 @@ class ChannelPoster:
             error = f" ({result.error})" if result.error else ""
             log.info("%s %s, %s: %s%s", self.channel.name, recipient, label, result.outcome.value, error)
             outcomes.append(f"chat {recipient}: {result.outcome.value}{error}")
-            if result.outcome in (Outcome.FAILED, Outcome.FAILED_PERMANENT, Outcome.BUSY):
+            if result.outcome in (Outcome.FAILED, Outcome.BUSY):
                 self.failures += 1
+            elif result.outcome is Outcome.FAILED_PERMANENT:
+                self.permanent_failures += 1
         return "; ".join(outcomes)
 
 
@@ -141,10 +149,13 @@ async def chat_poster(config: Config, token: str) -> AsyncIterator[ChannelPoster
         state.close()
 
 
-async def post_window(config: Config, token: str, window: Window, fmt: str, chart: Path | None = None) -> int:
+async def post_window(
+    config: Config, token: str, window: Window, fmt: str, chart: Path | None = None, key: str | None = None
+) -> int:
     """Compute the digest of ``window`` once, post it to every chat that has not had it, and print it.
 
-    With ``chart``, the window's chart is drawn there and attached to each post.
+    With ``chart``, the window's chart is drawn there and attached to each post. ``key`` is the delivery's (the
+    scheduled day's for `run --scheduled`); by default the window's own.
     """
     store = open_history_store(config.settings)
     try:
@@ -161,7 +172,7 @@ async def post_window(config: Config, token: str, window: Window, fmt: str, char
     return await _post_and_print(
         config,
         token,
-        lambda post: post(digest, photo),
+        lambda post: post(digest, photo, key),
         printed=Renderer().render(digest, fmt),
     )
 
@@ -187,7 +198,14 @@ async def _post_and_print(
     for line in account.split("; "):
         print(f"digest: {line}", file=sys.stderr)
     sys.stdout.write(printed)
-    return EXIT_FAILED if post.failures else EXIT_OK
+    return _exit_code(post)
+
+
+def _exit_code(post: ChannelPoster) -> int:
+    """1 when a retry could help (a transient failure), else 2 when a chat refused for good, else 0."""
+    if post.failures:
+        return EXIT_FAILED
+    return EXIT_USAGE if post.permanent_failures else EXIT_OK
 
 
 async def post_week(config: Config, token: str, year: int, week: int, fmt: str, chart: Path | None = None) -> int:
@@ -225,4 +243,4 @@ async def replay_and_post(config: Config, token: str, days: list[date], fmt: str
         print(f"digest: not posted: {exc}", file=sys.stderr)
         await replay(config, days, fmt, concurrency, sys.stdout, sys.stderr)
         return EXIT_USAGE if exc.permanent else EXIT_FAILED
-    return EXIT_FAILED if post.failures else EXIT_OK
+    return _exit_code(post)

@@ -105,3 +105,60 @@ def last_window(span: timedelta, at: datetime, zone: ZoneInfo) -> Window:
 def as_asked(window: Window, now: datetime) -> Window:
     """``window`` as asked at ``now``: marked not over (``asked_at``) when ``now`` is before its end."""
     return replace(window, asked_at=now.astimezone(UTC)) if now < window.end else window
+
+
+# The daily post ------------------------------------------------------------------------------------------------------
+# The scheduled post of a day happens when the zone's clocks show the post time; the day's digest covers everything
+# since the previous day's post. Windows therefore tile time exactly: 23 h on the spring change, 25 h in autumn, and
+# every hour in exactly one daily window, whatever the zone does (30-minute shifts, a skipped day).
+
+
+def post_moment(day: date, at: time, zone: tzinfo) -> datetime:
+    """The instant (UTC) the clocks of ``zone`` showed ``at`` on ``day``.
+
+    Twice (a fold, clocks going back): the first time. Never (a gap, clocks jumping forward over it, or the whole
+    day skipped): the first instant after the gap, so a 02:30 post on a spring change goes out at 03:00, once, and
+    never at a computed moment still in the future.
+    """
+    wall = datetime.combine(day, at.replace(tzinfo=None))
+    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    if first.astimezone(zone).replace(tzinfo=None) == wall:
+        return first
+    # In a gap: read with the offset after the jump the wall time lies before the transition, with the offset before
+    # it after; the transition (the first instant whose wall time is past ``wall``) lies between, found by halving.
+    low = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    high = first
+    if high < low:
+        low, high = high, low
+    while high - low > timedelta(seconds=1):
+        middle = low + (high - low) / 2
+        if middle.astimezone(zone).replace(tzinfo=None) >= wall:
+            high = middle
+        else:
+            low = middle
+    # The halving ends with the transition in (low, high] and high less than a second after it; transitions fall on
+    # whole seconds, so it is high's whole second.
+    return high.replace(microsecond=0)
+
+
+def last_post(now: datetime, at: time, zone: tzinfo) -> tuple[date, datetime]:
+    """The day and instant of the most recent scheduled post at or before ``now``.
+
+    Two days whose posts fall on the same instant (a post at 00:00 after a skipped day) are one post: the later day.
+    """
+    local_day = now.astimezone(zone).date()
+    for back in range(0, 4):
+        day = local_day - timedelta(days=back)
+        moment = post_moment(day, at, zone)
+        if moment <= now:
+            return day, moment
+    raise WindowError(f"no post time {at:%H:%M} in {zone} in the four days before {now.isoformat()}")
+
+
+def post_window(moment: datetime, at: time, zone: ZoneInfo) -> Window:
+    """The daily window that ends at the scheduled post ``moment``: since the previous scheduled post.
+
+    Consecutive posts' windows share their boundary, so no hour is in two daily digests and none in none.
+    """
+    _, previous = last_post(moment - timedelta(microseconds=1), at, zone)
+    return last_window(moment - previous, moment, zone)

@@ -31,7 +31,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from datetime import time as time_of_day
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
@@ -46,7 +46,17 @@ from digest.channels.telegram.allowance import CommandAllowance
 from digest.channels.telegram.sender import BotApiRequest, ChatId, Poster, Sender, recipient
 from digest.pipeline.state import DeliveryState, StateError
 from digest.pipeline.week import iso_week, last_complete_week, parse_iso_week, week_days
-from digest.pipeline.window import WindowError, as_asked, day_window, last_window, parse_date, parse_duration
+from digest.pipeline.window import (
+    WindowError,
+    as_asked,
+    day_window,
+    last_post,
+    last_window,
+    parse_date,
+    parse_duration,
+    post_moment,
+    post_window,
+)
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +107,13 @@ class BotSettings:
     @property
     def post_time(self) -> time_of_day:
         """The daily post time, in ``zone``."""
+        return self.wall_post_time.replace(tzinfo=self.zone)
+
+    @property
+    def wall_post_time(self) -> time_of_day:
+        """The daily post time as the zone's clocks show it (no offset: a wall time, which DST may skip or repeat)."""
         hours, minutes = (int(part) for part in self.post_at.split(":"))
-        return time_of_day(hours, minutes, tzinfo=self.zone)
+        return time_of_day(hours, minutes)
 
 
 class Digests(Protocol):
@@ -156,9 +171,9 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def daily_key(moment: datetime, zone: ZoneInfo) -> str:
-    """The delivery key of the scheduled post at ``moment``: one per local calendar day."""
-    return f"daily:{moment.astimezone(zone).date().isoformat()}"
+def daily_key(day: date) -> str:
+    """The delivery key of the scheduled post of ``day`` (local): one per day, whoever posts it (bot or CronJob)."""
+    return f"daily:{day.isoformat()}"
 
 
 def weekly_key(year: int, week: int) -> str:
@@ -179,13 +194,8 @@ def parse_week_arguments(arguments: list[str], now: datetime, zone: ZoneInfo) ->
 
 
 def last_scheduled(now: datetime, settings: BotSettings) -> datetime:
-    """The most recent scheduled post moment at or before ``now`` (today's or yesterday's), in UTC."""
-    zone = settings.zone
-    local_now = now.astimezone(zone)
-    post = settings.post_time.replace(tzinfo=None)
-    today = datetime.combine(local_now.date(), post, tzinfo=zone)
-    moment = today if today <= local_now else datetime.combine(local_now.date() - timedelta(days=1), post, tzinfo=zone)
-    return moment.astimezone(UTC)
+    """The most recent scheduled post moment at or before ``now``, in UTC (never in the future, DST or not)."""
+    return last_post(now, settings.wall_post_time, settings.zone)[1]
 
 
 def parse_digest_arguments(arguments: list[str], now: datetime, zone: ZoneInfo) -> Window:
@@ -355,12 +365,13 @@ class DigestBot:
     async def post_due(self, _context: Any = None) -> list[PostResult]:
         """Post the most recent scheduled digest to every chat that has not had it, within the grace period."""
         now = self.clock()
-        moment = last_scheduled(now, self.settings)
+        day, moment = last_post(now, self.settings.wall_post_time, self.settings.zone)
         if now - moment > timedelta(hours=self.settings.late_grace_hours):
             return []
         late = now - moment > _LATE_AFTER
-        window = last_window(timedelta(hours=24), moment, self.settings.zone)
-        key = daily_key(moment, self.settings.zone)
+        # Since the previous scheduled post (23 or 25 h across a DST change): every hour in exactly one daily digest.
+        window = post_window(moment, self.settings.wall_post_time, self.settings.zone)
+        key = daily_key(day)
         results = await self._post_everywhere(
             key, lambda: self.digests.html(window), lambda: self.digests.photo(window), late
         )
@@ -419,11 +430,12 @@ class DigestBot:
         return results
 
     def next_post(self, now: datetime) -> datetime:
-        """The next scheduled post moment after ``now``: the post time on the next local day (23 or 25 h on DST)."""
+        """The next scheduled post moment after ``now`` (23 or 25 h after the last one on a DST change)."""
         zone = self.settings.zone
-        last = last_scheduled(now, self.settings).astimezone(zone)
-        post = self.settings.post_time.replace(tzinfo=None)
-        return datetime.combine(last.date() + timedelta(days=1), post, tzinfo=zone).astimezone(UTC)
+        day = now.astimezone(zone).date()
+        while (moment := post_moment(day, self.settings.wall_post_time, zone)) <= now:
+            day += timedelta(days=1)
+        return moment
 
     async def status_text(self, application: Application[Any, Any, Any, Any, Any, Any] | None) -> str:
         """What /status answers: posts per chat, failures, sources, next post."""
