@@ -12,12 +12,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from digest.app.engine import Config
+from digest.app.settings import load_settings
+from digest.pipeline.policy import Policy
 from digest.pipeline.window import last_post, post_moment, post_window
 from testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, run_digest
 from tests.fake_telegram import FakeTelegram
+from tests.test_bot import QUIET, TOKEN, running, visible, wait_until
 
-TOKEN = "123456:AAE-secret-token-for-fault-tests"  # noqa: S105  # a test token
 HEALTHY = -1001234567890
 GONE = -1009999999999  # a chat the bot was removed from: "chat not found", for good
 
@@ -117,3 +120,98 @@ def test_the_autumn_day_in_berlin_is_25_hours_and_no_hour_is_lost() -> None:
     assert windows[0].end == windows[1].start
     assert windows[1].end == windows[2].start
     assert windows[1].label == "25h to 2026-10-25 12:00"
+
+
+# Chats and access ---------------------------------------------------------------------------------------------------
+
+ADMIN = 4242
+STRANGERS = -1005555555555  # a group the admin is in, not a digest chat
+SUPERGROUP = -1007777777777
+
+
+@pytest.fixture
+def chat_tg() -> Iterator[FakeTelegram]:
+    """A Telegram lookalike with the digest chat, a strangers' group and the admin's private chat."""
+    with FakeTelegram(TOKEN, known_chats={HEALTHY, STRANGERS, ADMIN}) as server:
+        yield server
+        assert server.internal_errors == []
+
+
+def _bot_config(backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path) -> Config:
+    settings = load_settings(
+        vm_url=backends.metrics.url,
+        vl_url=backends.logs.url,
+        cluster="homelab",
+        timezone="UTC",
+        policy_file=None,
+        telegram_token=TOKEN,
+        telegram_api_url=tg.root,
+        telegram_chat_ids=str(HEALTHY),
+        telegram_admin_ids=str(ADMIN),
+        state_path=tmp_path / "state.sqlite",
+        telegram_chart=False,
+        weekly_post="off",
+    )
+    return Config(settings=settings, policy=Policy())
+
+
+async def test_an_admin_in_a_strangers_group_gets_a_refusal_never_the_digest(
+    corpus_backends: EmbeddedBackends, chat_tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """/digest by an allowed admin in a group of strangers: a short refusal there; in private, the digest."""
+    async with running(_bot_config(corpus_backends, chat_tg, tmp_path), QUIET):
+        await chat_tg.wait_for_poller_async()
+        chat_tg.push_message(STRANGERS, "/digest 2026-07-20", user_id=ADMIN, chat_type="supergroup")
+        chat_tg.push_message(STRANGERS, "/status", user_id=ADMIN, chat_type="supergroup")
+        chat_tg.push_message(ADMIN, "/digest 2026-07-20", user_id=ADMIN, chat_type="private")
+        await wait_until(lambda: len(chat_tg.sent_to(ADMIN)) >= 1 and len(chat_tg.sent_to(STRANGERS)) >= 2)
+    refusals = [visible(call) for call in chat_tg.sent_to(STRANGERS)]
+    assert refusals == ["Digests are posted only in the configured chats: ask there, or in a private chat."] * 2
+    assert visible(chat_tg.sent_to(ADMIN)[0]).startswith("CRITICAL 8/10 · homelab · 2026-07-20")
+
+
+async def test_edits_other_bots_commands_and_long_arguments(
+    corpus_backends: EmbeddedBackends, chat_tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """An edited /help is no new request, /x@OtherBot is not ours, and a 4,000-character argument still gets a reply."""
+    async with running(_bot_config(corpus_backends, chat_tg, tmp_path), QUIET):
+        await chat_tg.wait_for_poller_async()
+        update = chat_tg.push_message(HEALTHY, "/help")
+        await wait_until(lambda: len(chat_tg.sent_to(HEALTHY)) == 1)
+        edited = {**update["message"], "edit_date": update["message"]["date"] + 5}
+        chat_tg.push_update({"edited_message": edited})
+        chat_tg.push_message(HEALTHY, "/digest@OtherBot 2026-07-20")
+        chat_tg.push_message(HEALTHY, "/frobnicate@OtherBot")
+        chat_tg.push_message(HEALTHY, "/digest " + "x" * 4_000)
+        await wait_until(lambda: len(chat_tg.sent_to(HEALTHY)) >= 2)
+        chat_tg.push_message(HEALTHY, "/help")  # answered after everything before it was handled
+        await wait_until(lambda: len(chat_tg.sent_to(HEALTHY)) >= 3)
+    answers = [visible(call) for call in chat_tg.sent_to(HEALTHY)]
+    assert len(answers) == 3, answers
+    assert answers[0] == answers[2]
+    assert answers[1].startswith("'xxxx")
+    assert len(answers[1]) <= 4_096
+    assert "Usage: /digest" in answers[1] or answers[1].endswith("…")
+
+
+async def test_a_group_that_became_a_supergroup_keeps_its_permission(
+    corpus_backends: EmbeddedBackends, chat_tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """Telegram's migration message moves the digest chat: /status from the supergroup is answered, not refused."""
+    async with running(_bot_config(corpus_backends, chat_tg, tmp_path), QUIET):
+        await chat_tg.wait_for_poller_async()
+        chat_tg.migrate(HEALTHY, SUPERGROUP)
+        chat_tg.push_update(
+            {
+                "message": {
+                    "message_id": 1,
+                    "date": 1_780_000_000,
+                    "chat": {"id": SUPERGROUP, "type": "supergroup", "title": "ops"},
+                    "migrate_from_chat_id": HEALTHY,
+                }
+            }
+        )
+        chat_tg.push_message(SUPERGROUP, "/status", chat_type="supergroup")
+        await wait_until(lambda: len(chat_tg.sent_to(SUPERGROUP)) >= 1)
+    [answer] = [visible(call) for call in chat_tg.sent_to(SUPERGROUP)]
+    assert answer.startswith("digest status · homelab")

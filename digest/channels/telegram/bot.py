@@ -36,7 +36,7 @@ from datetime import time as time_of_day
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
-from telegram import BotCommand, Update
+from telegram import BotCommand, Message, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
 
@@ -44,6 +44,7 @@ from checks.contract import Window
 from digest.channels.channel import Outcome, Photo, PostResult
 from digest.channels.telegram.allowance import CommandAllowance
 from digest.channels.telegram.sender import BotApiRequest, ChatId, Poster, Sender, recipient
+from digest.channels.telegram.text import MAX_TEXT, fit_utf16
 from digest.pipeline.state import DeliveryState, StateError
 from digest.pipeline.week import iso_week, last_complete_week, parse_iso_week, week_days
 from digest.pipeline.window import (
@@ -231,6 +232,8 @@ class DigestBot:
     allowance: CommandAllowance | None = None
     _refused_at: dict[int, float] = field(default_factory=dict)
     _queued: set[asyncio.Task[None]] = field(default_factory=set)
+    # The ids configured chats have now (a group that became a supergroup), read from the delivery state's moves.
+    _followed: frozenset[int] = frozenset()
 
     @property
     def _poster(self) -> Poster:
@@ -238,13 +241,72 @@ class DigestBot:
             raise RuntimeError("the bot's poster is set when its application is built")
         return self.poster
 
+    def digest_chat(self, chat_id: int) -> bool:
+        """Whether ``chat_id`` is a configured chat, or the supergroup one of them became."""
+        return chat_id in self.settings.chat_ids or chat_id in self._followed
+
     def allowed(self, update: Update) -> bool:
         """Whether the update comes from a digest chat or an admin user."""
         chat = update.effective_chat
         user = update.effective_user
-        if chat is not None and chat.id in self.settings.chat_ids:
+        if chat is not None and self.digest_chat(chat.id):
             return True
         return user is not None and user.id in self.settings.admin_ids
+
+    def answers_here(self, update: Update) -> bool:
+        """Whether a digest or the status may be posted in the update's chat.
+
+        A configured chat, or an admin's private chat with the bot: an admin asking in a group of strangers does
+        not make the digest theirs to read.
+        """
+        chat = update.effective_chat
+        user = update.effective_user
+        if chat is None:
+            return False
+        if self.digest_chat(chat.id):
+            return True
+        return chat.type == "private" and user is not None and user.id in self.settings.admin_ids
+
+    def follow_moves(self) -> None:
+        """Read which ids the configured chats have now (blocking: SQLite; call it off the event loop)."""
+        followed: set[int] = set()
+        for chat_id in self.settings.chat_ids:
+            try:
+                now_id = self.state.current(recipient(chat_id))
+            except StateError as exc:
+                log.warning("the moves of chat %s could not be read: %s", chat_id, exc)
+                continue
+            if now_id != recipient(chat_id):
+                try:
+                    followed.add(int(now_id))
+                except ValueError:
+                    continue
+        self._followed = frozenset(followed)
+
+    async def on_migration(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A group became a supergroup: a configured one carries its permission (and its posts) to the new id."""
+        message = update.effective_message
+        if message is None:
+            return
+        old, new = message.migrate_from_chat_id, message.chat_id
+        if message.migrate_to_chat_id is not None:
+            old, new = message.chat_id, message.migrate_to_chat_id
+        if old is None or old not in self.settings.chat_ids or new in self._followed:
+            return
+        log.warning("chat %s became supergroup %s: following it", old, new)
+        self._followed = self._followed | {new}  # before the write: the supergroup's next command may come at once
+        try:
+            await asyncio.to_thread(self.state.record_move, recipient(old), recipient(new))
+        except StateError as exc:
+            log.error("the move of chat %s to %s could not be recorded: %s", old, new, exc)
+
+    async def refuse_elsewhere(self, update: Update) -> None:
+        """An admin asked in a chat that is not a digest chat: say where to ask, post nothing of the digest."""
+        message = update.effective_message
+        chat_id = update.effective_chat.id if update.effective_chat else 0
+        log.warning("an admin asked in chat %s, which is not a digest chat: refused", chat_id)
+        if message is not None:
+            await _reply(message, "Digests are posted only in the configured chats: ask there, or in a private chat.")
 
     async def refuse(self, update: Update) -> None:
         """One short refusal per chat and hour; the attempt is logged with its chat id."""
@@ -264,6 +326,9 @@ class DigestBot:
         if not self.allowed(update):
             await self.refuse(update)
             return
+        if not self.answers_here(update):
+            await self.refuse_elsewhere(update)
+            return
         message = update.effective_message
         chat = update.effective_chat
         if message is None or chat is None:
@@ -276,7 +341,7 @@ class DigestBot:
             else:
                 asked = parse_digest_arguments(arguments, self.clock(), self.settings.zone)
         except WindowError as exc:
-            await message.reply_text(f"{exc}. {USAGE}")
+            await _reply(message, f"{exc}. {USAGE}")
             return
         allowance = self._allowance
         delay = allowance.reserve(chat.id)
@@ -340,10 +405,13 @@ class DigestBot:
         if not self.allowed(update):
             await self.refuse(update)
             return
+        if not self.answers_here(update):
+            await self.refuse_elsewhere(update)
+            return
         if update.effective_message is None:
             return
         text = await self.status_text(context.application if context else None)
-        await update.effective_message.reply_text(text)
+        await _reply(update.effective_message, text)
 
     async def on_help(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         if not self.allowed(update):
@@ -353,12 +421,14 @@ class DigestBot:
             await update.effective_message.reply_text(HELP)
 
     async def on_other(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        """Any other command: refusal for strangers, usage for the allowed chats."""
+        """Any other command: refusal for strangers, usage for the allowed chats; another bot's command: nothing."""
+        if _for_another_bot(update, context.bot.username if context else None):
+            return
         if not self.allowed(update):
             await self.refuse(update)
             return
         if update.effective_message is not None:
-            await update.effective_message.reply_text(f"Unknown command. {USAGE}")
+            await _reply(update.effective_message, f"Unknown command. {USAGE}")
 
     # Scheduled posts ----------------------------------------------------------------------------------------------
 
@@ -377,6 +447,9 @@ class DigestBot:
         )
         for chat_id, result in zip(self.settings.chat_ids, results, strict=True):
             self.last_results[chat_id] = result
+        known = {recipient(chat_id) for chat_id in (*self.settings.chat_ids, *self._followed)}
+        if any(result.recipient not in known for result in results):
+            await asyncio.to_thread(self.follow_moves)  # a chat moved during the post: its new id may ask now
         if any(result.outcome is Outcome.SENT for result in results):
             await self.hooks.delivered()
         return results
@@ -484,10 +557,14 @@ def build_application(bot: DigestBot, token: str) -> Application[Any, Any, Any, 
         .build()
     )
     bot.poster = Poster(sender=Sender(application.bot, state=bot.state), state=bot.state)
-    application.add_handler(CommandHandler("digest", bot.on_digest))
-    application.add_handler(CommandHandler("status", bot.on_status))
-    application.add_handler(CommandHandler(["help", "start"], bot.on_help))
-    application.add_handler(MessageHandler(filters.COMMAND, bot.on_other))
+    # New messages and channel posts only: an edited old "/digest" is not a new request. CommandHandler already
+    # ignores "/digest@OtherBot"; on_other ignores it too instead of calling it unknown.
+    fresh = filters.UpdateType.MESSAGE | filters.UpdateType.CHANNEL_POST
+    application.add_handler(MessageHandler(filters.StatusUpdate.MIGRATE, bot.on_migration))
+    application.add_handler(CommandHandler("digest", bot.on_digest, filters=fresh))
+    application.add_handler(CommandHandler("status", bot.on_status, filters=fresh))
+    application.add_handler(CommandHandler(["help", "start"], bot.on_help, filters=fresh))
+    application.add_handler(MessageHandler(filters.COMMAND & fresh, bot.on_other))
     application.add_error_handler(_on_error)
     job_queue = application.job_queue
     if job_queue is None:
@@ -505,6 +582,20 @@ def build_application(bot: DigestBot, token: str) -> Application[Any, Any, Any, 
     return application
 
 
+async def _reply(message: Message, text: str) -> None:
+    """Reply with ``text`` cut to what Telegram takes (a quoted 4,000-character argument never silences the bot)."""
+    await message.reply_text(fit_utf16(text, MAX_TEXT))
+
+
+def _for_another_bot(update: Update, own_username: str | None) -> bool:
+    """Whether the update's command is addressed to another bot (``/digest@OtherBot``)."""
+    message = update.effective_message
+    text = message.text if message is not None and message.text else ""
+    command = text.split(maxsplit=1)[0] if text.startswith("/") else ""
+    _, at, addressee = command.partition("@")
+    return bool(at) and (own_username is None or addressee.lower() != own_username.lower())
+
+
 def _job(function: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Coroutine[Any, Any, None]]:
     async def run(context: Any) -> None:
         await function(context)
@@ -513,6 +604,7 @@ def _job(function: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Coroutine
 
 
 async def _post_init(application: Application[Any, Any, Any, Any, Any, Any], bot: DigestBot) -> None:
+    await asyncio.to_thread(bot.follow_moves)
     await bot.hooks.started(lambda: _ready(application))
     try:
         await application.bot.set_my_commands(COMMANDS)
