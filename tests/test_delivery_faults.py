@@ -5,6 +5,7 @@ Against the project's Bot-API-shaped server (`tests.fake_telegram`) and the `dig
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
@@ -215,3 +216,17 @@ async def test_a_group_that_became_a_supergroup_keeps_its_permission(
         await wait_until(lambda: len(chat_tg.sent_to(SUPERGROUP)) >= 1)
     [answer] = [visible(call) for call in chat_tg.sent_to(SUPERGROUP)]
     assert answer.startswith("digest status · homelab")
+
+
+def test_a_busy_health_port_is_one_line_and_exit_2(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """`digest serve` with its health port taken by another listener: one line naming the setting, exit 2."""
+    with socket.create_server(("0.0.0.0", 0)) as taken:  # noqa: S104  # the bot binds every address: so does the squatter
+        port = taken.getsockname()[1]
+        env = _cronjob_env(corpus_backends, tg, tmp_path, str(HEALTHY))
+        result = run_digest("serve", env={**env, "DIGEST_HEALTH_PORT": str(port)}, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1] == f"digest: DIGEST_HEALTH_PORT: port {port} cannot be opened: Address already in use", lines
+    assert "Traceback" not in result.stderr

@@ -10,6 +10,7 @@ dead man's switch seeded from the state file at start, the heartbeat after a pos
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,12 +54,13 @@ class AppHooks:
     state: DeliveryState
     service: DigestService
     health: HealthServer | None = None
+    health_sockets: list[socket.socket] | None = None
 
     async def started(self, ready: Callable[[], bool]) -> None:
         self.seed_metrics()
         metrics = self.service.metrics
         if metrics is not None and self.config.settings.health_port:
-            self.health = HealthServer(metrics, ready, self.config.settings.health_port)
+            self.health = HealthServer(metrics, ready, self.config.settings.health_port, sockets=self.health_sockets)
             await self.health.start()
 
     async def stopped(self) -> None:
@@ -105,7 +107,13 @@ class AppHooks:
                 metrics.last_delivery.labels(chat=str(chat_id)).set(max(sent))
 
 
-def make_bot(config: Config, state: DeliveryState, service: DigestService, clock: Clock = utc_now) -> DigestBot:
+def make_bot(
+    config: Config,
+    state: DeliveryState,
+    service: DigestService,
+    clock: Clock = utc_now,
+    health_sockets: list[socket.socket] | None = None,
+) -> DigestBot:
     """The Telegram bot of ``config``, asking ``service`` for digests, with the app's hooks around it."""
-    hooks = AppHooks(config=config, state=state, service=service)
+    hooks = AppHooks(config=config, state=state, service=service, health_sockets=health_sockets)
     return DigestBot(settings=bot_settings(config.settings), state=state, digests=service, hooks=hooks, clock=clock)

@@ -119,16 +119,29 @@ def _log_request(handler: RequestHandler) -> None:
     log.debug("%s %s %s", handler.get_status(), request.method, request.uri)
 
 
+def listen(port: int, host: str = "0.0.0.0") -> list[socket.socket]:  # noqa: S104  # as HealthServer
+    """The health port's listening sockets, bound now; `OSError` if the port is taken or not allowed."""
+    return bind_sockets(port, address=host)
+
+
 class HealthServer:
     """``GET /healthz`` and ``GET /metrics`` on a TCP port, served by tornado from the bot's own event loop."""
 
-    def __init__(self, metrics: DigestMetrics, ready: Callable[[], bool], port: int, host: str = "0.0.0.0") -> None:  # noqa: S104  # probes come from the kubelet, outside the pod
+    def __init__(
+        self,
+        metrics: DigestMetrics,
+        ready: Callable[[], bool],
+        port: int,
+        host: str = "0.0.0.0",  # noqa: S104  # probes come from the kubelet, outside the pod
+        sockets: list[socket.socket] | None = None,
+    ) -> None:
         self._metrics = metrics
         self._ready = ready
         self._port = port
         self._host = host
         self._server: HTTPServer | None = None
-        self._sockets: list[socket.socket] = []
+        # Sockets bound before the bot started (`listen`), so that a busy port is one line at start-up.
+        self._sockets: list[socket.socket] = list(sockets or [])
 
     @property
     def port(self) -> int:
@@ -151,7 +164,8 @@ class HealthServer:
             max_body_size=MAX_BODY_BYTES,
             max_buffer_size=MAX_BODY_BYTES,
         )
-        self._sockets = bind_sockets(self._port, address=self._host)
+        if not self._sockets:
+            self._sockets = bind_sockets(self._port, address=self._host)
         self._server.add_sockets(self._sockets)
         log.info("health and metrics on port %s", self.port)
 

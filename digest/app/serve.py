@@ -22,7 +22,7 @@ from checks.contract import Window
 from digest.app.bot import make_bot
 from digest.app.engine import Config, make_chart, make_digest, make_week, open_history_store, stored_history
 from digest.app.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
-from digest.app.health import DigestMetrics
+from digest.app.health import DigestMetrics, listen
 from digest.app.replay import replay
 from digest.app.service import DigestService
 from digest.channels.channel import Channel, DeliveryError, Outcome, Photo
@@ -62,9 +62,20 @@ def serve(config: Config, token: str) -> int:
         state.close()
         print(f"digest: cannot start the bot: {exc}", file=sys.stderr)
         return EXIT_USAGE if exc.permanent else EXIT_FAILED
+    sockets: list[socket.socket] = []
+    if settings.health_port:
+        try:
+            sockets = listen(settings.health_port)
+        except OSError as exc:
+            state.close()
+            print(
+                f"digest: DIGEST_HEALTH_PORT: port {settings.health_port} cannot be opened: {exc.strerror}",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
     store = open_history_store(settings)
     service = DigestService(config, metrics=DigestMetrics(), history_store=store)
-    bot = make_bot(config, state, service)
+    bot = make_bot(config, state, service, health_sockets=sockets)
     application = build_application(bot, token)
     try:
         if settings.telegram_webhook_url:
