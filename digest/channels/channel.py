@@ -28,11 +28,16 @@ class Outcome(StrEnum):
 
 
 class DeliveryError(Exception):
-    """A part could not be delivered; ``permanent`` says whether retrying later can help."""
+    """A part could not be delivered; ``permanent`` says whether retrying later can help.
 
-    def __init__(self, message: str, permanent: bool) -> None:
+    ``unconfirmed``: the part may have arrived (earlier sends of it went unanswered) and is not sent again, so that a
+    lost answer costs at most one repeat of a message and none of a chart.
+    """
+
+    def __init__(self, message: str, permanent: bool, unconfirmed: bool = False) -> None:
         super().__init__(message)
         self.permanent = permanent
+        self.unconfirmed = unconfirmed
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ transaction, and no transaction is ever held across network I/O (the lesson of s
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -73,6 +74,17 @@ CREATE TABLE IF NOT EXISTS delivery_parts (
     filename     TEXT,
     message_id   INTEGER,
     sent_at      REAL,
+    PRIMARY KEY (channel, recipient, key, part)
+);
+-- Sends of a part begun without a definite answer yet: counted up before each send, down when the channel answered
+-- that it did not take it, dropped with the parts. A count left over means the part may have arrived (an answer lost,
+-- a process killed while waiting): a later attempt resends a text part once at most and a chart never.
+CREATE TABLE IF NOT EXISTS part_sends (
+    channel      TEXT    NOT NULL,
+    recipient    TEXT    NOT NULL,
+    key          TEXT    NOT NULL,
+    part         INTEGER NOT NULL,
+    unanswered   INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (channel, recipient, key, part)
 );
 CREATE TABLE IF NOT EXISTS recipient_moves (
@@ -182,6 +194,15 @@ def _connect(
     return connection
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The file's (device, inode), or None when there is none at ``path``."""
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        return None
+    return status.st_dev, status.st_ino
+
+
 def _unusable(connection: sqlite3.Connection, schema: str) -> str | None:
     """Why an opened file cannot hold ``schema``'s rows, or None.
 
@@ -279,13 +300,37 @@ class DeliveryState:
         self._path = path
         self._owner = owner
         self._channel = channel
+        # One connection, used from the bot's worker threads (asyncio.to_thread): one statement or transaction at a
+        # time, or two threads' BEGIN … COMMIT would interleave on it.
+        self._lock = threading.RLock()
         self._connection = _connect(path, _SCHEMA, busy_timeout_seconds, migrate=_migrate_integer_chat_ids)
+        self._identity = _identity(path)
 
     def close(self) -> None:
-        self._connection.close()
+        with self._lock:
+            self._connection.close()
+
+    def check_identity(self) -> None:
+        """`StateError` if the file at the path is no longer the one opened (deleted, or replaced by another).
+
+        SQLite keeps writing to the open (perhaps deleted) inode: a bot whose state file was swapped under it would
+        record deliveries nobody reads, and after a restart post the day again.
+        """
+        now = _identity(self._path)
+        if now is None:
+            raise StateError(f"state file {self._path}: deleted while in use; restart to open the state again")
+        if now != self._identity:
+            raise StateError(f"state file {self._path}: replaced while in use; restart to open the state again")
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self.check_identity()
+            with self._transaction() as connection:
+                yield connection
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
         try:
             self._connection.execute("BEGIN IMMEDIATE")
             try:
@@ -325,6 +370,16 @@ class DeliveryState:
             )
             return True
 
+    def renew(self, recipient: str, key: str, lease_seconds: float, now: float | None = None) -> None:
+        """Extend this owner's claim of ``key`` to ``recipient`` (while it still holds it) by ``lease_seconds``."""
+        moment = time.time() if now is None else now
+        with self._write() as db:
+            db.execute(
+                "UPDATE deliveries SET lease_until = ? WHERE channel = ? AND recipient = ? AND key = ? "
+                "AND owner = ? AND status = 'sending'",
+                (moment + lease_seconds, self._channel, recipient, key, self._owner),
+            )
+
     def store_parts(self, recipient: str, key: str, parts: list[Part]) -> list[Part]:
         """Keep the content of a claimed delivery's parts; if parts are stored already, those win and are returned.
 
@@ -347,7 +402,8 @@ class DeliveryState:
     def parts(self, recipient: str, key: str) -> list[Part]:
         """The stored parts of a delivery still owed, in sending order (none once it is ``sent``)."""
         try:
-            return self._parts(self._connection, recipient, key)
+            with self._lock:
+                return self._parts(self._connection, recipient, key)
         except sqlite3.Error as exc:
             raise _state_error(self._path, exc) from None
 
@@ -408,6 +464,10 @@ class DeliveryState:
             )
             db.execute(
                 "DELETE FROM delivery_parts WHERE channel = ? AND recipient = ? AND key = ?",
+                (self._channel, recipient, key),
+            )
+            db.execute(
+                "DELETE FROM part_sends WHERE channel = ? AND recipient = ? AND key = ?",
                 (self._channel, recipient, key),
             )
 
@@ -497,9 +557,36 @@ class DeliveryState:
 
     def _read(self, sql: str, parameters: tuple[object, ...]) -> list[tuple[Any, ...]]:
         try:
-            return list(self._connection.execute(sql, parameters).fetchall())
+            with self._lock:
+                return list(self._connection.execute(sql, parameters).fetchall())
         except sqlite3.Error as exc:
             raise _state_error(self._path, exc) from None
+
+    def begin_part_send(self, recipient: str, key: str, index: int) -> None:
+        """Count a send of part ``index`` as begun: until answered, it may have arrived."""
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO part_sends (channel, recipient, key, part, unanswered) VALUES (?, ?, ?, ?, 1) "
+                "ON CONFLICT(channel, recipient, key, part) DO UPDATE SET unanswered = unanswered + 1",
+                (self._channel, recipient, key, index),
+            )
+
+    def part_refused(self, recipient: str, key: str, index: int) -> None:
+        """The channel answered that it did not take the last send of part ``index``: it did not arrive."""
+        with self._write() as db:
+            db.execute(
+                "UPDATE part_sends SET unanswered = MAX(unanswered - 1, 0) "
+                "WHERE channel = ? AND recipient = ? AND key = ? AND part = ?",
+                (self._channel, recipient, key, index),
+            )
+
+    def unanswered_sends(self, recipient: str, key: str, index: int) -> int:
+        """How many sends of part ``index`` ended without an answer (each may have arrived)."""
+        rows = self._read(
+            "SELECT unanswered FROM part_sends WHERE channel = ? AND recipient = ? AND key = ? AND part = ?",
+            (self._channel, recipient, key, index),
+        )
+        return int(rows[0][0]) if rows else 0
 
 
 def _delivery(row: tuple[Any, ...]) -> Delivery:

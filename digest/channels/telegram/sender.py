@@ -38,12 +38,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from telegram import Bot, LinkPreviewOptions, Message
 from telegram.constants import ParseMode
-from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
 from telegram.request import HTTPXRequest
 
 from digest.channels.channel import DeliveryError, Outcome, Photo, PostResult
@@ -142,6 +151,10 @@ class _CappedTransport(httpx.AsyncBaseTransport):
         await self._inner.aclose()
 
 
+# Beyond the sum of a request's phase timeouts: the time a slow but honest answer may still take.
+_DEADLINE_SLACK_SECONDS = 5.0
+
+
 class BotApiRequest(HTTPXRequest):
     """python-telegram-bot's HTTP client, refusing any answer that is not the Bot API's with `NotBotApiError`.
 
@@ -160,14 +173,42 @@ class BotApiRequest(HTTPXRequest):
         )
 
     async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
-        # The request goes out exactly as python-telegram-bot built it; only the answer is checked.
-        status, payload = await super().do_request(*args, **kwargs)
+        # The request goes out exactly as python-telegram-bot built it; only the answer is checked, and the whole
+        # exchange is bounded: httpx's timeouts are per phase and per read, so an answer trickling one byte every
+        # two seconds would otherwise hold a send (and every chat after it) for as long as the server likes.
+        deadline = self.deadline(kwargs)
+        try:
+            async with asyncio.timeout(deadline):
+                status, payload = await super().do_request(*args, **kwargs)
+        except TimeoutError:
+            raise TimedOut(f"no complete answer within {deadline:.0f} s") from None
         if 300 <= status < 400:
             raise NotBotApiError("a redirect", status)
         what = _not_bot_api(status, payload)
         if what is not None:
             raise NotBotApiError(what, status)
         return status, payload
+
+    def deadline(self, given: dict[str, Any]) -> float:
+        """The whole exchange's time limit: the request's phase timeouts added up, plus a little slack."""
+        defaults = self._client.timeout
+
+        def phase(name: str, default: float | None, fallback: float) -> float:
+            value = given.get(name)
+            if isinstance(value, int | float):
+                return float(value)
+            return default if default is not None else fallback
+
+        # A file upload's write phase is python-telegram-bot's media write timeout (20 s by default).
+        data = given.get("request_data")
+        write_default = self._media_write_timeout if getattr(data, "multipart_data", None) else defaults.write
+        return (
+            phase("connect_timeout", defaults.connect, 5.0)
+            + phase("read_timeout", defaults.read, 5.0)
+            + phase("write_timeout", write_default, 20.0)
+            + phase("pool_timeout", defaults.pool, 1.0)
+            + _DEADLINE_SLACK_SECONDS
+        )
 
 
 @dataclass(frozen=True)
@@ -317,7 +358,7 @@ class Sender:
             message_ids.append(message_id)
         return chat_id, message_ids
 
-    async def send_text(self, chat_id: ChatId, part: str) -> tuple[ChatId, int]:
+    async def send_text(self, chat_id: ChatId, part: str, guard: SendGuard | None = None) -> tuple[ChatId, int]:
         """Send one message of at most 4,096 visible characters (a part of `split_html`), with retries."""
 
         async def text(chat: ChatId, as_html: bool) -> Message:
@@ -328,28 +369,51 @@ class Sender:
                 link_preview_options=LinkPreviewOptions(is_disabled=True),
             )
 
-        return await self._with_retries(chat_id, text)
+        return await self._with_retries(chat_id, text, guard)
 
-    async def send_photo(self, chat_id: ChatId, photo: Photo) -> tuple[ChatId, int]:
+    async def send_photo(self, chat_id: ChatId, photo: Photo, guard: SendGuard | None = None) -> tuple[ChatId, int]:
         """Send a PNG with its caption (cut to Telegram's 1,024 UTF-16 units), with the same retries."""
         caption = fit_utf16(photo.caption, MAX_CAPTION)
 
         async def upload(chat: ChatId, _as_html: bool) -> Message:
             return await self.bot.send_photo(chat_id=chat, photo=photo.png, caption=caption, filename=photo.filename)
 
-        return await self._with_retries(chat_id, upload)
+        return await self._with_retries(chat_id, upload, guard)
 
     async def _with_retries(
-        self, chat_id: ChatId, call: Callable[[ChatId, bool], Awaitable[Message]]
+        self,
+        chat_id: ChatId,
+        call: Callable[[ChatId, bool], Awaitable[Message]],
+        guard: SendGuard | None = None,
     ) -> tuple[ChatId, int]:
         attempts = _Attempts(self.retry, self.sleep, self.random_unit)
         as_html = True
         visited: set[ChatId] = {chat_id}
         while True:
             await self.pacer.wait_turn(chat_id)
+            if guard is not None and not await guard.begin():
+                raise DeliveryError(
+                    "may have arrived: an earlier send went unanswered (answer lost, or the process stopped while "
+                    "waiting); not sent again, so that it is not repeated",
+                    permanent=False,
+                    unconfirmed=True,
+                )
             try:
                 message = await call(chat_id, as_html)
                 return chat_id, message.message_id
+            except _NOT_A_MESSAGE as exc:
+                # "ok" but no message in it: it may have been delivered, so this run does not send it again.
+                raise DeliveryError(
+                    f"the Telegram API said ok but answered no message ({type(exc).__name__}); not the Bot API?",
+                    permanent=False,
+                ) from None
+            except TelegramError as exc:
+                # Telegram answered that it did not take this send, or the send never left: it did not arrive.
+                if guard is not None and not _may_have_arrived(exc):
+                    await guard.refused()
+                error = exc
+            try:
+                raise error
             except RetryAfter as exc:
                 delay = _seconds(exc.retry_after)
                 reason = f"429 retry after {delay:g} s"
@@ -363,7 +427,7 @@ class Sender:
                 visited.add(exc.new_chat_id)
                 log.warning("chat %s became supergroup %s: following it", chat_id, exc.new_chat_id)
                 if self.state is not None:
-                    self.state.record_move(recipient(chat_id), recipient(exc.new_chat_id))
+                    await asyncio.to_thread(self.state.record_move, recipient(chat_id), recipient(exc.new_chat_id))
                 chat_id = exc.new_chat_id
                 continue
             except BadRequest as exc:
@@ -383,13 +447,35 @@ class Sender:
                 reason = f"{type(exc).__name__}: {_short(exc.message)}"
             except TelegramError as exc:
                 raise DeliveryError(f"Telegram error: {_short(exc.message)}", permanent=True) from None
-            except _NOT_A_MESSAGE as exc:
-                # "ok" but no message in it: it may have been delivered, so this run does not send it again.
-                raise DeliveryError(
-                    f"the Telegram API said ok but answered no message ({type(exc).__name__}); not the Bot API?",
-                    permanent=False,
-                ) from None
             await attempts.wait(delay, reason, f"chat {chat_id}")
+
+
+class SendGuard(Protocol):
+    """Counts the sends of one part that may have arrived, and says whether another may go."""
+
+    async def begin(self) -> bool:
+        """Whether one more send may go (counted as begun when it may)."""
+
+    async def refused(self) -> None:
+        """The last send did not arrive (Telegram answered so, or it never left)."""
+
+
+def _may_have_arrived(exc: TelegramError) -> bool:
+    """Whether a failed send may still have been accepted: the request left but its answer did not come back whole.
+
+    An answer from Telegram (429, 400, 403, a 5xx of its own), a connection never made, a request never written
+    whole, a pool timeout and a page or redirect from something that is not the Bot API (a proxy's login page) are
+    definite: nothing arrived. A read timeout, the whole-exchange deadline, a connection dropped mid-answer and a
+    proxy's 5xx page (a gateway timeout after forwarding the request) are not.
+    """
+    if isinstance(exc, NotBotApiError):
+        return exc.status >= 500
+    if not isinstance(exc, NetworkError) or isinstance(exc, BadRequest):
+        return False
+    cause = exc.__cause__
+    if isinstance(exc, TimedOut):
+        return not isinstance(cause, httpx.ConnectTimeout | httpx.PoolTimeout | httpx.WriteTimeout)
+    return isinstance(cause, httpx.ReadError | httpx.RemoteProtocolError)
 
 
 def recipient(chat_id: ChatId) -> str:
@@ -406,12 +492,41 @@ def chat_of(recipient: str) -> ChatId:
 
 
 @dataclass
+class _PartSends:
+    """`SendGuard` of one stored part: its unanswered sends counted in the state file, so a restart knows them."""
+
+    state: DeliveryState
+    recipient: str
+    key: str
+    part: Part
+
+    async def begin(self) -> bool:
+        unanswered = await asyncio.to_thread(self.state.unanswered_sends, self.recipient, self.key, self.part.index)
+        # A chart is a bonus: never risk showing it twice. A text part may be repeated once, not lost for a lost answer.
+        if unanswered >= (1 if self.part.kind is PartKind.PHOTO else 2):
+            return False
+        await asyncio.to_thread(self.state.begin_part_send, self.recipient, self.key, self.part.index)
+        return True
+
+    async def refused(self) -> None:
+        await asyncio.to_thread(self.state.part_refused, self.recipient, self.key, self.part.index)
+
+
+@dataclass
 class Poster:
-    """Exactly-once posting: claim the (chat, key) delivery, store its parts, send those still owed, record."""
+    """Exactly-once posting: claim the (chat, key) delivery, store its parts, send those still owed, record.
+
+    Every state file access runs in a worker thread (`asyncio.to_thread`): a locked or slow file delays this
+    delivery, never the event loop that answers /healthz and the chats. The claim is a lease renewed while the
+    delivery is worked on, so a process killed mid-send leaves a claim that another takes over within
+    ``lease_seconds``.
+    """
 
     sender: Sender
     state: DeliveryState
-    lease_seconds: float = 900.0
+    lease_seconds: float = 60.0
+    # The deliveries this process is working on: its own claim would let it take one twice (same owner).
+    _working: set[tuple[str, str]] = field(default_factory=set)
 
     async def post_once(
         self,
@@ -426,32 +541,76 @@ class Poster:
         ``message`` and ``photo`` are called only when no earlier attempt stored the delivery's parts. The delivery
         state knows the chat as text (`recipient`): "-1001234" or "@name".
         """
-        chat = self.state.current(recipient(chat_id))
+        state = self.state
+        chat = await asyncio.to_thread(state.current, recipient(chat_id))
         chat_id = chat_of(chat)
-        earlier_ids = self.state.earlier_ids(chat)
+        earlier_ids = await asyncio.to_thread(state.earlier_ids, chat)
         for earlier in earlier_ids:
             # Delivered before the group became a supergroup: the record stays on the id it was claimed under.
-            delivered = self.state.get(earlier, key)
+            delivered = await asyncio.to_thread(state.get, earlier, key)
             if delivered is not None and delivered.status == DeliveryStatus.SENT:
                 return PostResult(Outcome.ALREADY_SENT, chat)
-        if not self.state.claim(chat, key, self.lease_seconds):
-            existing = self.state.get(chat, key)
+        if (chat, key) in self._working:
+            return PostResult(Outcome.BUSY, chat)
+        if not await asyncio.to_thread(state.claim, chat, key, self.lease_seconds):
+            existing = await asyncio.to_thread(state.get, chat, key)
             if existing is not None and existing.status == "sent":
                 return PostResult(Outcome.ALREADY_SENT, chat)
             if existing is not None and existing.permanent:
                 return PostResult(Outcome.FAILED_PERMANENT, chat, error=existing.error)
             return PostResult(Outcome.BUSY, chat)
+        renewal = asyncio.create_task(self._renew(chat, key))
+        self._working.add((chat, key))
         try:
-            parts = self.state.parts(chat, key) or self.state.adopt_parts(chat, key, earlier_ids)
+            return await self._claimed(chat_id, chat, key, message, late, photo, earlier_ids)
+        except asyncio.CancelledError:
+            # Stopped (SIGTERM): the claim is released at once, so the next run or instance need not wait for it.
+            await asyncio.shield(self._release(chat, key, "interrupted: the process stopped"))
+            raise
+        finally:
+            renewal.cancel()
+            self._working.discard((chat, key))
+
+    async def _claimed(
+        self,
+        chat_id: ChatId,
+        chat: str,
+        key: str,
+        message: Callable[[], Awaitable[str]],
+        late: bool,
+        photo: Callable[[], Awaitable[Photo | None]] | None,
+        earlier_ids: list[str],
+    ) -> PostResult:
+        state = self.state
+        try:
+            parts = await asyncio.to_thread(state.parts, chat, key) or await asyncio.to_thread(
+                state.adopt_parts, chat, key, earlier_ids
+            )
             if not parts:
-                parts = self.state.store_parts(chat, key, await self._compose(chat_id, key, message, photo))
+                composed = await self._compose(chat_id, key, message, photo)
+                parts = await asyncio.to_thread(state.store_parts, chat, key, composed)
         except StateError:
             raise
         except Exception as exc:  # computing the message failed: record it so that it is retried and visible
             log.exception("delivery of %s to chat %s failed while preparing the message", key, chat_id)
-            self.state.mark_failed(chat, key, f"internal error: {type(exc).__name__}", permanent=False)
+            await asyncio.to_thread(state.mark_failed, chat, key, f"internal error: {type(exc).__name__}", False)
             return PostResult(Outcome.FAILED, chat, error=f"internal error: {type(exc).__name__}")
         return await self._send_owed(chat_id, key, parts, late)
+
+    async def _renew(self, chat: str, key: str) -> None:
+        """Keep the claim alive while this process works on it (a third of the lease between renewals)."""
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                await asyncio.to_thread(self.state.renew, chat, key, self.lease_seconds)
+            except StateError as exc:
+                log.error("the claim of %s for chat %s could not be renewed: %s", key, chat, exc)
+
+    async def _release(self, chat: str, key: str, reason: str) -> None:
+        try:
+            await asyncio.to_thread(self.state.mark_failed, chat, key, reason, False)
+        except StateError as exc:
+            log.error("the claim of %s for chat %s could not be released: %s", key, chat, exc)
 
     async def _compose(
         self,
@@ -480,15 +639,22 @@ class Poster:
         texts = sum(part.kind is PartKind.TEXT for part in parts)
         current = chat_id
         message_ids: list[int] = []
-        note: str | None = None
+        notes: list[str] = []
+        state = self.state
         for part in parts:
             if part.message_id is not None:
                 message_ids.append(part.message_id)
                 continue
             label = _label(part, texts)
             try:
-                current, message_id = await self._send_part(current, part)
+                current, message_id = await self._send_part(
+                    current, part, _PartSends(state, recipient(chat_id), key, part)
+                )
             except DeliveryError as exc:
+                if exc.unconfirmed:
+                    log.warning("%s of %s for chat %s %s", label, key, chat_id, exc)
+                    notes.append(f"{label} not confirmed: {exc}")
+                    continue
                 if part.kind is PartKind.PHOTO and exc.permanent:
                     log.error(
                         "the chart of %s was refused in chat %s (%s); the digest itself was delivered",
@@ -496,7 +662,7 @@ class Poster:
                         chat_id,
                         exc,
                     )
-                    note = f"chart not delivered: {exc}"
+                    notes.append(f"chart not delivered: {exc}")
                     continue
                 error = f"{label}: {exc}"
                 log.error(
@@ -506,36 +672,40 @@ class Poster:
                     "permanent" if exc.permanent else "will retry",
                     error,
                 )
-                self.state.mark_failed(recipient(chat_id), key, error, permanent=exc.permanent)
+                await asyncio.to_thread(state.mark_failed, recipient(chat_id), key, error, exc.permanent)
                 outcome = Outcome.FAILED_PERMANENT if exc.permanent else Outcome.FAILED
                 return PostResult(outcome, recipient(chat_id), tuple(message_ids), error=error)
+            except StateError:
+                raise
             except Exception as exc:  # e.g. the state file failing while a chat migration is recorded
                 log.exception("delivery of %s to chat %s failed while sending %s", key, chat_id, label)
                 error = f"{label}: internal error: {type(exc).__name__}"
-                self.state.mark_failed(recipient(chat_id), key, error, permanent=False)
+                await asyncio.to_thread(state.mark_failed, recipient(chat_id), key, error, False)
                 return PostResult(Outcome.FAILED, recipient(chat_id), tuple(message_ids), error=error)
             message_ids.append(message_id)
             try:
-                self.state.mark_part_sent(recipient(chat_id), key, part.index, message_id)
+                await asyncio.to_thread(state.mark_part_sent, recipient(chat_id), key, part.index, message_id)
             except StateError as exc:
-                # Sent, not recorded: a later attempt may repeat this part — the lease makes that rare.
+                # Sent, not recorded: its send stays counted as unanswered, so a later attempt repeats it once at
+                # most (a text part) or never (the chart).
                 log.error("%s of %s reached chat %s but could not be recorded: %s", label, key, current, exc)
         if current != chat_id:
             # The delivery happened under the new id; keep the record on the id it was claimed under.
             log.info("delivery of %s moved from chat %s to %s", key, chat_id, current)
+        note = "; ".join(notes) or None
         try:
-            self.state.mark_sent(recipient(chat_id), key, message_ids, late=late, note=note)
+            await asyncio.to_thread(state.mark_sent, recipient(chat_id), key, message_ids, late, None, note)
         except StateError:
             log.exception("delivery of %s to chat %s was sent but could not be recorded", key, chat_id)
         return PostResult(Outcome.SENT, recipient(current), tuple(message_ids), error=note)
 
-    async def _send_part(self, chat_id: ChatId, part: Part) -> tuple[ChatId, int]:
+    async def _send_part(self, chat_id: ChatId, part: Part, guard: SendGuard) -> tuple[ChatId, int]:
         if part.kind is PartKind.TEXT:
-            return await self.sender.send_text(chat_id, part.text)
+            return await self.sender.send_text(chat_id, part.text, guard)
         if part.data is None:  # the PNG is dropped only when the chart is accepted; a file edited by hand, then
             raise DeliveryError("the stored chart has no image", permanent=True)
         photo = Photo(png=part.data, caption=part.text, filename=part.filename or "digest.png")
-        return await self.sender.send_photo(chat_id, photo)
+        return await self.sender.send_photo(chat_id, photo, guard)
 
 
 def _label(part: Part, texts: int) -> str:
