@@ -458,6 +458,14 @@ def upstream_namespace(upstream: str) -> str:
     return parts[1] if len(parts) > 2 else ""
 
 
+def upstream_route(upstream: str) -> str:
+    """``httproute/shop/api/rule/0`` → ``api``; ``istio:pricing/quote`` → ``quote``; else the upstream itself."""
+    if upstream.startswith("istio:"):
+        return upstream.rsplit("/", 1)[-1]
+    parts = upstream.split("/")
+    return parts[2] if len(parts) > 2 else upstream
+
+
 def _clean(value: str) -> str:
     """Access logs print unset values as ``-`` or null; both mean "none"."""
     return value if value not in ("", "null") else "-"

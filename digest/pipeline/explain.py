@@ -48,7 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from checks.contract import Event, Finding, Offender, Span, Status, fmt_duration, fmt_int, fmt_percent
-from checks.envoy_flags import upstream_namespace
+from checks.envoy_flags import upstream_namespace, upstream_route
 
 
 @dataclass(frozen=True)
@@ -78,13 +78,6 @@ def _events(finding: Finding | None, kind: str) -> list[Event]:
 def _observes(finding: Finding | None, family: str) -> bool:
     """Whether the check ran and read ``family`` (an UNKNOWN finding observed nothing)."""
     return finding is not None and finding.status is not Status.UNKNOWN and family in finding.observed
-
-
-def _upstream_name(upstream: str) -> str:
-    if upstream.startswith("istio:"):
-        return upstream.rsplit("/", 1)[-1]
-    parts = upstream.split("/")
-    return parts[2] if len(parts) > 2 else upstream
 
 
 def _flagged(findings: Findings, flag: str) -> list[Offender]:
@@ -313,7 +306,7 @@ def no_healthy_upstream(findings: Findings) -> Explanation | None:
     empty = [o for o in _offenders(findings.get("empty_endpoints")) if (o.fact("empty_seconds") or 0) > 0]
     untied: list[tuple[Offender, str, list[Offender]]] = []
     for answer in _flagged(findings, "UH"):
-        namespace, route = upstream_namespace(answer.labels["upstream"]), _upstream_name(answer.labels["upstream"])
+        namespace, route = upstream_namespace(answer.labels["upstream"]), upstream_route(answer.labels["upstream"])
         same = [o for o in empty if o.labels.get("namespace") == namespace]
         # Only the route's own backend: another Service of the namespace that was empty meanwhile (a Recreate
         # rollout of shop/cart beside UH on shop/api) is a coincidence until the data ties the two.

@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 
 from checks import coverage
 from checks.contract import Backend, Check, Finding, GapKind, SourceError, Sources, Status, Window
-from checks.envoy_flags import upstream_namespace
-from checks.promql import any_of
+from checks.envoy_flags import upstream_namespace, upstream_route
+from checks.promql import any_of, quote, regex_literal
 from digest.pipeline.collect import Collected
 from digest.pipeline.policy import Policy
 from digest.pipeline.score import Digest
@@ -38,12 +38,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class _Entities:
-    """One kind of entity whose lines a check counts: which check, which counts, which namespace each runs in."""
+    """One kind of entity whose lines a check counts: which check holds the counts, who runs each, who reads them."""
 
     kind: GapKind
     counter: str  # the check whose finding holds the counts
     lines: Callable[[Finding], Mapping[str, float]]
-    namespace: Callable[[str], str]
+    owner: Callable[[str], str]  # what must have run for the entity to be expected to log ("" unknown)
+    running: Callable[[Sequence[str], Window], str]  # PromQL: the owners among these that ran, as label "owner"
     readers: Callable[[Sequence[Check]], set[str]]  # the checks that read those lines
 
 
@@ -53,15 +54,61 @@ def _log_readers(checks: Sequence[Check]) -> set[str]:
     }
 
 
+def running_query(namespaces: Sequence[str], window: Window) -> str:
+    """PromQL: the namespaces among ``namespaces`` that had a pod ready in the window (a ready pod ran)."""
+    ready = f'kube_pod_status_ready{{condition="true", namespace=~"{any_of(namespaces)}"}}'
+    ran = f"max by (namespace) (max_over_time({ready}[{window.promql_range()}])) >= 1"
+    return f'label_replace({ran}, "owner", "$1", "namespace", "(.+)")'
+
+
+def backend_query(owners: Sequence[str], window: Window) -> str:
+    """PromQL: the ``namespace/name`` owners whose Service of that name had a ready endpoint in the window.
+
+    A route is expected to log only when its backend served: the Service named like the route (Envoy Gateway names
+    no Service in its upstream, and a route and its Service usually share the name) had a ready address in an
+    EndpointSlice (``<service>-xxxxx``), or, without EndpointSlice metrics, a pod named ``<name>-…`` was ready.
+    A route whose Service is named otherwise is never expected: missed, rather than a false blind spot.
+    """
+    pairs = [owner.split("/", 1) for owner in owners if "/" in owner]
+    namespaces = any_of(namespace for namespace, _ in pairs)
+    names = "|".join(regex_literal(name) for name in sorted({name for _, name in pairs}))
+    slice_name = quote(f"({names})-[a-z0-9]{{5}}")
+    pod_name = quote(f"({names})-[a-z0-9]+(-[a-z0-9]+)?")
+    look = window.promql_range()
+    slices = (
+        f'max by (namespace, endpointslice) (max_over_time(kube_endpointslice_endpoints{{ready="true", '
+        f'namespace=~"{namespaces}", endpointslice=~"{slice_name}"}}[{look}])) >= 1'
+    )
+    pods = (
+        f'max by (namespace, pod) (max_over_time(kube_pod_status_ready{{condition="true", '
+        f'namespace=~"{namespaces}", pod=~"{pod_name}"}}[{look}])) >= 1'
+    )
+    by_slice = f'label_replace({slices}, "name", "$1", "endpointslice", "{slice_name}")'
+    by_pod = f'label_replace({pods}, "name", "$1", "pod", "{pod_name}")'
+    ran = f"max by (namespace, name) ({by_slice} or {by_pod})"
+    return f'label_join({ran}, "owner", "/", "namespace", "name")'
+
+
+def _route_owner(upstream: str) -> str:
+    namespace = upstream_namespace(upstream)
+    return f"{namespace}/{upstream_route(upstream)}" if namespace else ""
+
+
 KINDS = (
     _Entities(
-        GapKind.NAMESPACE, "error_lines", lambda finding: finding.namespace_lines, lambda name: name, _log_readers
+        GapKind.NAMESPACE,
+        "error_lines",
+        lambda finding: finding.namespace_lines,
+        lambda name: name,
+        running_query,
+        _log_readers,
     ),
     _Entities(
         GapKind.ROUTE,
         "envoy_flags",
         lambda finding: finding.route_lines,
-        upstream_namespace,
+        _route_owner,
+        backend_query,
         lambda _checks: {"envoy_flags"},
     ),
 )
@@ -72,12 +119,6 @@ def _lines(finding: Finding | None, kind: _Entities) -> Mapping[str, float] | No
     if finding is None or finding.status is Status.UNKNOWN:
         return None
     return kind.lines(finding) or None
-
-
-def running_query(namespaces: Sequence[str], window: Window) -> str:
-    """PromQL: the namespaces among ``namespaces`` that had a pod ready in the window (a ready pod ran)."""
-    ready = f'kube_pod_status_ready{{condition="true", namespace=~"{any_of(namespaces)}"}}'
-    return f"max by (namespace) (max_over_time({ready}[{window.promql_range()}])) >= 1"
 
 
 async def judge_silent_logs(
@@ -91,7 +132,8 @@ async def judge_silent_logs(
     """``collected`` with the namespaces and routes that fell silent named as unseen by the checks that read them."""
     if not policy.coverage.enabled:
         return collected
-    candidates: dict[GapKind, list[str]] = {}
+    findings = tuple(collected.findings)
+    named = False
     for kind in KINDS:
         today = _lines(_finding(collected.findings, kind.counter), kind)
         if today is None:
@@ -99,26 +141,17 @@ async def judge_silent_logs(
         earlier = [
             lines for digest in past if (lines := _lines(_finding(digest.findings, kind.counter), kind)) is not None
         ]
-        if fell := coverage.fell_silent(today, earlier, policy.coverage):
-            candidates[kind.kind] = fell
-    if not candidates:
-        return collected
-    by_kind = {kind.kind: kind for kind in KINDS}
-    namespaces = sorted({by_kind[kind].namespace(name) for kind, names in candidates.items() for name in names} - {""})
-    ran: set[str] | None = set()
-    try:
-        if namespaces:
-            samples = await sources.metrics.instant(running_query(namespaces, window), window.end)
-            ran = {s.labels.get("namespace", "") for s in samples if s.value >= 1}
-    except SourceError as exc:
-        log.warning("whether the pods of %s ran could not be read: %s", ", ".join(namespaces), exc)
-        ran = None  # unknown: every candidate is named
-    findings = tuple(collected.findings)
-    named = False
-    for kind_name, names in candidates.items():
-        kind = by_kind[kind_name]
-        # A route whose namespace its name does not tell cannot be proven idle: it is named.
-        silent = [name for name in names if ran is None or kind.namespace(name) in ran or not kind.namespace(name)]
+        candidates = coverage.fell_silent(today, earlier, policy.coverage)
+        owners = sorted({kind.owner(name) for name in candidates} - {""})
+        if not owners:
+            continue
+        try:
+            samples = await sources.metrics.instant(kind.running(owners, window), window.end)
+            ran = {sample.labels.get("owner", "") for sample in samples if sample.value >= 1}
+        except SourceError as exc:
+            log.warning("whether %s ran could not be read: %s", ", ".join(owners), exc)
+            ran = set(owners)  # unknown: unseen is the safe side of not knowing
+        silent = [name for name in candidates if kind.owner(name) in ran]
         if not silent:
             continue
         named = True
