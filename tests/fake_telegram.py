@@ -426,6 +426,8 @@ class FakeTelegram:
         self._faults: dict[str, list[_Fault]] = {}
         self._raw_answers: dict[str, list[_RawAnswer]] = {}
         self._delays: dict[str, list[float]] = {}
+        # Trickled answers: method → [(chat id or None for any, seconds per byte, times left)].
+        self._trickles: dict[str, list[list[Any]]] = {}
         self._sent: list[SentCall] = []
         self._calls: list[CallRecord] = []
         self._internal_errors: list[BaseException] = []
@@ -622,6 +624,25 @@ class FakeTelegram:
         """Answer the next ``times`` calls of ``method`` (``"*"``: any) ``seconds`` late, for client timeouts."""
         with self._cond:
             self._delays.setdefault(method.lower(), []).extend([seconds] * times)
+
+    def trickle_next(self, method: str, seconds_per_byte: float, *, chat_id: int | None = None, times: int = 1) -> None:
+        """Carry out the next ``times`` calls of ``method`` (to ``chat_id`` if given), then answer them crawling.
+
+        The headers go at once, then the body one byte every ``seconds_per_byte`` (a broken proxy): the call itself
+        was carried out, as Telegram would have.
+        """
+        with self._cond:
+            self._trickles.setdefault(method.lower(), []).append([chat_id, seconds_per_byte, times])
+
+    def _take_trickle(self, method: str, params: Params) -> float:
+        with self._cond:
+            rules = self._trickles.get(method, [])
+            for rule in rules:
+                chat, seconds, times = rule
+                if times > 0 and (chat is None or str(params.get("chat_id")) == str(chat)):
+                    rule[2] = times - 1
+                    return float(seconds)
+        return 0.0
 
     def _take_fault(self, method: str) -> _Fault | None:
         for key in (method, "*"):
@@ -862,7 +883,28 @@ class FakeTelegram:
         with self._cond:
             self._calls.append(record)
             self._cond.notify_all()
-        self._write(handler, status, json.dumps(payload, ensure_ascii=False).encode(), "application/json")
+        trickle = self._take_trickle(method.lower(), params)
+        body = json.dumps(payload, ensure_ascii=False).encode()
+        if trickle > 0:
+            self._write_trickling(handler, status, body, trickle)
+            return
+        self._write(handler, status, body, "application/json")
+
+    def _write_trickling(self, handler: _Handler, status: int, body: bytes, seconds_per_byte: float) -> None:
+        try:
+            handler.send_response(status)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.flush()
+            for index in range(len(body)):
+                if self._closing.wait(seconds_per_byte):
+                    break
+                handler.wfile.write(body[index : index + 1])
+                handler.wfile.flush()
+        except OSError:
+            pass
+        handler.close_connection = True
 
     def _answer_raw(
         self,

@@ -15,12 +15,13 @@ import pytest
 
 from digest.app.engine import Config
 from digest.app.settings import load_settings
+from digest.channels.channel import Outcome
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import last_post, post_moment, post_window
 from testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, run_digest
 from tests.fake_telegram import FakeTelegram
-from tests.test_bot import QUIET, TOKEN, running, visible, wait_until
+from tests.test_bot import QUIET, TOKEN, Clock, running, visible, wait_until
 
 HEALTHY = -1001234567890
 GONE = -1009999999999  # a chat the bot was removed from: "chat not found", for good
@@ -230,3 +231,35 @@ def test_a_busy_health_port_is_one_line_and_exit_2(
     lines = result.stderr.strip().splitlines()
     assert lines[-1] == f"digest: DIGEST_HEALTH_PORT: port {port} cannot be opened: Address already in use", lines
     assert "Traceback" not in result.stderr
+
+
+# Bounded, independent sends ------------------------------------------------------------------------------------------
+
+SLOW = -1003333333333  # a chat whose answers crawl through a broken proxy
+
+
+async def test_a_trickling_chat_never_holds_another_and_is_not_repeated(
+    corpus_backends: EmbeddedBackends, tmp_path: Path
+) -> None:
+    """SLOW answers 1 byte/s: HEALTHY is posted at once, /status shows SLOW in flight, SLOW's message is not resent."""
+    with FakeTelegram(TOKEN, known_chats={HEALTHY, SLOW}) as server:
+        server.trickle_next("sendMessage", 1.0, chat_id=SLOW, times=10)
+        config = _bot_config(corpus_backends, server, tmp_path)
+        config = Config(
+            settings=config.settings.model_copy(update={"telegram_chat_ids": (SLOW, HEALTHY)}), policy=config.policy
+        )
+        noon = Clock(datetime(2026, 7, 20, 12, 0, 5, tzinfo=UTC))
+        async with running(config, noon) as bot:
+            await wait_until(lambda: len(server.sent_to(HEALTHY)) == 1, within=60)
+            assert SLOW in bot.in_flight  # still crawling: the healthy chat did not wait for it
+            status = await bot.status_text(None)
+            assert f"Chat {SLOW}: sending daily:2026-07-20 for" in status
+            await wait_until(lambda: SLOW in bot.last_results, within=60)
+            assert bot.last_results[SLOW].outcome is Outcome.SENT
+            assert bot.last_results[HEALTHY].outcome is Outcome.SENT
+            # The 5-minute recheck finds both delivered.
+            again = await bot.post_due()
+            assert [result.outcome for result in again] == [Outcome.ALREADY_SENT, Outcome.ALREADY_SENT]
+        assert len(server.sent_to(SLOW)) == 1
+        assert len(server.sent_to(HEALTHY)) == 1
+        assert server.internal_errors == []

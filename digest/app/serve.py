@@ -131,9 +131,15 @@ class ChannelPoster:
         async def attachment() -> Photo | None:
             return photo
 
+        # Each recipient on its own: one whose sends stall never holds another's post.
+        results = await asyncio.gather(
+            *(
+                self.channel.post_once(recipient, key, message, photo=attachment)
+                for recipient in self.channel.recipients
+            )
+        )
         outcomes: list[str] = []
-        for recipient in self.channel.recipients:
-            result = await self.channel.post_once(recipient, key, message, photo=attachment)
+        for recipient, result in zip(self.channel.recipients, results, strict=True):
             error = f" ({result.error})" if result.error else ""
             log.info("%s %s, %s: %s%s", self.channel.name, recipient, label, result.outcome.value, error)
             outcomes.append(f"chat {recipient}: {result.outcome.value}{error}")

@@ -45,7 +45,7 @@ from digest.channels.channel import Outcome, Photo, PostResult
 from digest.channels.telegram.allowance import CommandAllowance
 from digest.channels.telegram.sender import BotApiRequest, ChatId, Poster, Sender, recipient
 from digest.channels.telegram.text import MAX_TEXT, fit_utf16
-from digest.pipeline.state import DeliveryState, StateError
+from digest.pipeline.state import Delivery, DeliveryState, StateError
 from digest.pipeline.week import iso_week, last_complete_week, parse_iso_week, week_days
 from digest.pipeline.window import (
     WindowError,
@@ -229,6 +229,8 @@ class DigestBot:
     clock: Clock = utc_now
     poster: Poster | None = None
     last_results: dict[ChatId, PostResult] = field(default_factory=dict)
+    # The scheduled deliveries under way: chat → (key, when it started, monotonic), for /status.
+    in_flight: dict[ChatId, tuple[str, float]] = field(default_factory=dict)
     allowance: CommandAllowance | None = None
     _refused_at: dict[int, float] = field(default_factory=dict)
     _queued: set[asyncio.Task[None]] = field(default_factory=set)
@@ -488,19 +490,27 @@ class DigestBot:
         photo: Callable[[], Awaitable[Photo | None]],
         late: bool,
     ) -> list[PostResult]:
-        """Post ``key`` once to every chat (claim, parts, retries), each outcome logged and handed to the hooks."""
-        results: list[PostResult] = []
-        for chat_id in self.settings.chat_ids:
+        """Post ``key`` once to every chat (claim, parts, retries), each outcome logged and handed to the hooks.
+
+        Each chat's delivery runs on its own: one chat whose sends stall or keep failing never delays another's
+        (the pacer still keeps the whole bot under Telegram's limits).
+        """
+
+        async def one(chat_id: ChatId) -> PostResult:
+            self.in_flight[chat_id] = (key, time.monotonic())
             try:
                 result = await self._poster.post_once(chat_id, key, html, late=late, photo=photo)
             except StateError as exc:
                 log.error("cannot post %s to chat %s: %s", key, chat_id, exc)
                 result = PostResult(Outcome.FAILED, recipient(chat_id), error=str(exc))
+            finally:
+                self.in_flight.pop(chat_id, None)
             if result.outcome is not Outcome.ALREADY_SENT:
                 log.info("post %s to chat %s: %s%s", key, chat_id, result.outcome.value, " (late)" if late else "")
             self.hooks.posted(chat_id, result)
-            results.append(result)
-        return results
+            return result
+
+        return list(await asyncio.gather(*(one(chat_id) for chat_id in self.settings.chat_ids)))
 
     def next_post(self, now: datetime) -> datetime:
         """The next scheduled post moment after ``now`` (23 or 25 h after the last one on a DST change)."""
@@ -510,6 +520,10 @@ class DigestBot:
             day += timedelta(days=1)
         return moment
 
+    def _latest(self, chat_id: ChatId) -> list[Delivery]:
+        """The chat's latest deliveries (blocking: SQLite; called off the event loop)."""
+        return self.state.latest(self.state.current(recipient(chat_id)))
+
     async def status_text(self, application: Application[Any, Any, Any, Any, Any, Any] | None) -> str:
         """What /status answers: posts per chat, failures, sources, next post."""
         now = self.clock()
@@ -518,8 +532,12 @@ class DigestBot:
         nxt = self.next_post(now).astimezone(zone)
         lines.append(f"Next post: {nxt:%Y-%m-%d %H:%M} {zone}")
         for chat_id in self.settings.chat_ids:
+            if chat_id in self.in_flight:
+                key, since = self.in_flight[chat_id]
+                lines.append(f"Chat {chat_id}: sending {key} for {time.monotonic() - since:.0f} s")
+                continue
             try:
-                deliveries = self.state.latest(self.state.current(recipient(chat_id)))
+                deliveries = await asyncio.to_thread(self._latest, chat_id)
             except StateError as exc:
                 lines.append(f"Chat {chat_id}: state unreadable ({exc})")
                 continue
@@ -531,9 +549,12 @@ class DigestBot:
             when = datetime.fromtimestamp(last.sent_at or last.updated_at, tz=zone)
             if last.status == "sent":
                 lines.append(f"Chat {chat_id}: {last.key} sent {when:%m-%d %H:%M}{' (late)' if last.late else ''}")
+            elif last.status == "sending":
+                lines.append(f"Chat {chat_id}: {last.key} being sent by another run since {when:%H:%M}")
             else:
                 kind = "failed for good" if last.permanent else "failed, will retry"
-                lines.append(f"Chat {chat_id}: {last.key} {kind} after {last.attempts} attempt(s): {last.error}")
+                why = last.error or "no reason recorded"
+                lines.append(f"Chat {chat_id}: {last.key} {kind} after {last.attempts} attempt(s): {why}")
         lines.extend(await self.hooks.status_lines(now))
         return "\n".join(lines)
 

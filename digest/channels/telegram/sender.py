@@ -36,6 +36,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
@@ -63,6 +64,9 @@ log = logging.getLogger(__name__)
 
 # A chat as the Bot API takes it: its integer id, or a public channel's "@name".
 ChatId = int | str
+
+# The message id recorded for a message Telegram took whose answer was cut off (ids start at 1).
+UNKNOWN_MESSAGE_ID = 0
 
 # A reason quoted in a log line, the state file or stderr stays one readable line (a proxy's page can be long).
 _MAX_REASON = 200
@@ -104,6 +108,19 @@ def _not_bot_api(status: int, payload: bytes) -> str | None:
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
 
+# The statuses of the answers whose headers arrived during the current `BotApiRequest.do_request` (the transport runs
+# in the requesting task): a 200 whose body then crawls past the deadline was taken by Telegram all the same.
+_HEADERS_SEEN: ContextVar[list[int] | None] = ContextVar("bot_api_headers_seen", default=None)
+
+
+class AnswerCutOff(TimedOut):
+    """The Bot API answered ``status`` but the body did not arrive within the deadline (a trickling proxy)."""
+
+    def __init__(self, status: int, deadline: float) -> None:
+        super().__init__(f"answered HTTP {status}, but the body did not arrive within {deadline:.0f} s")
+        self.status = status
+
+
 class _CappedStream(httpx.AsyncByteStream):
     """A response body that fails as a network error once it passes ``cap`` bytes, instead of being read whole."""
 
@@ -132,6 +149,9 @@ class _CappedTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self._inner.handle_async_request(request)
+        seen = _HEADERS_SEEN.get()
+        if seen is not None:
+            seen.append(response.status_code)
         coding = response.headers.get("content-encoding", "identity").strip().lower()
         if coding not in ("", "identity"):
             # A compressed body would be inflated past any cap on the wire; "identity" was asked for.
@@ -177,11 +197,17 @@ class BotApiRequest(HTTPXRequest):
         # exchange is bounded: httpx's timeouts are per phase and per read, so an answer trickling one byte every
         # two seconds would otherwise hold a send (and every chat after it) for as long as the server likes.
         deadline = self.deadline(kwargs)
+        seen: list[int] = []
+        token = _HEADERS_SEEN.set(seen)
         try:
             async with asyncio.timeout(deadline):
                 status, payload = await super().do_request(*args, **kwargs)
         except TimeoutError:
+            if seen:
+                raise AnswerCutOff(seen[-1], deadline) from None
             raise TimedOut(f"no complete answer within {deadline:.0f} s") from None
+        finally:
+            _HEADERS_SEEN.reset(token)
         if 300 <= status < 400:
             raise NotBotApiError("a redirect", status)
         what = _not_bot_api(status, payload)
@@ -401,6 +427,14 @@ class Sender:
             try:
                 message = await call(chat_id, as_html)
                 return chat_id, message.message_id
+            except AnswerCutOff as exc:
+                if exc.status == 200:
+                    # Taken: only the answer's body (the message id) is missing. Sending again would repeat it.
+                    log.warning("chat %s: %s; the message was taken, its id is unknown", chat_id, exc.message)
+                    return chat_id, UNKNOWN_MESSAGE_ID
+                if guard is not None:
+                    await guard.refused()  # an error status: Telegram did not take it
+                error: TelegramError = exc
             except _NOT_A_MESSAGE as exc:
                 # "ok" but no message in it: it may have been delivered, so this run does not send it again.
                 raise DeliveryError(
@@ -413,7 +447,7 @@ class Sender:
                     await guard.refused()
                 error = exc
             try:
-                raise error
+                raise error  # one place decides what each error means, whichever branch caught it
             except RetryAfter as exc:
                 delay = _seconds(exc.retry_after)
                 reason = f"429 retry after {delay:g} s"
