@@ -7,6 +7,7 @@ real SQLite file.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import logging
 import subprocess
@@ -20,6 +21,7 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 from telegram import Bot
+from telegram.error import TelegramError
 
 from digest.app.bot import make_bot
 from digest.app.engine import Config
@@ -103,7 +105,9 @@ async def running(
             try:
                 yield bot
             finally:
-                await application.updater.stop()
+                # The polling task may have ended on its own error (a refused token): stopping surfaces it.
+                with contextlib.suppress(TelegramError):
+                    await application.updater.stop()
                 await application.stop()
                 if application.post_shutdown is not None:
                     await application.post_shutdown(application)

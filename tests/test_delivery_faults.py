@@ -5,20 +5,23 @@ Against the project's Bot-API-shaped server (`tests.fake_telegram`) and the `dig
 
 from __future__ import annotations
 
+import asyncio
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import httpx
 import pytest
 
 from digest.app.engine import Config
+from digest.app.health import DigestMetrics
 from digest.app.settings import load_settings
 from digest.channels.channel import Outcome
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import last_post, post_moment, post_window
-from testbed.embedded import EmbeddedBackends
+from testbed.embedded import EmbeddedBackends, free_port
 from tests.command import backend_env, run_digest
 from tests.fake_telegram import FakeTelegram
 from tests.test_bot import QUIET, TOKEN, Clock, running, visible, wait_until
@@ -263,3 +266,81 @@ async def test_a_trickling_chat_never_holds_another_and_is_not_repeated(
         assert len(server.sent_to(SLOW)) == 1
         assert len(server.sent_to(HEALTHY)) == 1
         assert server.internal_errors == []
+
+
+# Health that means "can deliver" -------------------------------------------------------------------------------------
+
+
+async def _healthz(port: int) -> tuple[int, str]:
+    async with httpx.AsyncClient(timeout=5) as client:
+        answer = await client.get(f"http://127.0.0.1:{port}/healthz")
+    return answer.status_code, answer.text
+
+
+async def _metric(port: int, line_start: str) -> float:
+    async with httpx.AsyncClient(timeout=5) as client:
+        text = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_start)]
+    return sum(values)
+
+
+def _health_config(backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path, port: int) -> Config:
+    config = _bot_config(backends, tg, tmp_path)
+    settings = config.settings.model_copy(update={"health_port": port, "telegram_poll_stale_seconds": 2.0})
+    return Config(settings=settings, policy=config.policy)
+
+
+@pytest.mark.parametrize(("status", "said"), [(401, "refuses the bot token"), (409, "another process polls")])
+async def test_a_refused_token_or_a_second_poller_fails_healthz_at_once(
+    corpus_backends: EmbeddedBackends, chat_tg: FakeTelegram, tmp_path: Path, status: int, said: str
+) -> None:
+    """401 (token revoked) or 409 (a second bot on the token) on getUpdates: /healthz 503 naming it, and a metric."""
+    port = free_port()
+    config = _health_config(corpus_backends, chat_tg, tmp_path, port)
+    async with running(config, QUIET, metrics=DigestMetrics()):
+        await chat_tg.wait_for_poller_async()
+        assert (await _healthz(port))[0] == 200
+        chat_tg.fail_next("getUpdates", status=status, times=1_000)
+
+        async def failing() -> bool:
+            code, body = await _healthz(port)
+            return code == 503 and said in body
+
+        await _eventually(failing)
+        reason = "unauthorized" if status == 401 else "conflict"
+        assert await _metric(port, f'digest_telegram_poll_failures_total{{reason="{reason}"}}') >= 1
+        chat_tg.clear_faults()
+
+
+async def test_polls_failing_longer_than_the_limit_fail_healthz_until_one_succeeds(
+    corpus_backends: EmbeddedBackends, chat_tg: FakeTelegram, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """502 on every poll: 503 past the 2 s limit, 200 again once a poll answers; the failure logged once."""
+    port = free_port()
+    config = _health_config(corpus_backends, chat_tg, tmp_path, port)
+    async with running(config, QUIET, metrics=DigestMetrics()):
+        await chat_tg.wait_for_poller_async()
+        chat_tg.fail_next("getUpdates", status=502, times=1_000)
+
+        async def failing() -> bool:
+            code, body = await _healthz(port)
+            return code == 503 and "no poll of Telegram succeeded" in body
+
+        await _eventually(failing)
+        chat_tg.clear_faults()
+
+        async def healthy() -> bool:
+            return (await _healthz(port))[0] == 200
+
+        await _eventually(healthy, within=40)
+        assert await _metric(port, "digest_telegram_last_poll_success_timestamp_seconds") > 0
+    said = [record for record in caplog.records if "polling Telegram failed (server_error" in record.getMessage()]
+    assert len(said) == 1
+
+
+async def _eventually(condition: Callable[[], Awaitable[bool]], within: float = 30.0) -> None:
+    """Bounded poll of an async condition."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not await condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.1)

@@ -9,6 +9,7 @@ dead man's switch seeded from the state file at start, the heartbeat after a pos
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import time
@@ -24,6 +25,7 @@ from digest.app.service import DigestService, source_status
 from digest.app.settings import Settings
 from digest.channels.channel import Outcome, PostResult
 from digest.channels.telegram.bot import BotSettings, Clock, DigestBot, utc_now
+from digest.channels.telegram.polling import PollHealth
 from digest.channels.telegram.sender import ChatId, recipient
 from digest.pipeline.state import DeliveryState, StateError
 
@@ -46,6 +48,10 @@ def bot_settings(settings: Settings) -> BotSettings:
     )
 
 
+# The delivery failures' reasons, as the metrics label them.
+_FAILURE_REASONS = {Outcome.FAILED: "transient", Outcome.FAILED_PERMANENT: "permanent", Outcome.BUSY: "busy"}
+
+
 @dataclass
 class AppHooks:
     """`digest.channels.telegram.bot.BotHooks` for `digest serve`: health, metrics, heartbeat, sources' status."""
@@ -56,11 +62,12 @@ class AppHooks:
     health: HealthServer | None = None
     health_sockets: list[socket.socket] | None = None
 
-    async def started(self, ready: Callable[[], bool]) -> None:
-        self.seed_metrics()
+    async def started(self, ready: Callable[[], bool], why: Callable[[], str | None]) -> None:
+        await asyncio.to_thread(self.seed_metrics)
         metrics = self.service.metrics
         if metrics is not None and self.config.settings.health_port:
-            self.health = HealthServer(metrics, ready, self.config.settings.health_port, sockets=self.health_sockets)
+            port = self.config.settings.health_port
+            self.health = HealthServer(metrics, ready, port, sockets=self.health_sockets, why=why)
             await self.health.start()
 
     async def stopped(self) -> None:
@@ -75,6 +82,18 @@ class AppHooks:
         metrics.deliveries.labels(outcome=result.outcome.value).inc()
         if result.outcome is Outcome.SENT:
             metrics.last_delivery.labels(chat=str(chat_id)).set(time.time())
+        for outcome in Outcome:
+            value = 1 if outcome is result.outcome else 0
+            metrics.delivery_state.labels(chat=str(chat_id), state=outcome.value).set(value)
+        reason = _FAILURE_REASONS.get(result.outcome)
+        if reason is not None:
+            metrics.delivery_failures.labels(reason=reason).inc()
+
+    def state_failed(self, error: StateError) -> None:
+        metrics = self.service.metrics
+        if metrics is not None:
+            kind = "replaced" if error.replaced else "busy" if error.busy else "other"
+            metrics.state_errors.labels(kind=kind).inc()
 
     async def delivered(self) -> None:
         """Tell the outside watcher (DIGEST_HEARTBEAT_URL) that a digest went out; a failure is logged, not raised."""
@@ -116,4 +135,12 @@ def make_bot(
 ) -> DigestBot:
     """The Telegram bot of ``config``, asking ``service`` for digests, with the app's hooks around it."""
     hooks = AppHooks(config=config, state=state, service=service, health_sockets=health_sockets)
-    return DigestBot(settings=bot_settings(config.settings), state=state, digests=service, hooks=hooks, clock=clock)
+    polling = PollHealth(stale_after_seconds=config.settings.telegram_poll_stale_seconds, observer=service.metrics)
+    return DigestBot(
+        settings=bot_settings(config.settings),
+        state=state,
+        digests=service,
+        hooks=hooks,
+        clock=clock,
+        polling=polling,
+    )

@@ -57,6 +57,49 @@ class DigestMetrics:
             ["source", "check"],
             registry=self.registry,
         )
+        self.poll_failures = Counter(
+            "digest_telegram_poll_failures",
+            "Polls of Telegram (getUpdates) that failed, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.last_poll = Gauge(
+            "digest_telegram_last_poll_success_timestamp_seconds",
+            "Unix time of the last poll of Telegram that answered.",
+            registry=self.registry,
+        )
+        self.delivery_failures = Counter(
+            "digest_delivery_failures",
+            "Scheduled posts that failed, by reason (transient, permanent, busy).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.delivery_state = Gauge(
+            "digest_delivery_state",
+            "The outcome of the last scheduled post per chat: 1 for its state, 0 for the others.",
+            ["chat", "state"],
+            registry=self.registry,
+        )
+        self.state_errors = Counter(
+            "digest_state_errors",
+            "State file failures in scheduled posts, by kind (busy, replaced, other).",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.last_digest_score = Gauge(
+            "digest_last_digest_score", "The score (0-10) of the last digest computed.", registry=self.registry
+        )
+        self.last_digest_status = Gauge(
+            "digest_last_digest_status",
+            "The status of the last digest computed: 1 for its status, 0 for the others.",
+            ["status"],
+            registry=self.registry,
+        )
+        self.last_digest_end = Gauge(
+            "digest_last_digest_window_end_timestamp_seconds",
+            "Unix time of the end of the last digest's window (which day it was).",
+            registry=self.registry,
+        )
         self.computation = Histogram(
             "digest_computation_seconds",
             "Time to compute one digest.",
@@ -67,10 +110,22 @@ class DigestMetrics:
     def observe_digest(self, digest: Digest, seconds: float) -> None:
         """Record a computed digest: its duration and every check that failed to query its backend."""
         self.computation.observe(seconds)
+        self.last_digest_score.set(digest.score)
+        for status in ("OK", "WARNING", "CRITICAL", "UNKNOWN"):
+            self.last_digest_status.labels(status=status).set(1 if digest.status.value == status else 0)
+        self.last_digest_end.set(digest.window.end.timestamp())
         for finding in digest.findings:
             if finding.error:
                 source = next((name for name in _SOURCES if finding.error.startswith(name)), "other")
                 self.query_errors.labels(source=source, check=finding.name).inc()
+
+    def poll_succeeded(self, at: float) -> None:
+        """A poll of Telegram answered (`digest.channels.telegram.polling.PollObserver`)."""
+        self.last_poll.set(at)
+
+    def poll_failed(self, reason: str) -> None:
+        """A poll of Telegram failed for ``reason``."""
+        self.poll_failures.labels(reason=reason).inc()
 
     def exposition(self) -> bytes:
         """The metrics in the Prometheus text format."""
@@ -88,14 +143,20 @@ MAX_BODY_BYTES = 64 * 1024
 class _Healthz(RequestHandler):
     """200 while the bot can make the noon post, 503 otherwise."""
 
-    def initialize(self, ready: Callable[[], bool]) -> None:
+    def initialize(self, ready: Callable[[], bool], why: Callable[[], str | None]) -> None:
         self._ready = ready
+        self._why = why
 
     def get(self) -> None:
         ok = self._ready()
         self.set_status(200 if ok else 503)
         self.set_header("Content-Type", "text/plain; charset=utf-8")
-        self.finish(b"ok\n" if ok else b"not ready\n")
+        # The reason goes in the body: `kubectl describe pod` shows a failed probe's body, so the cause is visible.
+        reason = self._why()
+        if ok:
+            self.finish(f"ok ({reason})\n".encode() if reason else b"ok\n")
+        else:
+            self.finish(f"not ready: {reason}\n".encode() if reason else b"not ready\n")
 
     head = get  # tornado sends the headers of a HEAD answer and drops its body
 
@@ -134,9 +195,11 @@ class HealthServer:
         port: int,
         host: str = "0.0.0.0",  # noqa: S104  # probes come from the kubelet, outside the pod
         sockets: list[socket.socket] | None = None,
+        why: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._metrics = metrics
         self._ready = ready
+        self._why = why
         self._port = port
         self._host = host
         self._server: HTTPServer | None = None
@@ -153,7 +216,7 @@ class HealthServer:
     async def start(self) -> None:
         """Listen on the configured host and port; must run on the loop that will serve the requests."""
         routes: list[Any] = [
-            (r"/healthz", _Healthz, {"ready": self._ready}),
+            (r"/healthz", _Healthz, {"ready": self._ready, "why": self._why}),
             (r"/metrics", _Metrics, {"metrics": self._metrics}),
         ]
         application = Application(routes, log_function=_log_request)

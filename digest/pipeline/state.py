@@ -252,12 +252,14 @@ class StateError(RuntimeError):
     """The state file cannot be opened, read or written (locked, corrupt, read-only).
 
     ``busy`` is true when another writer held the file past the busy timeout: worth retrying as it is, unlike a
-    corrupt or unwritable file.
+    corrupt or unwritable file. ``replaced``: the file at the path is no longer the one opened (deleted, or swapped
+    for another): only reopening it (a restart) helps.
     """
 
-    def __init__(self, message: str, busy: bool = False) -> None:
+    def __init__(self, message: str, busy: bool = False, replaced: bool = False) -> None:
         super().__init__(message)
         self.busy = busy
+        self.replaced = replaced
 
 
 def _state_error(path: Path, error: BaseException) -> StateError:
@@ -318,9 +320,13 @@ class DeliveryState:
         """
         now = _identity(self._path)
         if now is None:
-            raise StateError(f"state file {self._path}: deleted while in use; restart to open the state again")
+            raise StateError(
+                f"state file {self._path}: deleted while in use; restart to open the state again", replaced=True
+            )
         if now != self._identity:
-            raise StateError(f"state file {self._path}: replaced while in use; restart to open the state again")
+            raise StateError(
+                f"state file {self._path}: replaced while in use; restart to open the state again", replaced=True
+            )
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

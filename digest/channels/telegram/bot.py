@@ -43,6 +43,7 @@ from telegram.ext import Application, ApplicationBuilder, CommandHandler, Contex
 from checks.contract import Window
 from digest.channels.channel import Outcome, Photo, PostResult
 from digest.channels.telegram.allowance import CommandAllowance
+from digest.channels.telegram.polling import PollHealth, PollingRequest
 from digest.channels.telegram.sender import BotApiRequest, ChatId, Poster, Sender, recipient
 from digest.channels.telegram.text import MAX_TEXT, fit_utf16
 from digest.pipeline.state import Delivery, DeliveryState, StateError
@@ -132,14 +133,17 @@ class Digests(Protocol):
 class BotHooks(Protocol):
     """What the app does around the bot: its health endpoint and metrics, the heartbeat, the sources' status."""
 
-    async def started(self, ready: Callable[[], bool]) -> None:
-        """The application is up; ``ready`` says whether updates arrive and the scheduler runs."""
+    async def started(self, ready: Callable[[], bool], why: Callable[[], str | None]) -> None:
+        """The application is up; ``ready`` says whether updates arrive and the scheduler runs, ``why`` why not."""
 
     async def stopped(self) -> None:
         """The application is shutting down."""
 
     def posted(self, chat_id: ChatId, result: PostResult) -> None:
         """One scheduled post ended (sent, already sent, failed…)."""
+
+    def state_failed(self, error: StateError) -> None:
+        """The state file failed a scheduled post (locked, full, replaced)."""
 
     async def delivered(self) -> None:
         """A scheduled round sent at least one digest."""
@@ -151,13 +155,16 @@ class BotHooks(Protocol):
 class NoHooks:
     """A bot with nothing around it: no health server, no metrics, no heartbeat, no sources' lines."""
 
-    async def started(self, ready: Callable[[], bool]) -> None:
+    async def started(self, ready: Callable[[], bool], why: Callable[[], str | None]) -> None:
         return None
 
     async def stopped(self) -> None:
         return None
 
     def posted(self, chat_id: ChatId, result: PostResult) -> None:
+        return None
+
+    def state_failed(self, error: StateError) -> None:
         return None
 
     async def delivered(self) -> None:
@@ -236,12 +243,44 @@ class DigestBot:
     _queued: set[asyncio.Task[None]] = field(default_factory=set)
     # The ids configured chats have now (a group that became a supergroup), read from the delivery state's moves.
     _followed: frozenset[int] = frozenset()
+    # What the long poll says (getUpdates' own answers), and the state file's last trouble in a scheduled post.
+    polling: PollHealth = field(default_factory=PollHealth)
+    state_problem: StateError | None = None
 
     @property
     def _poster(self) -> Poster:
         if self.poster is None:
             raise RuntimeError("the bot's poster is set when its application is built")
         return self.poster
+
+    def health_problem(self, application: Application[Any, Any, Any, Any, Any, Any]) -> str | None:
+        """Why the bot cannot make the noon post or hear a command now, or None while it can."""
+        updater = application.updater
+        job_queue = application.job_queue
+        if not application.running:
+            return "the application is not running"
+        if updater is None or not updater.running:
+            return "no updates arrive: polling (or the webhook) is not running"
+        if job_queue is None or not job_queue.scheduler.running:
+            return "the scheduler is not running"
+        problem = self.polling.problem()
+        if problem is not None:
+            return problem
+        if self.state_problem is not None and self.state_problem.replaced:
+            return str(self.state_problem)
+        return None
+
+    def health_reason(self, application: Application[Any, Any, Any, Any, Any, Any]) -> str | None:
+        """What /healthz says beside its status: the problem, else a degradation, else nothing."""
+        problem = self.health_problem(application)
+        if problem is not None:
+            return problem
+        degraded = self.degraded()
+        return None if degraded is None else f"degraded: {degraded}"
+
+    def degraded(self) -> str | None:
+        """A trouble that does not stop the bot but is worth seeing: the state file failing a post (locked, full)."""
+        return None if self.state_problem is None else str(self.state_problem)
 
     def digest_chat(self, chat_id: int) -> bool:
         """Whether ``chat_id`` is a configured chat, or the supergroup one of them became."""
@@ -502,7 +541,11 @@ class DigestBot:
                 result = await self._poster.post_once(chat_id, key, html, late=late, photo=photo)
             except StateError as exc:
                 log.error("cannot post %s to chat %s: %s", key, chat_id, exc)
+                self.state_problem = exc
+                self.hooks.state_failed(exc)
                 result = PostResult(Outcome.FAILED, recipient(chat_id), error=str(exc))
+            else:
+                self.state_problem = None
             finally:
                 self.in_flight.pop(chat_id, None)
             if result.outcome is not Outcome.ALREADY_SENT:
@@ -570,7 +613,7 @@ def build_application(bot: DigestBot, token: str) -> Application[Any, Any, Any, 
         .base_file_url(f"{root}/file/bot")
         # python-telegram-bot's pool sizes, with answers that are not the Bot API's refused as a network error.
         .request(BotApiRequest(connection_pool_size=256))
-        .get_updates_request(BotApiRequest(connection_pool_size=1))
+        .get_updates_request(PollingRequest(bot.polling, connection_pool_size=1))
         .concurrent_updates(True)
         .post_init(lambda app: _post_init(app, bot))
         .post_stop(lambda app: bot.cancel_queued())
@@ -626,7 +669,7 @@ def _job(function: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Coroutine
 
 async def _post_init(application: Application[Any, Any, Any, Any, Any, Any], bot: DigestBot) -> None:
     await asyncio.to_thread(bot.follow_moves)
-    await bot.hooks.started(lambda: _ready(application))
+    await bot.hooks.started(lambda: bot.health_problem(application) is None, lambda: bot.health_reason(application))
     try:
         await application.bot.set_my_commands(COMMANDS)
     except TelegramError as exc:
@@ -646,14 +689,9 @@ async def _post_shutdown(application: Application[Any, Any, Any, Any, Any, Any],
     await bot.hooks.stopped()
 
 
-def _ready(application: Application[Any, Any, Any, Any, Any, Any]) -> bool:
-    """Alive for the noon post: updates arrive (polling or webhook) and the scheduler runs."""
-    updater = application.updater
-    job_queue = application.job_queue
-    polling = updater is not None and updater.running
-    scheduling = job_queue is not None and job_queue.scheduler.running
-    return bool(application.running and polling and scheduling)
-
-
 async def _on_error(update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+    if update is None:
+        # A failed poll: `PollHealth` logs each change of reason once, rather than every retry here.
+        log.debug("poll failed: %s", type(context.error).__name__ if context.error else "unknown")
+        return
     log.error("error while handling an update: %s", type(context.error).__name__ if context.error else "unknown")
