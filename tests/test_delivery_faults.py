@@ -6,7 +6,10 @@ Against the project's Bot-API-shaped server (`tests.fake_telegram`) and the `dig
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
+import subprocess
+import time as clock_time
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
@@ -20,9 +23,10 @@ from digest.app.health import DigestMetrics
 from digest.app.settings import load_settings
 from digest.channels.channel import Outcome
 from digest.pipeline.policy import Policy
+from digest.pipeline.state import DeliveryState
 from digest.pipeline.window import last_post, post_moment, post_window
 from testbed.embedded import EmbeddedBackends, free_port
-from tests.command import backend_env, run_digest
+from tests.command import DIGEST, backend_env, run_digest
 from tests.fake_telegram import FakeTelegram
 from tests.test_bot import QUIET, TOKEN, Clock, running, visible, wait_until
 
@@ -344,3 +348,39 @@ async def _eventually(condition: Callable[[], Awaitable[bool]], within: float = 
     while not await condition():
         assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
         await asyncio.sleep(0.1)
+
+
+# Stop and restart cleanly --------------------------------------------------------------------------------------------
+
+
+def test_sigterm_while_a_post_waits_out_a_429_stops_at_once_and_releases_the_claim(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """`digest serve` waiting out Telegram's "retry after 60": SIGTERM exits 0 within 25 s, the claim released."""
+    env = _cronjob_env(corpus_backends, tg, tmp_path, str(HEALTHY))
+    now = datetime.now(UTC)
+    post_at = (now - timedelta(minutes=1)).strftime("%H:%M")
+    env.update(DIGEST_POST_AT=post_at, DIGEST_TIMEZONE="UTC", DIGEST_HEALTH_PORT="0", DIGEST_WEEKLY_POST="off")
+    tg.fail_next("sendMessage", status=429, retry_after=60, times=100)
+    process = subprocess.Popen([*DIGEST, "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        tg.wait_for_calls("sendMessage", timeout=90)
+        started = clock_time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=25)
+        took = clock_time.monotonic() - started
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, stderr[-2_000:]
+    assert took < 25
+    state = DeliveryState(tmp_path / "state.sqlite", "after")
+    try:
+        [delivery] = [d for d in state.latest(str(HEALTHY)) if d.key.startswith("daily:")]
+        assert delivery.status == "failed"
+        assert delivery.error == "interrupted: the process stopped"
+        assert state.claim(str(HEALTHY), delivery.key, 60)  # free at once, not after a lease
+    finally:
+        state.close()
+    assert tg.sent_to(HEALTHY) == []

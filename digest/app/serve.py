@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import socket
 import sys
 import uuid
@@ -76,7 +77,7 @@ def serve(config: Config, token: str) -> int:
     store = open_history_store(settings)
     service = DigestService(config, metrics=DigestMetrics(), history_store=store)
     bot = make_bot(config, state, service, health_sockets=sockets)
-    application = build_application(bot, token)
+    application = build_application(bot, token, handle_signals=True)
     try:
         if settings.telegram_webhook_url:
             secret = settings.telegram_webhook_secret.get_secret_value() if settings.telegram_webhook_secret else None
@@ -87,9 +88,14 @@ def serve(config: Config, token: str) -> int:
                 webhook_url=settings.telegram_webhook_url,
                 secret_token=secret,
                 allowed_updates=Update.ALL_TYPES,
+                stop_signals=None,  # SIGTERM and SIGINT go to DigestBot.stop_now
             )
         else:
-            application.run_polling(allowed_updates=Update.ALL_TYPES, drop_pending_updates=False)
+            application.run_polling(
+                allowed_updates=Update.ALL_TYPES,
+                drop_pending_updates=False,
+                stop_signals=None,  # SIGTERM and SIGINT go to DigestBot.stop_now
+            )
     finally:
         state.close()
         if store is not None:
@@ -202,9 +208,16 @@ async def _post_and_print(
     The state file or the channel unusable: nothing was claimed or sent, one line says why, and the answer is still
     printed when the channel was the problem.
     """
+    # SIGTERM (a Job's deadline, a node drain): the deliveries are cancelled, which releases their claims at once.
+    task = asyncio.current_task()
+    if task is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     try:
         async with chat_poster(config, token) as post:
             account = await deliver(post)
+    except asyncio.CancelledError:
+        print("digest: interrupted (SIGTERM): what was not posted is posted by the next run", file=sys.stderr)
+        return EXIT_FAILED
     except StateError as exc:
         print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
         return for_state_error(exc)

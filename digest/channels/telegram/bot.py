@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -246,6 +247,9 @@ class DigestBot:
     # What the long poll says (getUpdates' own answers), and the state file's last trouble in a scheduled post.
     polling: PollHealth = field(default_factory=PollHealth)
     state_problem: StateError | None = None
+    # The scheduled deliveries' tasks (cancelled at stop, which releases their claims) and whether stop was asked.
+    _deliveries: set[asyncio.Task[PostResult]] = field(default_factory=set)
+    stopping: bool = False
 
     @property
     def _poster(self) -> Poster:
@@ -475,6 +479,8 @@ class DigestBot:
 
     async def post_due(self, _context: Any = None) -> list[PostResult]:
         """Post the most recent scheduled digest to every chat that has not had it, within the grace period."""
+        if self.stopping:
+            return []
         now = self.clock()
         day, moment = last_post(now, self.settings.wall_post_time, self.settings.zone)
         if now - moment > timedelta(hours=self.settings.late_grace_hours):
@@ -553,7 +559,27 @@ class DigestBot:
             self.hooks.posted(chat_id, result)
             return result
 
-        return list(await asyncio.gather(*(one(chat_id) for chat_id in self.settings.chat_ids)))
+        tasks = [asyncio.create_task(one(chat_id)) for chat_id in self.settings.chat_ids]
+        self._deliveries.update(tasks)
+        try:
+            return list(await asyncio.gather(*tasks))
+        finally:
+            self._deliveries.difference_update(tasks)
+
+    def stop_now(self, application: Application[Any, Any, Any, Any, Any, Any]) -> None:
+        """SIGTERM or SIGINT: no new work, deliveries abandoned (their claims released), then a clean stop.
+
+        Kubernetes gives the pod 30 s before SIGKILL; a post waiting out a 429 or retrying a slow chat would hold the
+        process past it (python-telegram-bot waits for running jobs), leave its claim to expire and be killed
+        mid-write. Cancelled here, each delivery records itself as interrupted, and the next run posts what is owed.
+        """
+        if self.stopping:
+            return
+        self.stopping = True
+        log.info("stopping: %d delivery(ies) in flight are abandoned and will be retried", len(self._deliveries))
+        for task in (*self._deliveries, *self._queued):
+            task.cancel()
+        application.stop_running()
 
     def next_post(self, now: datetime) -> datetime:
         """The next scheduled post moment after ``now`` (23 or 25 h after the last one on a DST change)."""
@@ -602,8 +628,14 @@ class DigestBot:
         return "\n".join(lines)
 
 
-def build_application(bot: DigestBot, token: str) -> Application[Any, Any, Any, Any, Any, Any]:
-    """The python-telegram-bot Application wired to ``bot``: handlers, commands and the daily jobs."""
+def build_application(
+    bot: DigestBot, token: str, handle_signals: bool = False
+) -> Application[Any, Any, Any, Any, Any, Any]:
+    """The python-telegram-bot Application wired to ``bot``: handlers, commands and the daily jobs.
+
+    With ``handle_signals`` (`digest serve`), SIGTERM and SIGINT go to `DigestBot.stop_now`: run the application
+    with ``stop_signals=None`` then.
+    """
     settings = bot.settings
     root = settings.api_url.rstrip("/")
     application = (
@@ -615,7 +647,7 @@ def build_application(bot: DigestBot, token: str) -> Application[Any, Any, Any, 
         .request(BotApiRequest(connection_pool_size=256))
         .get_updates_request(PollingRequest(bot.polling, connection_pool_size=1))
         .concurrent_updates(True)
-        .post_init(lambda app: _post_init(app, bot))
+        .post_init(lambda app: _post_init(app, bot, handle_signals))
         .post_stop(lambda app: bot.cancel_queued())
         .post_shutdown(lambda app: _post_shutdown(app, bot))
         .build()
@@ -667,7 +699,13 @@ def _job(function: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Coroutine
     return run
 
 
-async def _post_init(application: Application[Any, Any, Any, Any, Any, Any], bot: DigestBot) -> None:
+async def _post_init(
+    application: Application[Any, Any, Any, Any, Any, Any], bot: DigestBot, handle_signals: bool
+) -> None:
+    if handle_signals:
+        loop = asyncio.get_running_loop()
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signal_number, bot.stop_now, application)
     await asyncio.to_thread(bot.follow_moves)
     await bot.hooks.started(lambda: bot.health_problem(application) is None, lambda: bot.health_reason(application))
     try:
