@@ -634,6 +634,14 @@ class FakeTelegram:
         with self._cond:
             self._trickles.setdefault(method.lower(), []).append([chat_id, seconds_per_byte, times])
 
+    def lose_next(self, method: str, *, chat_id: int | None = None, times: int = 1) -> None:
+        """Carry out the next ``times`` calls of ``method`` (to ``chat_id`` if given), then hang up without answering.
+
+        The message is in the chat; the bot cannot know it (a lost answer).
+        """
+        with self._cond:
+            self._trickles.setdefault(method.lower(), []).append([chat_id, -1.0, times])
+
     def _take_trickle(self, method: str, params: Params) -> float:
         with self._cond:
             rules = self._trickles.get(method, [])
@@ -885,6 +893,9 @@ class FakeTelegram:
             self._cond.notify_all()
         trickle = self._take_trickle(method.lower(), params)
         body = json.dumps(payload, ensure_ascii=False).encode()
+        if trickle < 0:
+            handler.close_connection = True  # no status line at all: the answer is lost
+            return
         if trickle > 0:
             self._write_trickling(handler, status, body, trickle)
             return

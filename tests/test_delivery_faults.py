@@ -22,8 +22,9 @@ from digest.app.engine import Config
 from digest.app.health import DigestMetrics
 from digest.app.settings import load_settings
 from digest.channels.channel import Outcome
+from digest.channels.telegram.sender import Poster, Sender, open_bot
 from digest.pipeline.policy import Policy
-from digest.pipeline.state import DeliveryState
+from digest.pipeline.state import DeliveryState, Part, PartKind
 from digest.pipeline.window import last_post, post_moment, post_window
 from testbed.embedded import EmbeddedBackends, free_port
 from tests.command import DIGEST, backend_env, run_digest
@@ -384,3 +385,60 @@ def test_sigterm_while_a_post_waits_out_a_429_stops_at_once_and_releases_the_cla
     finally:
         state.close()
     assert tg.sent_to(HEALTHY) == []
+
+
+async def test_a_killed_process_claim_is_taken_over_and_its_chart_never_sent_twice(
+    tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """What SIGKILL mid chart upload leaves is taken over after the 60 s lease; the chart is noted, never resent."""
+    path = tmp_path / "state.sqlite"
+    chat = str(HEALTHY)
+    killed = DeliveryState(path, "killed")
+    long_ago = clock_time.time() - 120  # the killed process's lease ran out a minute ago
+    assert killed.claim(chat, "daily:2026-07-20", 60, now=long_ago)
+    killed.store_parts(
+        chat,
+        "daily:2026-07-20",
+        [Part(1, PartKind.TEXT, "OK 10/10 · homelab"), Part(2, PartKind.PHOTO, "caption", b"\x89PNG", "digest.png")],
+    )
+    killed.mark_part_sent(chat, "daily:2026-07-20", 1, 41)
+    killed.begin_part_send(chat, "daily:2026-07-20", 2)  # the upload went out; the process died waiting
+    killed.close()
+    state = DeliveryState(path, "restarted")
+    try:
+        async with open_bot(TOKEN, tg.root) as bot:
+            result = await Poster(Sender(bot, state=state), state).post_once(HEALTHY, "daily:2026-07-20", _never)
+        assert result.outcome is Outcome.SENT
+        assert result.error is not None
+        assert result.error.startswith("the chart not confirmed: may have arrived")
+        assert tg.sent == []
+        assert state.get(chat, "daily:2026-07-20").status == "sent"  # type: ignore[union-attr]
+    finally:
+        state.close()
+
+
+async def _never() -> str:
+    raise AssertionError("the stored parts are sent, never a recomputed digest")
+
+
+@pytest.mark.parametrize(("lost", "copies"), [(1, 2), (5, 2)])
+async def test_a_lost_answer_repeats_a_message_once_at_most(
+    tg: FakeTelegram, tmp_path: Path, lost: int, copies: int
+) -> None:
+    """Telegram takes the message but the answer is lost: one resend (the documented duplicate), never more."""
+    tg.lose_next("sendMessage", chat_id=HEALTHY, times=lost)
+    state = DeliveryState(tmp_path / "state.sqlite", "t")
+    try:
+        async with open_bot(TOKEN, tg.root) as bot:
+            result = await Poster(Sender(bot, state=state), state).post_once(HEALTHY, "daily:2026-07-20", _message)
+    finally:
+        state.close()
+    assert result.outcome is Outcome.SENT
+    assert len(tg.sent_to(HEALTHY)) == copies
+    if lost > 1:
+        assert result.error is not None
+        assert "not confirmed" in result.error
+
+
+async def _message() -> str:
+    return "<b>OK 10/10</b> · homelab"
