@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
+import sqlite3
 import subprocess
 import time as clock_time
 from collections.abc import Awaitable, Callable, Iterator
@@ -442,3 +443,57 @@ async def test_a_lost_answer_repeats_a_message_once_at_most(
 
 async def _message() -> str:
     return "<b>OK 10/10</b> · homelab"
+
+
+# SQLite off the event loop -------------------------------------------------------------------------------------------
+
+
+async def test_a_locked_state_file_never_freezes_the_bot(
+    corpus_backends: EmbeddedBackends, chat_tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """Another process holds the state file's write lock while the noon post runs: /healthz answers throughout."""
+    port = free_port()
+    config = _health_config(corpus_backends, chat_tg, tmp_path, port)
+    quiet = Clock(QUIET.now)
+    async with running(config, quiet, metrics=DigestMetrics()) as bot:
+        await chat_tg.wait_for_poller_async()
+        holder = sqlite3.connect(tmp_path / "state.sqlite", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            quiet.now = datetime(2026, 7, 20, 12, 0, 5, tzinfo=UTC)
+            post = asyncio.create_task(bot.post_due())
+            for _ in range(6):  # three seconds of probes, each answered within a second
+                started = asyncio.get_running_loop().time()
+                code, _ = await _healthz(port)
+                assert code == 200
+                assert asyncio.get_running_loop().time() - started < 1.0
+                await asyncio.sleep(0.5)
+            assert not post.done()  # the post is the one waiting for the lock
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        results = await asyncio.wait_for(post, 60)
+    assert [result.outcome for result in results] == [Outcome.SENT]
+    assert len(chat_tg.sent_to(HEALTHY)) == 1
+
+
+async def test_a_state_file_deleted_under_the_bot_refuses_to_post_and_fails_healthz(
+    corpus_backends: EmbeddedBackends, chat_tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """The state file deleted while serving: the noon post is refused (not posted blind), /healthz 503 says why."""
+    port = free_port()
+    config = _health_config(corpus_backends, chat_tg, tmp_path, port)
+    clock = Clock(QUIET.now)
+    metrics = DigestMetrics()
+    async with running(config, clock, metrics=metrics) as bot:
+        await chat_tg.wait_for_poller_async()
+        (tmp_path / "state.sqlite").unlink()
+        clock.now = datetime(2026, 7, 20, 12, 0, 5, tzinfo=UTC)
+        results = await bot.post_due()
+        assert [result.outcome for result in results] == [Outcome.FAILED]
+        code, body = await _healthz(port)
+        assert code == 503
+        assert "deleted while in use" in body
+        assert await _metric(port, 'digest_state_errors_total{kind="replaced"}') == 1
+        assert "State file: the last post failed on it" in await bot.status_text(None)
+    assert chat_tg.sent_to(HEALTHY) == []

@@ -127,7 +127,9 @@ async def _digest(config: Config, window: Window, deadline: float, sources: Sour
     novelty = await _novelty(policy, sources, window, digest, past, history, deadline)
     digest = replace(digest, trends=trend_lines(digest, past, policy), novelty=novelty, complete=collected.complete)
     if history is not None:
-        history.keep_day(window, digest)  # for the weekly digest, when a state file holds the history
+        await asyncio.to_thread(
+            history.keep_day, window, digest
+        )  # for the weekly digest, when a state file holds the history
     return digest
 
 
@@ -151,7 +153,7 @@ async def make_week(
             # A day the zone skipped (Samoa's 2011-12-30) has no digest: said so, never scored.
             results[day] = skipped_day(day, config.policy.grade.max_score, settings.zone)
             continue
-        stored = history.stored_day(windows[day])
+        stored = await asyncio.to_thread(history.stored_day, windows[day])
         if stored is not None:
             results[day] = stored
     stored_days = sum(1 for day in results if day in windows)

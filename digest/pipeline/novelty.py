@@ -113,11 +113,12 @@ class ShapeHistory:
     async def _stored_or_asked(
         self, check: ErrorLinesCheck, sources: Sources, window: Window, key: ShapeKey, clock: AnswerClock | None
     ) -> ShapeKeys:
-        stored = self._load(key)
+        # The store is SQLite: read and written in a worker thread, never on the event loop.
+        stored = await asyncio.to_thread(self._load, key)
         if stored is not None:
             return stored
         asked = await check.shape_keys(sources, window, key[0], key[1], clock)
-        self._save(key, asked)
+        await asyncio.to_thread(self._save, key, asked)
         return asked
 
     def _load(self, key: ShapeKey) -> ShapeKeys | None:

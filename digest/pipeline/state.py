@@ -668,6 +668,8 @@ class HistoryStore:
     def __init__(self, path: Path, busy_timeout_seconds: float = _HISTORY_BUSY_TIMEOUT_SECONDS) -> None:
         self._path = path
         self._connection = _connect(path, _HISTORY_SCHEMA, busy_timeout_seconds)
+        # Read and written from worker threads (never on the event loop): one statement or transaction at a time.
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         self._connection.close()
@@ -715,7 +717,8 @@ class HistoryStore:
         names = _KEYS[table]
         where = " AND ".join(f"{name} = ?" for name in names)
         try:
-            row = self._connection.execute(f"SELECT {column} FROM {table} WHERE {where}", key).fetchone()  # noqa: S608  # names are ours, values bound
+            with self._lock:
+                row = self._connection.execute(f"SELECT {column} FROM {table} WHERE {where}", key).fetchone()  # noqa: S608  # names are ours, values bound
         except sqlite3.Error as exc:
             raise _state_error(self._path, exc) from None
         return None if row is None else str(row[0])
@@ -725,7 +728,7 @@ class HistoryStore:
         try:
             moment = time.time() if now is None else now
             marks = ", ".join("?" * (len(values) + 1))
-            with self._connection:
+            with self._lock, self._connection:
                 self._connection.execute("BEGIN IMMEDIATE")
                 self._connection.execute(f"INSERT OR REPLACE INTO {table} VALUES ({marks})", (*values, moment))  # noqa: S608  # table is ours, values bound
                 self._connection.execute(

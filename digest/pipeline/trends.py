@@ -131,12 +131,13 @@ class History:
         return await asyncio.shield(self._tasks[key])
 
     async def _stored_or_computed(self, window: Window, compute: Callable[[], Awaitable[Collected]]) -> Collected:
-        stored = self._load(window)
+        # The store is SQLite: read and written in a worker thread, never on the event loop.
+        stored = await asyncio.to_thread(self._load, window)
         if stored is not None:
             return stored
         computed = await compute()
         if computed.complete:
-            self._save(window, computed)
+            await asyncio.to_thread(self._save, window, computed)
         return computed
 
     def _load(self, window: Window) -> Collected | None:

@@ -624,6 +624,11 @@ class DigestBot:
                 kind = "failed for good" if last.permanent else "failed, will retry"
                 why = last.error or "no reason recorded"
                 lines.append(f"Chat {chat_id}: {last.key} {kind} after {last.attempts} attempt(s): {why}")
+        if self.state_problem is not None:
+            lines.append(f"State file: the last post failed on it: {self.state_problem}")
+        problem = self.polling.problem()
+        if problem is not None:
+            lines.append(f"Telegram: {problem}")
         lines.extend(await self.hooks.status_lines(now))
         return "\n".join(lines)
 
