@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +26,8 @@ class Behaviour:
     declared_length: int | None = None
     # A Content-Encoding to declare (the body is sent as given, already encoded).
     content_encoding: str | None = None
+    # Hang up without any answer (a connection reset mid-exchange).
+    hang_up: bool = False
 
 
 _STREAM_PIECE = b'{"metric":{"pod":"filler"},"value":[1784592000,"1"]},' * 1000
@@ -77,15 +79,24 @@ class Served:
 
 
 @contextmanager
-def recording_server(behaviour: Behaviour) -> Iterator[Served]:
-    """Serve ``behaviour`` on 127.0.0.1 until the block ends, recording every request."""
+def recording_server(behaviours: Behaviour | Sequence[Behaviour]) -> Iterator[Served]:
+    """Serve ``behaviours`` on 127.0.0.1 until the block ends, recording every request.
+
+    A sequence answers the n-th request with its n-th behaviour, and every later one with its last.
+    """
     served = Served(url="")
+    plan = [behaviours] if isinstance(behaviours, Behaviour) else list(behaviours)
 
     class Handler(BaseHTTPRequestHandler):
         def _answer(self) -> None:
             length = int(self.headers.get("Content-Length", "0") or 0)
             body = self.rfile.read(length) if length else b""
             served.enter(Request(self.command, self.path, dict(self.headers.items()), body))
+            behaviour = plan[min(len(served.requests), len(plan)) - 1]
+            if behaviour.hang_up:
+                served.leave()
+                self.close_connection = True
+                return
             try:
                 if behaviour.delay_seconds:
                     time.sleep(behaviour.delay_seconds)
@@ -124,7 +135,7 @@ def recording_server(behaviour: Behaviour) -> Iterator[Served]:
 
 
 @contextmanager
-def misbehaving_server(behaviour: Behaviour) -> Iterator[str]:
-    """Serve ``behaviour`` on 127.0.0.1 until the block ends; yields the base URL."""
+def misbehaving_server(behaviour: Behaviour | Sequence[Behaviour]) -> Iterator[str]:
+    """Serve ``behaviour`` (or a sequence, see `recording_server`) on 127.0.0.1 until the block ends; its URL."""
     with recording_server(behaviour) as served:
         yield served.url

@@ -38,7 +38,8 @@ async def _query(url: str, timeout_seconds: float = 2.0, logs: bool = False) -> 
 
 
 async def _series(url: str) -> None:
-    source = VictoriaLogsSource(Endpoint(name="VictoriaLogs", url=url))
+    # 2 s: a 502 is asked again until the deadline, and these answers never get better.
+    source = VictoriaLogsSource(Endpoint(name="VictoriaLogs", url=url, timeout_seconds=2.0))
     try:
         await source.series(BUCKETED_NODE_LINES)
     finally:
@@ -232,3 +233,35 @@ async def test_rows_keep_their_labels_as_text_and_drop_nan() -> None:
         ({"pod": "web-1", "restarts": "3"}, 2.0),
         ({}, 4.5),
     ]
+
+
+OK_VECTOR = Behaviour(body=b'{"status":"success","data":{"resultType":"vector","result":[]}}')
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        [Behaviour(status=502, content_type="text/html", body=HTML_PAGE), Behaviour(status=503, body=b"")],
+        [Behaviour(hang_up=True)],
+        [Behaviour(status=504, body=b"")],
+    ],
+    ids=["502-then-503", "reset", "504"],
+)
+async def test_a_transient_failure_is_asked_again_within_the_deadline(first: list[Behaviour]) -> None:
+    """A 502/503/504 or a connection reset, then an answer: the query succeeds, asked once more per failure."""
+    with recording_server([*first, OK_VECTOR]) as served:
+        await _query(served.url, timeout_seconds=10)
+    assert len(served.requests) == len(first) + 1
+
+
+async def test_a_failure_lasting_the_whole_deadline_is_the_error_with_its_attempts() -> None:
+    """502 for the whole 2 s: SourceError HTTP 502, saying how many attempts were made; a 500 is not retried."""
+    with recording_server(Behaviour(status=502, body=b"")) as served, pytest.raises(SourceError) as caught:
+        await _query(served.url, timeout_seconds=2)
+    assert caught.value.kind is SourceErrorKind.HTTP
+    assert "HTTP 502" in str(caught.value)
+    assert f"({len(served.requests)} attempts)" in str(caught.value)
+    assert len(served.requests) >= 3
+    with recording_server(Behaviour(status=500, body=b"")) as served, pytest.raises(SourceError):
+        await _query(served.url, timeout_seconds=2)
+    assert len(served.requests) == 1

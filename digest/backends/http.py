@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
+import random
 import re
 import ssl
 import traceback
@@ -47,6 +49,8 @@ import httpx
 
 from checks.contract import RangeSeries, Sample, SourceError, SourceErrorKind
 from checks.log_questions import AnswerClock
+
+log = logging.getLogger(__name__)
 
 _MAX_ERROR_TEXT = 300
 # A rejected query's reason is kept up to this long: VictoriaMetrics says why after echoing the whole query, and a
@@ -247,36 +251,78 @@ class HttpSource:
         return f"{url} does not serve the {self._endpoint.name} API (HTTP 404 or unsupported path){setting}"
 
     async def _exchange_once(self, path: str, form: Mapping[str, str]) -> Any:
+        """One question's answer: attempts while a transient failure leaves time for another, within its deadline.
+
+        A 502, 503 or 504 (a vmselect, a gateway or a Loki querier restarting) and a connection reset mid-exchange
+        are transient: asked again after a jittered backoff (0.25 s, doubling, at most 2 s) while the question's time
+        allows. Whatever is still failing at the deadline is the error, with the attempts said. A refused connection
+        is not retried: a backend that is down stays down for the digest's few seconds, and saying so at once is
+        worth more than a wait.
+        """
         async with self._semaphore:
             limit, said = self._time_allowed(_ANSWER_CLOCK.get())
-            self.queries_sent += 1
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + limit
+            attempt = 0
+            while True:
+                attempt += 1
+                self.queries_sent += 1
+                try:
+                    return await self._attempt(path, form, deadline - loop.time(), said)
+                except _TransientError as transient:
+                    delay = min(_RETRY_MAX_DELAY, _RETRY_FIRST_DELAY * 2 ** (attempt - 1)) * (0.5 + random.random())  # noqa: S311  # jitter, not a secret
+                    if loop.time() + delay + _RETRY_LEAST_ROOM >= deadline:
+                        error = transient.error
+                        if attempt > 1:
+                            raise self._error(error.kind, f"{error.message} ({attempt} attempts)") from None
+                        raise error from None
+                    log.info("%s: %s; asking again in %.2f s", self._endpoint.name, transient.error.message, delay)
+                    await asyncio.sleep(delay)
+
+    async def _attempt(self, path: str, form: Mapping[str, str], limit: float, said: str) -> Any:
+        if limit <= 0:
+            raise self._error(SourceErrorKind.TIMEOUT, said)
+        try:
+            # asyncio.timeout bounds the whole exchange, httpx's timeout only each network phase.
+            async with (
+                asyncio.timeout(limit),
+                self._client.stream("POST", self._base + path, data=dict(form)) as response,
+            ):
+                body = await self._read_bounded(response)
+        except (TimeoutError, httpx.TimeoutException):
+            raise self._error(SourceErrorKind.TIMEOUT, said) from None
+        except httpx.InvalidURL:
+            raise self._error(SourceErrorKind.UNREACHABLE, f"invalid URL {self._endpoint.display_url}") from None
+        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
+            # The connection was there and broke mid-exchange (a reset, a proxy hanging up): worth asking again.
+            raise _TransientError(
+                self._error(
+                    SourceErrorKind.UNREACHABLE,
+                    f"connection to {self._endpoint.display_url} broken ({type(exc).__name__})",
+                )
+            ) from None
+        except httpx.TransportError as exc:
+            raise self._error(
+                SourceErrorKind.UNREACHABLE,
+                f"cannot reach {self._endpoint.display_url} ({type(exc).__name__})",
+            ) from None
+        except httpx.DecodingError:
+            raise self._error(SourceErrorKind.BAD_RESPONSE, "undecodable compressed body") from None
+        except ExceptionGroup as group:
+            # anyio's connect_tcp races addresses in a TaskGroup: a failure httpcore does not map (an
+            # OverflowError from the socket layer) escapes as a group, which is still "cannot reach".
+            leaf = group.exceptions[0]
+            raise self._error(
+                SourceErrorKind.UNREACHABLE,
+                f"cannot reach {self._endpoint.display_url} ({type(leaf).__name__})",
+            ) from None
+        text = body.decode(response.encoding or "utf-8", errors="replace")
+        if response.status_code in _RETRY_STATUSES:
             try:
-                # asyncio.timeout bounds the whole exchange, httpx's timeout only each network phase.
-                async with (
-                    asyncio.timeout(limit),
-                    self._client.stream("POST", self._base + path, data=dict(form)) as response,
-                ):
-                    body = await self._read_bounded(response)
-            except (TimeoutError, httpx.TimeoutException):
-                raise self._error(SourceErrorKind.TIMEOUT, said) from None
-            except httpx.InvalidURL:
-                raise self._error(SourceErrorKind.UNREACHABLE, f"invalid URL {self._endpoint.display_url}") from None
-            except httpx.TransportError as exc:
-                raise self._error(
-                    SourceErrorKind.UNREACHABLE,
-                    f"cannot reach {self._endpoint.display_url} ({type(exc).__name__})",
-                ) from None
-            except httpx.DecodingError:
-                raise self._error(SourceErrorKind.BAD_RESPONSE, "undecodable compressed body") from None
-            except ExceptionGroup as group:
-                # anyio's connect_tcp races addresses in a TaskGroup: a failure httpcore does not map (an
-                # OverflowError from the socket layer) escapes as a group, which is still "cannot reach".
-                leaf = group.exceptions[0]
-                raise self._error(
-                    SourceErrorKind.UNREACHABLE,
-                    f"cannot reach {self._endpoint.display_url} ({type(leaf).__name__})",
-                ) from None
-        return self._decode(response, body.decode(response.encoding or "utf-8", errors="replace"))
+                self._decode(response, text)
+            except SourceError as exc:
+                raise _TransientError(exc) from None
+        return self._decode(response, text)
 
     def _time_allowed(self, clock: AnswerClock | None) -> tuple[float, str]:
         """The seconds a request that just took its slot may take, and what to say if it takes them all.
@@ -417,6 +463,22 @@ class HttpSource:
                 points = [(_parse_timestamp(pair, self), parse_value(pair, self)) for pair in raw_values]
             result.append(RangeSeries(labels=_labels(item, self), points=points))
         return result
+
+
+class _TransientError(Exception):
+    """A failure worth asking again (a 502/503/504, a connection broken mid-exchange), wrapping its `SourceError`."""
+
+    def __init__(self, error: SourceError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+# Statuses a proxy or a restarting backend answers for a moment; the backoff between attempts (jittered ×0.5–1.5).
+_RETRY_STATUSES = frozenset({502, 503, 504})
+_RETRY_FIRST_DELAY = 0.25
+_RETRY_MAX_DELAY = 2.0
+# An attempt is only worth making with at least this much of the deadline left.
+_RETRY_LEAST_ROOM = 0.5
 
 
 class WrongApiError(SourceError):
