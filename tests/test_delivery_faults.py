@@ -14,6 +14,7 @@ import time as clock_time
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
 import httpx
@@ -22,6 +23,8 @@ import pytest
 from digest.app.engine import Config
 from digest.app.health import DigestMetrics
 from digest.app.settings import load_settings
+from digest.backends.http import Endpoint
+from digest.backends.prometheus import PrometheusSource
 from digest.channels.channel import Outcome
 from digest.channels.telegram.sender import Poster, Sender, open_bot
 from digest.pipeline.policy import Policy
@@ -30,6 +33,7 @@ from digest.pipeline.window import last_post, post_moment, post_window
 from testbed.embedded import EmbeddedBackends, free_port
 from tests.command import DIGEST, backend_env, run_digest
 from tests.fake_telegram import FakeTelegram
+from tests.forward_proxy import forward_proxy
 from tests.test_bot import QUIET, TOKEN, Clock, running, visible, wait_until
 
 HEALTHY = -1001234567890
@@ -497,3 +501,37 @@ async def test_a_state_file_deleted_under_the_bot_refuses_to_post_and_fails_heal
         assert await _metric(port, 'digest_state_errors_total{kind="replaced"}') == 1
         assert "State file: the last post failed on it" in await bot.status_text(None)
     assert chat_tg.sent_to(HEALTHY) == []
+
+
+# Network ------------------------------------------------------------------------------------------------------------
+
+
+async def test_the_telegram_and_backend_clients_go_through_the_environment_s_proxy(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP_PROXY set: getMe, sendMessage and the metrics query pass the proxy; NO_PROXY for the host: none does."""
+    with forward_proxy() as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        state = DeliveryState(tmp_path / "state.sqlite", "t")
+        try:
+            async with open_bot(TOKEN, tg.root) as bot:
+                result = await Poster(Sender(bot, state=state), state).post_once(HEALTHY, "daily:x", _message)
+        finally:
+            state.close()
+        source = PrometheusSource(Endpoint(name="VictoriaMetrics", url=corpus_backends.metrics.url))
+        try:
+            await source.instant("up", datetime(2026, 7, 20, 12, tzinfo=UTC))
+        finally:
+            await source.aclose()
+        assert result.outcome is Outcome.SENT
+        paths = [urlsplit(target).path for target in proxy.targets]
+        assert any(path.endswith("/getMe") for path in paths)
+        assert any(path.endswith("/sendMessage") for path in paths)
+        assert "/api/v1/query" in paths
+        seen = len(proxy.targets)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        async with open_bot(TOKEN, tg.root):
+            pass
+        assert len(proxy.targets) == seen

@@ -34,6 +34,7 @@ import json
 import logging
 import random
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -141,14 +142,29 @@ class _CappedStream(httpx.AsyncByteStream):
 
 
 class _CappedTransport(httpx.AsyncBaseTransport):
-    """httpx's transport with every answer's body capped, and no compressed answer (none is asked for)."""
+    """httpx's transport with every answer's body capped, and no compressed answer (none is asked for).
+
+    Proxies come from the environment (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``), as httpx and
+    curl read them: a cluster whose egress goes through a proxy reaches Telegram through it. httpx only reads them
+    when it builds its own transport, which the cap replaces, so they are applied here, with the cap on top.
+    """
 
     def __init__(self, pool_size: int, cap: int) -> None:
-        self._inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=pool_size))
+        self._limits = httpx.Limits(max_connections=pool_size)
+        self._direct = httpx.AsyncHTTPTransport(limits=self._limits)
+        self._proxied: dict[str, httpx.AsyncHTTPTransport] = {}
         self._cap = cap
 
+    def _transport_for(self, url: httpx.URL) -> httpx.AsyncHTTPTransport:
+        proxy = proxy_for(url.scheme, url.host)
+        if proxy is None:
+            return self._direct
+        if proxy not in self._proxied:
+            self._proxied[proxy] = httpx.AsyncHTTPTransport(proxy=proxy, limits=self._limits)
+        return self._proxied[proxy]
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self._inner.handle_async_request(request)
+        response = await self._transport_for(request.url).handle_async_request(request)
         seen = _HEADERS_SEEN.get()
         if seen is not None:
             seen.append(response.status_code)
@@ -168,7 +184,17 @@ class _CappedTransport(httpx.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        for transport in (self._direct, *self._proxied.values()):
+            await transport.aclose()
+
+
+def proxy_for(scheme: str, host: str) -> str | None:
+    """The proxy URL the environment names for ``scheme://host``, or None (none set, or ``NO_PROXY`` covers host)."""
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(scheme) or proxies.get("all")
+    if not proxy or urllib.request.proxy_bypass(host):
+        return None
+    return proxy
 
 
 # Beyond the sum of a request's phase timeouts: the time a slow but honest answer may still take.
