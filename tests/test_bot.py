@@ -81,6 +81,8 @@ def make_config(backends: EmbeddedBackends, tg: FakeTelegram, state_path: Path, 
         # Most tests count text messages; the chart and the weekly post (2026-07-20 is a Monday) have their own tests.
         "telegram_chart": False,
         "weekly_post": "off",
+        # The "Computing …" notice has its own test; here a digest slowed by a busy machine must not add one.
+        "telegram_computing_notice_seconds": 600.0,
     }
     settings = load_settings(**{**values, **overrides})
     return Config(settings=settings, policy=Policy())

@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import time as clock_time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,12 +21,14 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
+from checks.contract import Window
 from digest.app.engine import Config
 from digest.app.health import DigestMetrics
 from digest.app.settings import load_settings
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
-from digest.channels.channel import Outcome
+from digest.channels.channel import Outcome, Photo
+from digest.channels.telegram.bot import Digests
 from digest.channels.telegram.sender import Poster, Sender, open_bot
 from digest.pipeline.policy import Policy
 from digest.pipeline.state import DeliveryState, Part, PartKind
@@ -166,6 +169,7 @@ def _bot_config(backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path) ->
         state_path=tmp_path / "state.sqlite",
         telegram_chart=False,
         weekly_post="off",
+        telegram_computing_notice_seconds=600.0,  # only the test of the notice wants one
     )
     return Config(settings=settings, policy=Policy())
 
@@ -535,3 +539,63 @@ async def test_the_telegram_and_backend_clients_go_through_the_environment_s_pro
         async with open_bot(TOKEN, tg.root):
             pass
         assert len(proxy.targets) == seen
+
+
+# The chat, as a person uses it ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _SlowDigests:
+    """The bot's digests, each 4 s late (a big day on a slow backend)."""
+
+    inner: Digests
+
+    async def html(self, window: Window) -> str:
+        await asyncio.sleep(4)
+        return await self.inner.html(window)
+
+    async def photo(self, window: Window) -> Photo | None:
+        return await self.inner.photo(window)
+
+    async def week_html(self, year: int, week: int) -> str:
+        return await self.inner.week_html(year, week)
+
+    async def week_photo(self, year: int, week: int) -> Photo | None:
+        return await self.inner.week_photo(year, week)
+
+
+async def test_a_slow_digest_shows_typing_and_a_notice_then_replies_to_its_request(
+    corpus_backends: EmbeddedBackends, chat_tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """/digest: typing at once, "Computing 2026-07-20…" after 3 s (then removed), the digest replying to the request."""
+    config = _bot_config(corpus_backends, chat_tg, tmp_path)
+    settings = config.settings.model_copy(update={"telegram_computing_notice_seconds": 3.0})
+    async with running(Config(settings=settings, policy=config.policy), QUIET) as bot:
+        bot.digests = _SlowDigests(bot.digests)
+        await chat_tg.wait_for_poller_async()
+        asked = chat_tg.push_message(HEALTHY, "/digest 2026-07-20")
+        await wait_until(lambda: any(c.method == "deleteMessage" for c in chat_tg.calls), within=60)
+    methods = [
+        call.method for call in chat_tg.calls if call.method in ("sendChatAction", "sendMessage", "deleteMessage")
+    ]
+    assert methods[0] == "sendChatAction"
+    assert methods[1:] == ["sendMessage", "sendMessage", "deleteMessage"]
+    notice, digest = chat_tg.sent_to(HEALTHY)
+    assert visible(notice) == "Computing 2026-07-20…"
+    assert visible(digest).startswith("CRITICAL 8/10 · homelab · 2026-07-20")
+    [answer] = [call for call in chat_tg.calls if call.method == "sendMessage" and "CRITICAL" in call.params["text"]]
+    assert str(asked["message"]["message_id"]) in answer.params["reply_parameters"]
+
+
+async def test_help_explains_the_score_statuses_and_terms(
+    corpus_backends: EmbeddedBackends, chat_tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """/help (and /start) say what the score and each status mean, and what UH, UC and "not seen" are."""
+    async with running(_bot_config(corpus_backends, chat_tg, tmp_path), QUIET):
+        await chat_tg.wait_for_poller_async()
+        chat_tg.push_message(HEALTHY, "/start")
+        await wait_until(lambda: len(chat_tg.sent_to(HEALTHY)) == 1)
+    [help_text] = [visible(call) for call in chat_tg.sent_to(HEALTHY)]
+    for said in ("score starts at 10", "UNKNOWN", "not seen", "UH —", "UC —", "OOM —", "/digest 2026-07-20"):
+        assert said in help_text
+    assert len(help_text) < 1_500

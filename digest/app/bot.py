@@ -45,6 +45,7 @@ def bot_settings(settings: Settings) -> BotSettings:
         command_burst=settings.command_burst,
         command_burst_window_seconds=settings.command_burst_window_seconds,
         api_url=settings.telegram_api_url,
+        computing_notice_seconds=settings.telegram_computing_notice_seconds,
     )
 
 

@@ -151,6 +151,8 @@ class Settings(BaseSettings):
     command_burst_window_seconds: Annotated[float, Field(ge=0, le=3600)] = 60.0
     digest_deadline_seconds: Annotated[float, Field(gt=0, le=600)] = 90.0
     health_port: Annotated[int, Field(ge=0, le=65535)] = 8080
+    # A /digest still computing after this long gets a short "Computing …" reply (removed when the digest comes).
+    telegram_computing_notice_seconds: Annotated[float, Field(ge=0, le=600)] = 3.0
     # /healthz fails once no poll of Telegram succeeded for this long (at once on 401 and 409).
     telegram_poll_stale_seconds: Annotated[float, Field(gt=0, le=3600)] = 120.0
     telegram_chart: bool = True

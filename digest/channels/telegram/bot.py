@@ -34,10 +34,11 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from datetime import time as time_of_day
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
-from telegram import BotCommand, Message, Update
+from telegram import BotCommand, Message, ReplyParameters, Update
+from telegram.constants import ChatAction
 from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
 
@@ -75,7 +76,15 @@ HELP = (
     "/digest 6h — the last 6 hours (up to 7d)\n"
     "/digest week — last week at a glance (or /digest week 2026-W33)\n"
     "/status — last posts, failures, sources, next post\n"
-    "/help — this message"
+    "/help — this message\n"
+    "\n"
+    "The score starts at 10; each problem found takes points off (an error flood, an OOM kill, conntrack filling, "
+    "proxy errors). OK: nothing cost points. WARNING / CRITICAL: what cost points is listed with its evidence. "
+    "UNKNOWN: something could not be checked (a backend down, an exporter or logs missing): the digest never says "
+    "OK about what it could not see, and \"not seen: …\" names what was missing.\n"
+    "Terms: UH — the proxy found no healthy backend (the service had no ready pod); UC — the backend closed a kept-"
+    "alive connection; UF — connecting to the backend failed; OOM — a container killed for using more memory "
+    "than its limit; conntrack — the kernel's connection table, full means dropped connections."
 )
 COMMANDS = [
     BotCommand("digest", "Health digest: last 24h, a date, yesterday or e.g. 6h"),
@@ -106,6 +115,7 @@ class BotSettings:
     command_burst: int = 3
     command_burst_window_seconds: float = 60.0
     api_url: str = "https://api.telegram.org"
+    computing_notice_seconds: float = 3.0
 
     @property
     def post_time(self) -> time_of_day:
@@ -242,6 +252,7 @@ class DigestBot:
     allowance: CommandAllowance | None = None
     _refused_at: dict[int, float] = field(default_factory=dict)
     _queued: set[asyncio.Task[None]] = field(default_factory=set)
+    _answer_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
     # The ids configured chats have now (a group that became a supergroup), read from the delivery state's moves.
     _followed: frozenset[int] = frozenset()
     # What the long poll says (getUpdates' own answers), and the state file's last trouble in a scheduled post.
@@ -397,7 +408,7 @@ class DigestBot:
             )
             return
         if delay <= 0:
-            await self._answer(chat.id, asked)
+            await self._answer(chat.id, asked, message.message_id)
             return
         await message.reply_text(
             f"{allowance.burst} digests per {allowance.window_seconds:g} s is this chat's limit: "
@@ -405,7 +416,7 @@ class DigestBot:
         )
         # Not the handler's own task: python-telegram-bot waits for handlers at stop, and a queued digest must not
         # hold up a shutdown; `cancel_queued` ends these instead.
-        task = asyncio.create_task(self._answer_later(chat.id, asked, delay))
+        task = asyncio.create_task(self._answer_later(chat.id, asked, delay, message.message_id))
         self._queued.add(task)
         task.add_done_callback(self._queued.discard)
 
@@ -418,26 +429,50 @@ class DigestBot:
             )
         return self.allowance
 
-    async def _answer_later(self, chat_id: int, asked: Window | tuple[int, int], delay: float) -> None:
+    async def _answer_later(
+        self, chat_id: int, asked: Window | tuple[int, int], delay: float, reply_to: int | None
+    ) -> None:
         await self._allowance.sleep(delay)
-        await self._answer(chat_id, asked)
+        await self._answer(chat_id, asked, reply_to)
 
-    async def _answer(self, chat_id: int, asked: Window | tuple[int, int]) -> None:
-        """Compute (or join) the digest of a window or a week and send it, then its chart, to ``chat_id``."""
-        try:
-            if isinstance(asked, Window):
-                html = await self.digests.html(asked)
-            else:
-                html = await self.digests.week_html(*asked)
-            final_chat, _ = await self._poster.sender.send(chat_id, html)
-            if isinstance(asked, Window):
-                photo = await self.digests.photo(asked)
-            else:
-                photo = await self.digests.week_photo(*asked)
-            if photo is not None:
-                await self._poster.sender.send_photo(final_chat, photo)
-        except Exception as exc:  # a failed answer is logged; the user sees nothing to retry on
-            log.error("answer to /digest in chat %s failed: %s", chat_id, exc)
+    async def _answer(self, chat_id: int, asked: Window | tuple[int, int], reply_to: int | None = None) -> None:
+        """Compute (or join) the digest of a window or a week and send it, then its chart, to ``chat_id``.
+
+        The chat sees "typing…" at once and, when the digest takes longer than a few seconds, a short "computing"
+        reply, removed once the digest is there. The digest replies to its request, and its chart follows it: one
+        answer at a time per chat, so two requests' texts and charts never interleave.
+        """
+        sender = self._poster.sender
+        lock = self._answer_locks.setdefault(chat_id, asyncio.Lock())
+        async with lock:
+            notice: int | None = None
+            try:
+                await _quietly(sender.bot.send_chat_action(chat_id, ChatAction.TYPING))
+                if isinstance(asked, Window):
+                    computing: asyncio.Future[str] = asyncio.ensure_future(self.digests.html(asked))
+                    label = asked.label
+                else:
+                    computing = asyncio.ensure_future(self.digests.week_html(*asked))
+                    label = f"week {asked[0]}-W{asked[1]:02d}"
+                done, _ = await asyncio.wait({computing}, timeout=self.settings.computing_notice_seconds)
+                if not done:
+                    said = await _quietly(
+                        sender.bot.send_message(chat_id, f"Computing {label}…", reply_parameters=_reply_to(reply_to))
+                    )
+                    notice = said.message_id if said is not None else None
+                html = await computing
+                final_chat, _ = await sender.send(chat_id, html, reply_to=reply_to)
+                if isinstance(asked, Window):
+                    photo = await self.digests.photo(asked)
+                else:
+                    photo = await self.digests.week_photo(*asked)
+                if photo is not None:
+                    await sender.send_photo(final_chat, photo)
+            except Exception as exc:  # a failed answer is logged; the user sees nothing to retry on
+                log.error("answer to /digest in chat %s failed: %s", chat_id, exc)
+            finally:
+                if notice is not None:
+                    await _quietly(sender.bot.delete_message(chat_id, notice))
 
     async def cancel_queued(self) -> None:
         """Cancel the digests still waiting for the allowance (at shutdown), and wait until they are gone."""
@@ -681,6 +716,23 @@ def build_application(
         job_kwargs=late_ok,
     )
     return application
+
+
+T = TypeVar("T")
+
+
+async def _quietly(call: Awaitable[T]) -> T | None:
+    """``call``'s result, or None when Telegram refused it: a courtesy (typing, a notice) never fails an answer."""
+    try:
+        return await call
+    except TelegramError as exc:
+        log.info("a courtesy call to Telegram failed: %s", exc)
+        return None
+
+
+def _reply_to(message_id: int | None) -> ReplyParameters | None:
+    """Reply to ``message_id``, or send plainly if it is gone (deleted meanwhile)."""
+    return None if message_id is None else ReplyParameters(message_id, allow_sending_without_reply=True)
 
 
 async def _reply(message: Message, text: str) -> None:

@@ -43,7 +43,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 import httpx
-from telegram import Bot, LinkPreviewOptions, Message
+from telegram import Bot, LinkPreviewOptions, Message, ReplyParameters
 from telegram.constants import ParseMode
 from telegram.error import (
     BadRequest,
@@ -402,16 +402,20 @@ class Sender:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     random_unit: Callable[[], float] = random.random
 
-    async def send(self, chat_id: ChatId, html_message: str) -> tuple[ChatId, list[int]]:
-        """Send ``html_message`` split into valid parts; returns the final chat id and the message ids."""
+    async def send(self, chat_id: ChatId, html_message: str, reply_to: int | None = None) -> tuple[ChatId, list[int]]:
+        """Send ``html_message`` split into valid parts (the first replying to ``reply_to``); the chat and ids."""
         message_ids: list[int] = []
-        for part in split_html(html_message):
-            chat_id, message_id = await self.send_text(chat_id, part)
+        for index, part in enumerate(split_html(html_message)):
+            chat_id, message_id = await self.send_text(chat_id, part, reply_to=reply_to if index == 0 else None)
             message_ids.append(message_id)
         return chat_id, message_ids
 
-    async def send_text(self, chat_id: ChatId, part: str, guard: SendGuard | None = None) -> tuple[ChatId, int]:
+    async def send_text(
+        self, chat_id: ChatId, part: str, guard: SendGuard | None = None, reply_to: int | None = None
+    ) -> tuple[ChatId, int]:
         """Send one message of at most 4,096 visible characters (a part of `split_html`), with retries."""
+        # A reply to a request that was deleted meanwhile is sent all the same.
+        replying = None if reply_to is None else ReplyParameters(reply_to, allow_sending_without_reply=True)
 
         async def text(chat: ChatId, as_html: bool) -> Message:
             return await self.bot.send_message(
@@ -419,6 +423,7 @@ class Sender:
                 text=part if as_html else plain_from_html(part),
                 parse_mode=ParseMode.HTML if as_html else None,
                 link_preview_options=LinkPreviewOptions(is_disabled=True),
+                reply_parameters=replying,
             )
 
         return await self._with_retries(chat_id, text, guard)
