@@ -485,23 +485,42 @@ async def test_a_locked_state_file_never_freezes_the_bot(
     assert len(chat_tg.sent_to(HEALTHY)) == 1
 
 
-async def test_a_state_file_deleted_under_the_bot_refuses_to_post_and_fails_healthz(
+async def test_a_state_file_deleted_under_the_bot_is_written_back_and_the_day_posted_once(
     corpus_backends: EmbeddedBackends, chat_tg: FakeTelegram, tmp_path: Path
 ) -> None:
-    """The state file deleted while serving: the noon post is refused (not posted blind), /healthz 503 says why."""
+    """The state file deleted after the noon post: written back from the open copy, so a restart posts nothing."""
+    config = _bot_config(corpus_backends, chat_tg, tmp_path)
+    noon = Clock(datetime(2026, 7, 20, 12, 0, 5, tzinfo=UTC))
+    async with running(config, noon) as bot:
+        await wait_until(lambda: HEALTHY in bot.last_results)
+        (tmp_path / "state.sqlite").unlink()
+        again = await bot.post_due()  # the 5-minute recheck
+        assert [result.outcome for result in again] == [Outcome.ALREADY_SENT]
+        assert (tmp_path / "state.sqlite").exists()
+    async with running(config, Clock(datetime(2026, 7, 20, 12, 10, tzinfo=UTC)), owner="restarted") as bot:
+        await wait_until(lambda: HEALTHY in bot.last_results)
+        assert bot.last_results[HEALTHY].outcome is Outcome.ALREADY_SENT
+    assert len(chat_tg.sent_to(HEALTHY)) == 1
+
+
+async def test_a_state_file_replaced_under_the_bot_refuses_to_post_and_fails_healthz(
+    corpus_backends: EmbeddedBackends, chat_tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """Another file put in its place: the noon post is refused (not posted blind), /healthz 503 and /status say why."""
     port = free_port()
     config = _health_config(corpus_backends, chat_tg, tmp_path, port)
     clock = Clock(QUIET.now)
-    metrics = DigestMetrics()
-    async with running(config, clock, metrics=metrics) as bot:
+    async with running(config, clock, metrics=DigestMetrics()) as bot:
         await chat_tg.wait_for_poller_async()
-        (tmp_path / "state.sqlite").unlink()
+        other = tmp_path / "other.sqlite"
+        DeliveryState(other, "someone else").close()
+        other.replace(tmp_path / "state.sqlite")
         clock.now = datetime(2026, 7, 20, 12, 0, 5, tzinfo=UTC)
         results = await bot.post_due()
         assert [result.outcome for result in results] == [Outcome.FAILED]
         code, body = await _healthz(port)
         assert code == 503
-        assert "deleted while in use" in body
+        assert "replaced while in use" in body
         assert await _metric(port, 'digest_state_errors_total{kind="replaced"}') == 1
         assert "State file: the last post failed on it" in await bot.status_text(None)
     assert chat_tg.sent_to(HEALTHY) == []

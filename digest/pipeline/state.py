@@ -30,6 +30,7 @@ transaction, and no transaction is ever held across network I/O (the lesson of s
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
@@ -39,6 +40,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 # The channel whose deliveries a state file held before rows were keyed by channel (all of them Telegram's).
 TELEGRAM = "telegram"
@@ -307,26 +310,49 @@ class DeliveryState:
         self._lock = threading.RLock()
         self._connection = _connect(path, _SCHEMA, busy_timeout_seconds, migrate=_migrate_integer_chat_ids)
         self._identity = _identity(path)
+        self.restored = 0  # how often a deleted file was written back from the open copy
 
     def close(self) -> None:
         with self._lock:
             self._connection.close()
 
     def check_identity(self) -> None:
-        """`StateError` if the file at the path is no longer the one opened (deleted, or replaced by another).
+        """Make sure the file at the path is the one opened; `StateError` if it was replaced by another.
 
-        SQLite keeps writing to the open (perhaps deleted) inode: a bot whose state file was swapped under it would
-        record deliveries nobody reads, and after a restart post the day again.
+        SQLite keeps writing to the open (perhaps deleted) inode: a bot whose state file went away under it would
+        record deliveries nobody reads, and after a restart post the day again. A file deleted (a cleanup script, a
+        mistaken ``rm``) is written back from the open copy, whole, and the bot goes on; a file *replaced* by another
+        is someone's deliberate choice the bot cannot second-guess: nothing is written until it is restarted.
         """
         now = _identity(self._path)
         if now is None:
-            raise StateError(
-                f"state file {self._path}: deleted while in use; restart to open the state again", replaced=True
-            )
+            self._restore()
+            return
         if now != self._identity:
             raise StateError(
                 f"state file {self._path}: replaced while in use; restart to open the state again", replaced=True
             )
+
+    def _restore(self) -> None:
+        """Write the open copy of a deleted state file back to its path and use it from now on."""
+        try:
+            restored = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            self._connection.backup(restored)
+            restored.execute("PRAGMA journal_mode=WAL")
+            restored.execute("PRAGMA synchronous=NORMAL")
+        except (sqlite3.Error, OSError) as exc:
+            raise StateError(
+                f"state file {self._path}: deleted while in use and could not be written back ({exc}); restart "
+                "to open the state again",
+                replaced=True,
+            ) from None
+        timeout = self._connection.execute("PRAGMA busy_timeout").fetchone()[0]
+        restored.execute(f"PRAGMA busy_timeout = {int(timeout)}")
+        self._connection.close()
+        self._connection = restored
+        self._identity = _identity(self._path)
+        self.restored += 1
+        log.warning("state file %s was deleted while in use: written back from the open copy", self._path)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

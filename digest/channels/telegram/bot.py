@@ -81,7 +81,7 @@ HELP = (
     "The score starts at 10; each problem found takes points off (an error flood, an OOM kill, conntrack filling, "
     "proxy errors). OK: nothing cost points. WARNING / CRITICAL: what cost points is listed with its evidence. "
     "UNKNOWN: something could not be checked (a backend down, an exporter or logs missing): the digest never says "
-    "OK about what it could not see, and \"not seen: …\" names what was missing.\n"
+    'OK about what it could not see, and "not seen: …" names what was missing.\n'
     "Terms: UH — the proxy found no healthy backend (the service had no ready pod); UC — the backend closed a kept-"
     "alive connection; UF — connecting to the backend failed; OOM — a container killed for using more memory "
     "than its limit; conntrack — the kernel's connection table, full means dropped connections."
