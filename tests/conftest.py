@@ -108,6 +108,7 @@ MODULE_SECONDS = {
     "test_bot": 119,
     "test_cause_ablations": 72,
     "test_coverage": 80,
+    "test_delivery_faults": 66,
     "test_faults": 50,
     "test_delivery_parts": 43,
     "test_coverage_ablations": 40,

@@ -34,7 +34,7 @@ from digest.pipeline.policy import Policy
 from digest.pipeline.state import DeliveryState, Part, PartKind
 from digest.pipeline.window import last_post, post_moment, post_window
 from testbed.embedded import EmbeddedBackends, free_port
-from tests.command import DIGEST, backend_env, run_digest
+from tests.command import DIGEST, backend_env, clean_env, run_digest
 from tests.fake_telegram import FakeTelegram
 from tests.forward_proxy import forward_proxy
 from tests.test_bot import QUIET, TOKEN, Clock, running, visible, wait_until
@@ -618,3 +618,12 @@ async def test_help_explains_the_score_statuses_and_terms(
     for said in ("score starts at 10", "UNKNOWN", "not seen", "UH —", "UC —", "OOM —", "/digest 2026-07-20"):
         assert said in help_text
     assert len(help_text) < 1_500
+
+
+@pytest.mark.parametrize("other", ["--date", "--scheduled"])
+def test_at_goes_only_with_last(other: str) -> None:
+    """`run --scheduled --at …` (or `--date … --at …`) is one usage line and exit 2: the schedule says when."""
+    arguments = [other, "2026-07-20"] if other == "--date" else [other]
+    result = run_digest("run", *arguments, "--at", "2026-07-21T12:00:00Z", env=clean_env())
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].endswith(f"--at goes with --last, not {other}")
