@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from digest import __version__
 from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
 from digest.output.render import Renderer, to_json
@@ -54,6 +55,8 @@ async def test_day_matches_golden(corpus_backends: EmbeddedBackends, day: date) 
     """Each corpus day's JSON and text digests equal their reviewed goldens, and the grade is the expected one."""
     digest = await digest_of(corpus_backends, day)
     payload = to_json(digest)
+    # The tool's version is in every JSON digest but not in the goldens: a release does not rewrite them.
+    assert payload.pop("version") == __version__
     text = Renderer().render(digest, "text")
     html = Renderer().render(digest, "html")
     json_path, text_path, html_path = (GOLDEN / f"{day}.{suffix}" for suffix in ("json", "txt", "html"))

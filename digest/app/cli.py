@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from checks.contract import Window
+from digest import __version__
 from digest.app.engine import Config, load_config, make_chart, make_digest, open_history_store, stored_history
 from digest.app.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
 from digest.app.logs import configure_logging
@@ -72,9 +73,15 @@ def _parser() -> argparse.ArgumentParser:
         description="Daily cluster health digest from VictoriaMetrics and VictoriaLogs, graded on 10 points.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log queries and timings to stderr")
+    parser.add_argument("--version", action="version", version=f"digest {__version__}")
+    # -v after the subcommand too (`digest run -v`): SUPPRESS keeps the one given before it when this one is not.
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log queries and timings to stderr"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = commands.add_parser("run", help="grade one window (a calendar day, or the last N hours)")
+    run = commands.add_parser("run", help="grade one window (a calendar day, or the last N hours)", parents=[verbose])
     which = run.add_mutually_exclusive_group()
     which.add_argument("--date", metavar="YYYY-MM-DD", help="that calendar day in DIGEST_TIMEZONE")
     which.add_argument("--last", metavar="DURATION", help="a window ending at --at or now, e.g. 24h (default), 6h")
@@ -96,9 +103,13 @@ def _parser() -> argparse.ArgumentParser:
         help="also post the digest to DIGEST_TELEGRAM_CHAT_IDS, once per chat and window (for a CronJob)",
     )
 
-    commands.add_parser("serve", help="run the Telegram bot: the daily post, /digest, /status, /help")
+    commands.add_parser(
+        "serve", help="run the Telegram bot: the daily post, /digest, /status, /help", parents=[verbose]
+    )
 
-    replay = commands.add_parser("replay", help="one digest per calendar day over a range of past days")
+    replay = commands.add_parser(
+        "replay", help="one digest per calendar day over a range of past days", parents=[verbose]
+    )
     replay.add_argument("--from", dest="first", metavar="YYYY-MM-DD", required=True, help="first day")
     replay.add_argument("--to", dest="last_day", metavar="YYYY-MM-DD", required=True, help="last day (inclusive)")
     replay.add_argument(
@@ -110,7 +121,17 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--concurrency", type=_count, default=2, help="days computed at once (default 2)")
     replay.add_argument("--post", action="store_true", help="post each day's digest once per chat")
 
-    demo = commands.add_parser("demo", help=f"load {DEMO_DAY} into embedded backends and print its digest")
+    doctor = commands.add_parser(
+        "doctor",
+        help="what answers at each URL, the usual mistakes, what each check finds (exit 2: a graded one cannot run)",
+        parents=[verbose],
+    )
+    doctor.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+    doctor.add_argument("--at", metavar="RFC3339", help="read the checks on the 24 h ending then (default: now)")
+
+    demo = commands.add_parser(
+        "demo", help=f"load {DEMO_DAY} into embedded backends and print its digest", parents=[verbose]
+    )
     demo.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
     demo.add_argument("--date", metavar="YYYY-MM-DD", default=DEMO_DAY, help="a corpus day (default %(default)s)")
     return parser
@@ -187,6 +208,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(config, token or "")
     if args.command == "replay":
         return _replay(args, config, token)
+    if args.command == "doctor":
+        from digest.app.doctor import doctor
+
+        try:
+            at = datetime.now(UTC) if args.at is None else parse_moment(args.at)
+        except WindowError as exc:
+            return _fail(str(exc))
+        return asyncio.run(doctor(config, at, sys.stdout, args.format))
     if args.week is not None:
         return _week(args, config, token)
     now = datetime.now(UTC)

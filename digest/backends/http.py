@@ -108,6 +108,25 @@ class Endpoint:
         return url_userinfo(self.url)
 
 
+# Paths users copy from an API call into a base URL, per kind of backend, longest first.
+_API_SUFFIXES = {
+    "VictoriaMetrics": ("/api/v1/query_range", "/api/v1/query", "/api/v1"),
+    "Loki": ("/loki/api/v1/query_range", "/loki/api/v1/query", "/loki/api/v1", "/loki/api", "/loki"),
+    "VictoriaLogs": ("/select/logsql/query", "/select/logsql/stats_query", "/select/logsql", "/select"),
+}
+
+
+def url_fix(kind: str, url: str) -> str | None:
+    """The fix for a base URL that carries an API path ("drop the /api/v1 suffix: http://vm:8428"), else None."""
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    for suffix in _API_SUFFIXES.get(kind, ()):
+        if path.endswith(suffix):
+            base = without_userinfo(urlunsplit(parts._replace(path=path[: -len(suffix)], query="", fragment="")))
+            return f"drop the {suffix} suffix: the base URL is {base}"
+    return None
+
+
 def without_userinfo(url: str) -> str:
     """``url`` without its ``user:password@`` part, query and fragment; the host keeps its IPv6 brackets and port."""
     parts = urlsplit(url)
@@ -213,19 +232,31 @@ class HttpSource:
             raise
 
     async def _identify(self) -> str:
-        """What answers at this URL, when it does not know the API asked: named, so the reader fixes the right URL.
+        """What answers at this URL, when it does not know the API asked: named, so the reader fixes the right URL."""
+        found = await self.what_answers(skip_own=True)
+        setting = f" (check {self._endpoint.setting})" if self._endpoint.setting else ""
+        url = self._endpoint.display_url
+        fix = url_fix(self._endpoint.name, self._endpoint.url)
+        said = f"; {fix}" if fix else ""
+        if found:
+            return f"{url} is {found}, not the {self._endpoint.name} API{setting}{said}"
+        return f"{url} does not serve the {self._endpoint.name} API (HTTP 404 or unsupported path){setting}{said}"
 
-        Three cheap probes, each a known endpoint of one kind of backend: VictoriaLogs' stats query, Loki's build
-        info, the Prometheus API's build info (VictoriaMetrics answers it with no version, Prometheus with one).
+    async def what_answers(self, skip_own: bool = False) -> str | None:
+        """What kind of backend answers at this URL ("a VictoriaMetrics", "a Loki"…), or None when none is known.
+
+        Cheap probes, each a known endpoint of one kind of backend: VictoriaLogs' stats query, Loki's build info, the
+        Prometheus API's build info (VictoriaMetrics answers it with no version, Prometheus with one). With
+        ``skip_own``, the probe of this source's own kind is left out (its API already failed).
         """
         probes: tuple[tuple[str, str, dict[str, str] | None, str], ...] = (
             ("POST", "/select/logsql/stats_query", {"query": "_time:1m | stats count()"}, "VictoriaLogs"),
             ("GET", "/loki/api/v1/status/buildinfo", None, "Loki"),
             ("GET", "/api/v1/status/buildinfo", None, "Prometheus"),
         )
-        found = ""
+        own = "Prometheus" if self._endpoint.name == "VictoriaMetrics" else self._endpoint.name
         for method, path, form, name in probes:
-            if name == self._endpoint.name:
+            if skip_own and name in (self._endpoint.name, own):
                 continue
             try:
                 async with asyncio.timeout(min(5.0, self._endpoint.timeout_seconds)):
@@ -237,18 +268,12 @@ class HttpSource:
                 continue
             if name == "Prometheus" and payload.get("status") == "success":
                 data = payload.get("data")
-                found = "a Prometheus" if isinstance(data, dict) and data.get("version") else "a VictoriaMetrics"
-            elif name == "Loki" and "version" in payload:
-                found = "a Loki"
-            elif name == "VictoriaLogs" and payload.get("status") == "success":
-                found = "a VictoriaLogs"
-            if found:
-                break
-        setting = f" (check {self._endpoint.setting})" if self._endpoint.setting else ""
-        url = self._endpoint.display_url
-        if found:
-            return f"{url} is {found}, not the {self._endpoint.name} API{setting}"
-        return f"{url} does not serve the {self._endpoint.name} API (HTTP 404 or unsupported path){setting}"
+                return "a Prometheus" if isinstance(data, dict) and data.get("version") else "a VictoriaMetrics"
+            if name == "Loki" and "version" in payload:
+                return "a Loki"
+            if name == "VictoriaLogs" and payload.get("status") == "success":
+                return "a VictoriaLogs"
+        return None
 
     async def _exchange_once(self, path: str, form: Mapping[str, str]) -> Any:
         """One question's answer: attempts while a transient failure leaves time for another, within its deadline.
@@ -321,6 +346,10 @@ class HttpSource:
             try:
                 self._decode(response, text)
             except SourceError as exc:
+                # A gateway's or a restarting server's bare 5xx is worth asking again; a backend that says its own
+                # query timed out (Loki's 504 "deadline exceeded") would only time out again, at double the load.
+                if exc.kind is not SourceErrorKind.HTTP:
+                    raise
                 raise _TransientError(exc) from None
         return self._decode(response, text)
 

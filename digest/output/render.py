@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from checks.contract import Coverage, Finding, Status, fmt_int, fmt_percent, rfc3339
 from checks.coverage import PARTIAL, phrases
 from checks.error_lines import workload_of
+from digest import SCHEMA_VERSION, __version__
 from digest.output.safe_text import escape_json, finalize
 from digest.pipeline.score import Digest, DigestStatus
 from digest.pipeline.week import DayResult, Week, format_value, series_line
@@ -425,6 +426,8 @@ def coverage_json(coverage: Coverage | None) -> dict[str, Any] | None:
 def to_json(digest: Digest) -> dict[str, Any]:
     """The JSON contract: one object per digest."""
     return {
+        "schema_version": SCHEMA_VERSION,
+        "version": __version__,
         "cluster": digest.cluster,
         "window": {"start": rfc3339(digest.window.start), "end": rfc3339(digest.window.end)},
         "timezone": str(digest.window.zone),
@@ -584,6 +587,8 @@ def week_json(week: Week) -> dict[str, Any]:
     """The week for machines: each day as its digest graded it, and what the week says about them."""
     worst = week.worst
     return {
+        "schema_version": SCHEMA_VERSION,
+        "version": __version__,
         "cluster": week.cluster,
         "week": week.label,
         "status": week.status.value,

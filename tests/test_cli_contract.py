@@ -1,0 +1,32 @@
+"""The command line as users expect it: --version, -v on either side of the subcommand, a versioned JSON contract."""
+
+from __future__ import annotations
+
+import json
+
+from digest import SCHEMA_VERSION, __version__
+from testbed.embedded import EmbeddedBackends
+from tests.command import backend_env, clean_env, run_digest
+
+
+def test_version_is_printed_and_exits_0() -> None:
+    """`digest --version` prints the installed version, like every other tool."""
+    result = run_digest("--version", env=clean_env())
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"digest {__version__}"
+    assert __version__ != "0+unknown"  # the package is installed: the version comes from its metadata
+
+
+def test_verbose_after_the_subcommand_and_a_versioned_json(corpus_backends: EmbeddedBackends) -> None:
+    """`digest run … -v` logs like `digest -v run …`; the JSON names its schema version and the tool's version."""
+    env = backend_env(corpus_backends)
+    after = run_digest("run", "--date", "2026-07-19", "--format", "json", "-v", env=env)
+    before = run_digest("-v", "run", "--date", "2026-07-19", "--format", "json", env=env)
+    quiet = run_digest("run", "--date", "2026-07-19", "--format", "json", env=env)
+    assert after.returncode == before.returncode == quiet.returncode == 0, after.stderr
+    assert "HTTP Request" in after.stderr
+    assert "HTTP Request" in before.stderr
+    assert "HTTP Request" not in quiet.stderr
+    payload = json.loads(after.stdout)
+    assert payload["schema_version"] == SCHEMA_VERSION
+    assert payload["version"] == __version__
