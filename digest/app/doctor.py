@@ -80,7 +80,7 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
     # A wrong URL is said once, above: the checks it blinds point at it instead of repeating its error.
     wrong = [report for kind, report in urls if not report.fine(kind)]
     for check in checks:
-        blamed = [report.setting for report in wrong if report.url in check["said"]]
+        blamed = [report.setting for report in wrong if f"{report.url} " in check["said"]]
         if not check["runs"] and blamed:
             check["said"] = f"cannot run: {' and '.join(blamed)} is wrong (see above)"
             check["hint"] = ""
