@@ -55,6 +55,16 @@ def scheduled_post(settings: Settings, now: datetime) -> tuple[str, Window]:
     return daily_key(day), post_window(moment, wall, settings.zone)
 
 
+def _daily_by_default(args: argparse.Namespace) -> bool:
+    """Whether `run --post` was given the daily window by default: no --date, no --at, no --last but 24 h."""
+    if args.scheduled or args.date is not None or args.at is not None:
+        return False
+    try:
+        return args.last is None or parse_duration(args.last) == timedelta(hours=24)
+    except WindowError:
+        return False  # said as a usage error by window_from_args
+
+
 def window_from_args(args: argparse.Namespace, settings: Settings, now: datetime) -> Window:
     """The window the arguments ask for; ``now`` is the caller's clock."""
     zone = settings.zone
@@ -219,6 +229,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.week is not None:
         return _week(args, config, token)
     now = datetime.now(UTC)
+    if args.post and _daily_by_default(args):
+        # "The last 24 h, posted" is the daily post: keyed by its scheduled day, a retried or repeated run (a
+        # CronJob's backoffLimit) finds the same delivery instead of posting a new 24 h each time.
+        print(
+            "digest: posting the scheduled day's digest (as --scheduled; use --at for a window ending now)",
+            file=sys.stderr,
+        )
+        args.scheduled = True
     try:
         window = window_from_args(args, config.settings, now)
     except WindowError as exc:
