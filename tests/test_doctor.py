@@ -37,3 +37,18 @@ def test_an_api_path_in_the_url_and_a_swapped_url_are_named_with_their_fix(corpu
     assert payload["ok"] is False
     oom = next(check for check in payload["checks"] if check["name"] == "oom_kills")
     assert oom["said"] == "cannot run: DIGEST_VM_URL is wrong (see above)"  # said once, at the URL, not per check
+
+
+def test_a_wrong_url_in_a_digest_is_said_once_with_its_fix(corpus_backends: EmbeddedBackends) -> None:
+    """`digest run` with DIGEST_VM_URL ending in /api/v1: the fix once, the other blind checks "as oom_kills"."""
+    env = backend_env(corpus_backends)
+    env["DIGEST_VM_URL"] = corpus_backends.metrics.url + "/api/v1"
+    result = run_digest("run", "--date", "2026-07-20", env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    first_line = result.stdout.splitlines()[0]
+    # The flood still costs its points; what could not be checked is in the headline all the same.
+    assert first_line.startswith("CRITICAL 8/10 · homelab · 2026-07-20")
+    assert first_line.endswith("not checked: oom_kills, conntrack, envoy_flags")
+    blind = [line for line in result.stdout.splitlines() if line.startswith("? ")]
+    assert sum("drop the /api/v1 suffix" in line for line in blind) == 1
+    assert "? conntrack not checked · as oom_kills" in result.stdout

@@ -87,7 +87,7 @@ def test_headline_comes_first_and_names_what_was_not_checked() -> None:
     """The first line is the grade; the next lines say what could not be checked and why."""
     text = Renderer().render(_hostile_digest(), "text")
     lines = text.splitlines()
-    assert lines[0] == "CRITICAL 8/10 · prod <&> · 2026-07-20"
+    assert lines[0] == "CRITICAL 8/10 · prod <&> · 2026-07-20 · not checked: conntrack"
     assert lines[1].startswith("? conntrack not checked · ")
     assert "– envoy_flags · disabled by policy" in text
 

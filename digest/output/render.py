@@ -107,9 +107,9 @@ def headline(digest: Digest) -> str:
         line += " · not seen: " + "; ".join(shown) + (f"; {more} more" if more else "")
     # Blind for its own reason, not for a part of the window or fleet already named (a partial note).
     blind = [finding.name for finding in digest.unknown if not (finding.error or "").startswith(PARTIAL)]
-    if blind and digest.status is DigestStatus.UNKNOWN:
+    if blind:
         # A graded check blind for its own reason (its query failed, its records lack a field): what could not be
-        # checked is said where the reader stops, not only further down.
+        # checked is said where the reader stops, not only further down — on a CRITICAL day too.
         line += " · not checked: " + ", ".join(blind)
     if digest.status in (DigestStatus.OK, DigestStatus.UNKNOWN):
         # No point lost, but a diagnostic found something: a reader who stops at the headline must not read "all
@@ -202,12 +202,30 @@ def excused(digest: Digest) -> list[tuple[str, str]]:
     return sorted({pair for finding in digest.findings for pair in _coverage(finding).excused})
 
 
+def _said_once(rows: list[tuple[str, str, str]], first: dict[str, str]) -> list[tuple[str, str, str]]:
+    """``rows`` with a reason already given for an earlier check replaced by "as <that check>".
+
+    A wrong URL blinds a dozen checks with one error: it is read once, not twelve times on a phone.
+    """
+    out: list[tuple[str, str, str]] = []
+    for name, verb, reason in rows:
+        if reason in first:
+            out.append((name, verb, f"as {first[reason]}"))
+        else:
+            first[reason] = name
+            out.append((name, verb, reason))
+    return out
+
+
 def _context(digest: Digest) -> dict[str, Any]:
     deductions = digest.deductions
+    first: dict[str, str] = {}
+    not_checked = _said_once([_blind(finding, "not checked") for finding in digest.unknown], first)
+    unexplained = _said_once([_blind(finding, "could not be checked") for finding in digest.unexplained], first)
     return {
         "headline": headline(digest),
         "digest": digest,
-        "not_checked": [_blind(finding, "not checked") for finding in digest.unknown],
+        "not_checked": not_checked,
         "deductions": [_line(finding, digest) for finding in deductions],
         "caps": [
             {"checks": " + ".join(cap.checks), "max": cap.max_penalty, "raw": cap.raw_penalty} for cap in digest.caps
@@ -219,7 +237,7 @@ def _context(digest: Digest) -> dict[str, Any]:
         "explanations": [explanation.text for explanation in digest.explanations],
         "trends": list(digest.trends),
         "diagnoses": [_line(finding, digest) for finding in digest.diagnoses],
-        "unexplained": [_blind(finding, "could not be checked") for finding in digest.unexplained],
+        "unexplained": unexplained,
         "quiet": [finding.name for finding in digest.quiet],
         "score_note": _score_note(digest),
         "excused": excused(digest),
