@@ -109,7 +109,7 @@ MODULE_SECONDS = {
     "test_cause_ablations": 72,
     "test_coverage": 80,
     "test_delivery_faults": 66,
-    "test_faults": 50,
+    "test_faults": 20,
     "test_delivery_parts": 43,
     "test_coverage_ablations": 40,
     "test_input_matrix": 35,
@@ -135,8 +135,7 @@ SPREAD_BY_TEST = {"test_bot", "test_bench", "test_faults"}
 TEST_SECONDS = {
     "test_quick_benchmark_programme_measures_and_checks_every_figure": 100,
     "test_replay_only_programme_measures_the_replay_against_its_floor": 45,
-    "test_slow_backends_yield_unknown_not_silence": 35,
-    "test_locked_state_file_fails_visibly_and_posts_nothing": 31,
+    "test_slow_backends_yield_unknown_not_silence": 14,
 }
 
 

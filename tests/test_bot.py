@@ -410,7 +410,7 @@ def _text(value: str) -> Callable[[], object]:
 
 async def test_slow_backends_yield_unknown_not_silence(tg: FakeTelegram, tmp_path: Path) -> None:
     """With both backends hanging, /digest answers within the deadline with UNKNOWN checks, never OK."""
-    hang = Behaviour(delay_seconds=30.0, body=b"{}")
+    hang = Behaviour(delay_seconds=8.0, body=b"{}")  # four times the 2 s deadline: hanging, as far as it knows
     with misbehaving_server(hang) as vm_url, misbehaving_server(hang) as vl_url:
         settings = load_settings(
             vm_url=vm_url,

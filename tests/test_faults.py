@@ -125,6 +125,8 @@ async def test_locked_state_file_fails_visibly_and_posts_nothing(
         async with running(config, Clock(datetime(2026, 7, 20, 12, 0, 5, tzinfo=UTC))) as bot:
             holder.execute("BEGIN EXCLUSIVE")
             bot.state = DeliveryState(path, "busy", busy_timeout_seconds=0.2)
+            assert bot.poster is not None
+            bot.poster.state = bot.state  # the post's own state: its wait for the lock is 0.2 s, not 30
             results = await bot.post_due()
             holder.execute("ROLLBACK")
     finally:
