@@ -413,7 +413,7 @@ async def test_a_killed_process_claim_is_taken_over_and_its_chart_never_sent_twi
         [Part(1, PartKind.TEXT, "OK 10/10 · homelab"), Part(2, PartKind.PHOTO, "caption", b"\x89PNG", "digest.png")],
     )
     killed.mark_part_sent(chat, "daily:2026-07-20", 1, 41)
-    killed.begin_part_send(chat, "daily:2026-07-20", 2)  # the upload went out; the process died waiting
+    assert killed.begin_part_send(chat, "daily:2026-07-20", 2, most=1)  # the upload went out; the process died
     killed.close()
     state = DeliveryState(path, "restarted")
     try:

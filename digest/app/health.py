@@ -30,7 +30,7 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 from tornado.web import Application, RequestHandler
 
-from digest.pipeline.score import Digest
+from digest.pipeline.score import Digest, DigestStatus
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +111,8 @@ class DigestMetrics:
         """Record a computed digest: its duration and every check that failed to query its backend."""
         self.computation.observe(seconds)
         self.last_digest_score.set(digest.score)
-        for status in ("OK", "WARNING", "CRITICAL", "UNKNOWN"):
-            self.last_digest_status.labels(status=status).set(1 if digest.status.value == status else 0)
+        for status in DigestStatus:
+            self.last_digest_status.labels(status=status.value).set(1 if digest.status is status else 0)
         self.last_digest_end.set(digest.window.end.timestamp())
         for finding in digest.findings:
             if finding.error:

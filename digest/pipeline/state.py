@@ -309,8 +309,8 @@ class DeliveryState:
         # time, or two threads' BEGIN … COMMIT would interleave on it.
         self._lock = threading.RLock()
         self._connection = _connect(path, _SCHEMA, busy_timeout_seconds, migrate=_migrate_integer_chat_ids)
+        self._busy_timeout_seconds = busy_timeout_seconds
         self._identity = _identity(path)
-        self.restored = 0  # how often a deleted file was written back from the open copy
 
     def close(self) -> None:
         with self._lock:
@@ -336,22 +336,22 @@ class DeliveryState:
     def _restore(self) -> None:
         """Write the open copy of a deleted state file back to its path and use it from now on."""
         try:
-            restored = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            self._connection.backup(restored)
-            restored.execute("PRAGMA journal_mode=WAL")
-            restored.execute("PRAGMA synchronous=NORMAL")
-        except (sqlite3.Error, OSError) as exc:
+            copy = sqlite3.connect(self._path)
+            try:
+                self._connection.backup(copy)
+            finally:
+                copy.close()
+            # Opened again the way every state file is (WAL, busy timeout, schema checked).
+            restored = _connect(self._path, _SCHEMA, self._busy_timeout_seconds)
+        except (sqlite3.Error, OSError, StateError) as exc:
             raise StateError(
                 f"state file {self._path}: deleted while in use and could not be written back ({exc}); restart "
                 "to open the state again",
                 replaced=True,
             ) from None
-        timeout = self._connection.execute("PRAGMA busy_timeout").fetchone()[0]
-        restored.execute(f"PRAGMA busy_timeout = {int(timeout)}")
         self._connection.close()
         self._connection = restored
         self._identity = _identity(self._path)
-        self.restored += 1
         log.warning("state file %s was deleted while in use: written back from the open copy", self._path)
 
     @contextmanager
@@ -594,14 +594,25 @@ class DeliveryState:
         except sqlite3.Error as exc:
             raise _state_error(self._path, exc) from None
 
-    def begin_part_send(self, recipient: str, key: str, index: int) -> None:
-        """Count a send of part ``index`` as begun: until answered, it may have arrived."""
+    def begin_part_send(self, recipient: str, key: str, index: int, most: int) -> bool:
+        """Count a send of part ``index`` as begun, unless ``most`` earlier ones went unanswered (then False).
+
+        A send counted stays so until answered: it may have arrived.
+        The look and the count are one transaction: two processes cannot both take the last allowed send.
+        """
         with self._write() as db:
+            row = db.execute(
+                "SELECT unanswered FROM part_sends WHERE channel = ? AND recipient = ? AND key = ? AND part = ?",
+                (self._channel, recipient, key, index),
+            ).fetchone()
+            if row is not None and int(row[0]) >= most:
+                return False
             db.execute(
                 "INSERT INTO part_sends (channel, recipient, key, part, unanswered) VALUES (?, ?, ?, ?, 1) "
                 "ON CONFLICT(channel, recipient, key, part) DO UPDATE SET unanswered = unanswered + 1",
                 (self._channel, recipient, key, index),
             )
+            return True
 
     def part_refused(self, recipient: str, key: str, index: int) -> None:
         """The channel answered that it did not take the last send of part ``index``: it did not arrive."""
@@ -611,14 +622,6 @@ class DeliveryState:
                 "WHERE channel = ? AND recipient = ? AND key = ? AND part = ?",
                 (self._channel, recipient, key, index),
             )
-
-    def unanswered_sends(self, recipient: str, key: str, index: int) -> int:
-        """How many sends of part ``index`` ended without an answer (each may have arrived)."""
-        rows = self._read(
-            "SELECT unanswered FROM part_sends WHERE channel = ? AND recipient = ? AND key = ? AND part = ?",
-            (self._channel, recipient, key, index),
-        )
-        return int(rows[0][0]) if rows else 0
 
 
 def _delivery(row: tuple[Any, ...]) -> Delivery:

@@ -37,7 +37,7 @@ from datetime import time as time_of_day
 from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
-from telegram import BotCommand, Message, ReplyParameters, Update
+from telegram import BotCommand, Message, Update
 from telegram.constants import ChatAction
 from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
@@ -46,7 +46,7 @@ from checks.contract import Window
 from digest.channels.channel import Outcome, Photo, PostResult
 from digest.channels.telegram.allowance import CommandAllowance
 from digest.channels.telegram.polling import PollHealth, PollingRequest
-from digest.channels.telegram.sender import BotApiRequest, ChatId, Poster, Sender, recipient
+from digest.channels.telegram.sender import BotApiRequest, ChatId, Poster, Sender, recipient, reply_parameters
 from digest.channels.telegram.text import MAX_TEXT, fit_utf16
 from digest.pipeline.state import Delivery, DeliveryState, StateError
 from digest.pipeline.week import iso_week, last_complete_week, parse_iso_week, week_days
@@ -210,11 +210,6 @@ def parse_week_arguments(arguments: list[str], now: datetime, zone: ZoneInfo) ->
     if last >= today:
         raise WindowError(f"week {iso_week(year, week)} is not over yet: its last day is {last}")
     return year, week
-
-
-def last_scheduled(now: datetime, settings: BotSettings) -> datetime:
-    """The most recent scheduled post moment at or before ``now``, in UTC (never in the future, DST or not)."""
-    return last_post(now, settings.wall_post_time, settings.zone)[1]
 
 
 def parse_digest_arguments(arguments: list[str], now: datetime, zone: ZoneInfo) -> Window:
@@ -457,7 +452,9 @@ class DigestBot:
                 done, _ = await asyncio.wait({computing}, timeout=self.settings.computing_notice_seconds)
                 if not done:
                     said = await _quietly(
-                        sender.bot.send_message(chat_id, f"Computing {label}…", reply_parameters=_reply_to(reply_to))
+                        sender.bot.send_message(
+                            chat_id, f"Computing {label}…", reply_parameters=reply_parameters(reply_to)
+                        )
                     )
                     notice = said.message_id if said is not None else None
                 html = await computing
@@ -550,12 +547,11 @@ class DigestBot:
         if self.settings.weekly_on is None:
             return []
         now = self.clock()
-        moment = last_scheduled(now, self.settings)
-        local = moment.astimezone(self.settings.zone)
-        if local.weekday() != self.settings.weekly_on or now - moment > timedelta(hours=self.settings.late_grace_hours):
+        day, moment = last_post(now, self.settings.wall_post_time, self.settings.zone)
+        if day.weekday() != self.settings.weekly_on or now - moment > timedelta(hours=self.settings.late_grace_hours):
             return []
         late = now - moment > _LATE_AFTER
-        year, week = last_complete_week(local.date())
+        year, week = last_complete_week(day)
         return await self._post_everywhere(
             weekly_key(year, week),
             lambda: self.digests.week_html(year, week),
@@ -728,11 +724,6 @@ async def _quietly(call: Awaitable[T]) -> T | None:
     except TelegramError as exc:
         log.info("a courtesy call to Telegram failed: %s", exc)
         return None
-
-
-def _reply_to(message_id: int | None) -> ReplyParameters | None:
-    """Reply to ``message_id``, or send plainly if it is gone (deleted meanwhile)."""
-    return None if message_id is None else ReplyParameters(message_id, allow_sending_without_reply=True)
 
 
 async def _reply(message: Message, text: str) -> None:

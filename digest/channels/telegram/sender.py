@@ -414,8 +414,7 @@ class Sender:
         self, chat_id: ChatId, part: str, guard: SendGuard | None = None, reply_to: int | None = None
     ) -> tuple[ChatId, int]:
         """Send one message of at most 4,096 visible characters (a part of `split_html`), with retries."""
-        # A reply to a request that was deleted meanwhile is sent all the same.
-        replying = None if reply_to is None else ReplyParameters(reply_to, allow_sending_without_reply=True)
+        replying = reply_parameters(reply_to)
 
         async def text(chat: ChatId, as_html: bool) -> Message:
             return await self.bot.send_message(
@@ -456,29 +455,8 @@ class Sender:
                     unconfirmed=True,
                 )
             try:
-                message = await call(chat_id, as_html)
-                return chat_id, message.message_id
-            except AnswerCutOff as exc:
-                if exc.status == 200:
-                    # Taken: only the answer's body (the message id) is missing. Sending again would repeat it.
-                    log.warning("chat %s: %s; the message was taken, its id is unknown", chat_id, exc.message)
-                    return chat_id, UNKNOWN_MESSAGE_ID
-                if guard is not None:
-                    await guard.refused()  # an error status: Telegram did not take it
-                error: TelegramError = exc
-            except _NOT_A_MESSAGE as exc:
-                # "ok" but no message in it: it may have been delivered, so this run does not send it again.
-                raise DeliveryError(
-                    f"the Telegram API said ok but answered no message ({type(exc).__name__}); not the Bot API?",
-                    permanent=False,
-                ) from None
-            except TelegramError as exc:
-                # Telegram answered that it did not take this send, or the send never left: it did not arrive.
-                if guard is not None and not _may_have_arrived(exc):
-                    await guard.refused()
-                error = exc
-            try:
-                raise error  # one place decides what each error means, whichever branch caught it
+                message = await self._attempt(call, chat_id, as_html, guard)
+                return chat_id, UNKNOWN_MESSAGE_ID if message is None else message.message_id
             except RetryAfter as exc:
                 delay = _seconds(exc.retry_after)
                 reason = f"429 retry after {delay:g} s"
@@ -512,7 +490,35 @@ class Sender:
                 reason = f"{type(exc).__name__}: {_short(exc.message)}"
             except TelegramError as exc:
                 raise DeliveryError(f"Telegram error: {_short(exc.message)}", permanent=True) from None
+            except _NOT_A_MESSAGE as exc:
+                # "ok" but no message in it: it may have been delivered, so this run does not send it again.
+                raise DeliveryError(
+                    f"the Telegram API said ok but answered no message ({type(exc).__name__}); not the Bot API?",
+                    permanent=False,
+                ) from None
             await attempts.wait(delay, reason, f"chat {chat_id}")
+
+    async def _attempt(
+        self,
+        call: Callable[[ChatId, bool], Awaitable[Message]],
+        chat_id: ChatId,
+        as_html: bool,
+        guard: SendGuard | None,
+    ) -> Message | None:
+        """One send: its message, or None when Telegram took it but its answer's body was cut off (id unknown).
+
+        A send that failed in a way that proves it did not arrive is uncounted from ``guard`` before the error goes on.
+        """
+        try:
+            return await call(chat_id, as_html)
+        except TelegramError as exc:
+            if isinstance(exc, AnswerCutOff) and exc.status == 200:
+                # Taken: only the answer's body (the message id) is missing. Sending again would repeat it.
+                log.warning("chat %s: %s; the message was taken, its id is unknown", chat_id, exc.message)
+                return None
+            if guard is not None and not _may_have_arrived(exc):
+                await guard.refused()
+            raise
 
 
 class SendGuard(Protocol):
@@ -533,6 +539,8 @@ def _may_have_arrived(exc: TelegramError) -> bool:
     definite: nothing arrived. A read timeout, the whole-exchange deadline, a connection dropped mid-answer and a
     proxy's 5xx page (a gateway timeout after forwarding the request) are not.
     """
+    if isinstance(exc, AnswerCutOff):
+        return exc.status == 200  # an error status line is Telegram's answer: not taken
     if isinstance(exc, NotBotApiError):
         return exc.status >= 500
     if not isinstance(exc, NetworkError) or isinstance(exc, BadRequest):
@@ -541,6 +549,11 @@ def _may_have_arrived(exc: TelegramError) -> bool:
     if isinstance(exc, TimedOut):
         return not isinstance(cause, httpx.ConnectTimeout | httpx.PoolTimeout | httpx.WriteTimeout)
     return isinstance(cause, httpx.ReadError | httpx.RemoteProtocolError)
+
+
+def reply_parameters(message_id: int | None) -> ReplyParameters | None:
+    """Reply to ``message_id`` (None: no reply); a request deleted meanwhile gets its answer all the same."""
+    return None if message_id is None else ReplyParameters(message_id, allow_sending_without_reply=True)
 
 
 def recipient(chat_id: ChatId) -> str:
@@ -566,12 +579,9 @@ class _PartSends:
     part: Part
 
     async def begin(self) -> bool:
-        unanswered = await asyncio.to_thread(self.state.unanswered_sends, self.recipient, self.key, self.part.index)
         # A chart is a bonus: never risk showing it twice. A text part may be repeated once, not lost for a lost answer.
-        if unanswered >= (1 if self.part.kind is PartKind.PHOTO else 2):
-            return False
-        await asyncio.to_thread(self.state.begin_part_send, self.recipient, self.key, self.part.index)
-        return True
+        most = 1 if self.part.kind is PartKind.PHOTO else 2
+        return await asyncio.to_thread(self.state.begin_part_send, self.recipient, self.key, self.part.index, most)
 
     async def refused(self) -> None:
         await asyncio.to_thread(self.state.part_refused, self.recipient, self.key, self.part.index)
