@@ -885,7 +885,7 @@ def _hint(coverage: Coverage, window: Window) -> str:
         names = sorted({gap.name for gap in coverage.missing if gap.kind is GapKind.ROUTE})
         return (
             f"Does the gateway still log {', '.join(names)} (its access-log settings, the route's listener, a "
-            "renamed route)? Its namespace's pods ran, and it had requests on every earlier day."
+            "renamed route)? The Service named like it had a ready endpoint, and it had requests on every earlier day."
         )
     if GapKind.SHIPPER in kinds:
         nodes = sorted({gap.name for gap in coverage.missing if gap.kind is GapKind.SHIPPER})

@@ -327,6 +327,6 @@ def test_an_empty_duration_or_moment_is_refused_not_defaulted(last: str, at: str
     from digest.app.settings import Settings
     from digest.pipeline.window import WindowError
 
-    args = argparse.Namespace(date=None, last=last, at=at, scheduled=False)
+    args = argparse.Namespace(date=None, last=last, at=at)
     with pytest.raises(WindowError):
         window_from_args(args, Settings(), datetime(2026, 7, 21, tzinfo=UTC))

@@ -66,10 +66,8 @@ def _daily_by_default(args: argparse.Namespace) -> bool:
 
 
 def window_from_args(args: argparse.Namespace, settings: Settings, now: datetime) -> Window:
-    """The window the arguments ask for; ``now`` is the caller's clock."""
+    """The window --date or --last (and --at) ask for; ``now`` is the caller's clock (--scheduled: `scheduled_post`)."""
     zone = settings.zone
-    if args.scheduled:
-        return scheduled_post(settings, now)[1]
     if args.date is not None:
         return as_asked(day_window(parse_date(args.date), zone), now)
     span = parse_duration("24h" if args.last is None else args.last)
@@ -237,8 +235,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         args.scheduled = True
+    key: str | None = None
     try:
-        window = window_from_args(args, config.settings, now)
+        if args.scheduled:
+            key, window = scheduled_post(config.settings, now)
+        else:
+            window = window_from_args(args, config.settings, now)
     except WindowError as exc:
         return _fail(str(exc))
     chart = Path(args.chart) if args.chart else None
@@ -249,7 +251,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if problem is not None:
             return problem
 
-        key = scheduled_post(config.settings, now)[0] if args.scheduled else None
         return asyncio.run(post_window(config, token or "", window, args.format, chart, key=key))
     # The state file keeps the trends' past days when one is configured; a plain `digest run` writes no file.
     store = open_history_store(config.settings) if "state_path" in config.settings.model_fields_set else None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
-from checks.contract import Status
+from checks.contract import Finding, Status
 from checks.coverage import PARTIAL
 from digest import __version__
 from digest.app.engine import Config, make_digest
@@ -36,24 +36,24 @@ _EXPECTED = {
 
 @dataclass(frozen=True)
 class UrlReport:
-    """One configured URL: the setting, what answers there, and the fix when it is wrong."""
+    """One configured URL: the kind of backend it must be, the setting, what answers there, the fix when wrong."""
 
+    kind: str
     setting: str
     url: str
     answers: str | None
     fix: str | None
 
-    def line(self, kind: str) -> str:
+    def line(self) -> str:
         """The report's line for this URL, marked ✓ when the expected kind answers at a base URL."""
         what = self.answers or "nothing known (no Prometheus, VictoriaMetrics, VictoriaLogs or Loki API)"
         fix = f" → {self.fix}" if self.fix else ""
-        wrong = "" if self.answers in _EXPECTED[kind] else f", but {kind} was expected"
-        mark = "✓" if self.answers in _EXPECTED[kind] and self.fix is None else "✗"
-        return f"{mark} {self.setting} {self.url}: {what} answers{wrong}{fix}"
+        wrong = "" if self.answers in _EXPECTED[self.kind] else f", but {self.kind} was expected"
+        return f"{'✓' if self.fine() else '✗'} {self.setting} {self.url}: {what} answers{wrong}{fix}"
 
-    def fine(self, kind: str) -> bool:
-        """Whether a ``kind`` backend answers here and the URL carries no API path."""
-        return self.answers in _EXPECTED[kind] and self.fix is None
+    def fine(self) -> bool:
+        """Whether the expected kind of backend answers here and the URL carries no API path."""
+        return self.answers in _EXPECTED[self.kind] and self.fix is None
 
 
 async def _probe(source: HttpSource, endpoint: Endpoint) -> UrlReport:
@@ -61,7 +61,9 @@ async def _probe(source: HttpSource, endpoint: Endpoint) -> UrlReport:
         answers = await source.what_answers()
     finally:
         await source.aclose()
-    return UrlReport(endpoint.setting, endpoint.display_url, answers, url_fix(endpoint.name, endpoint.url))
+    return UrlReport(
+        endpoint.name, endpoint.setting, endpoint.display_url, answers, url_fix(endpoint.name, endpoint.url)
+    )
 
 
 async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") -> int:
@@ -70,15 +72,12 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
     metrics_endpoint, logs_endpoint = settings.vm_endpoint(), settings.logs_endpoint()
     tls = tls_context([metrics_endpoint.url, logs_endpoint.url])
     # The probes are the same requests for every kind of URL: the plain HTTP source asks them.
-    urls = [
-        (metrics_endpoint.name, await _probe(HttpSource(metrics_endpoint, tls=tls), metrics_endpoint)),
-        (logs_endpoint.name, await _probe(HttpSource(logs_endpoint, tls=tls), logs_endpoint)),
-    ]
+    urls = [await _probe(HttpSource(endpoint, tls=tls), endpoint) for endpoint in (metrics_endpoint, logs_endpoint)]
     window = last_window(timedelta(hours=24), now, settings.zone)
     digest = await make_digest(config, window)
-    checks = [_check_report(digest, finding.name) for finding in digest.findings]
+    checks = [_check_report(digest, finding) for finding in digest.findings]
     # A wrong URL is said once, above: the checks it blinds point at it instead of repeating its error.
-    wrong = [report for kind, report in urls if not report.fine(kind)]
+    wrong = [report for report in urls if not report.fine()]
     for check in checks:
         blamed = [report.setting for report in wrong if f"{report.url} " in check["said"]]
         if not check["runs"] and blamed:
@@ -88,7 +87,7 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
         {seen for finding in digest.findings if finding.coverage for seen in finding.coverage.never_seen}
     )
     graded_blind = [check for check in checks if check["graded"] and not check["runs"]]
-    healthy = all(report.fine(kind) for kind, report in urls) and not graded_blind
+    healthy = all(report.fine() for report in urls) and not graded_blind
     if fmt == "json":
         payload = {
             "version": __version__,
@@ -96,14 +95,14 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
             "window": {"start": window.start.isoformat(), "end": window.end.isoformat()},
             "urls": [
                 {
-                    "kind": kind,
+                    "kind": r.kind,
                     "setting": r.setting,
                     "url": r.url,
                     "answers": r.answers,
                     "fix": r.fix,
-                    "ok": r.fine(kind),
+                    "ok": r.fine(),
                 }
-                for kind, r in urls
+                for r in urls
             ],
             "checks": checks,
             "disabled": list(digest.disabled),
@@ -113,7 +112,7 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
         out.write(json.dumps(payload, ensure_ascii=False, indent=2) + "\n")
         return EXIT_OK if healthy else EXIT_USAGE
     lines = [f"digest doctor · {settings.cluster} · digest {__version__}", "", "Backends:"]
-    lines.extend(f"  {report.line(kind)}" for kind, report in urls)
+    lines.extend(f"  {report.line()}" for report in urls)
     lines.extend(["", f"Checks, on the 24 h to {window.label.split(' to ', 1)[-1]} ({settings.timezone}):"])
     for check in checks:
         mark = "✓" if check["runs"] else "✗" if check["graded"] else "–"
@@ -137,8 +136,7 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
     return EXIT_OK if healthy else EXIT_USAGE
 
 
-def _check_report(digest: Digest, name: str) -> dict[str, Any]:
-    finding = next(finding for finding in digest.findings if finding.name == name)
+def _check_report(digest: Digest, finding: Finding) -> dict[str, Any]:
     # UNKNOWN for a part unseen (a node, hours) still ran; UNKNOWN for its own reason (no source, no series) did not.
     runs = finding.status is not Status.UNKNOWN or (finding.error or "").startswith(PARTIAL)
     if runs:
@@ -148,7 +146,7 @@ def _check_report(digest: Digest, name: str) -> dict[str, Any]:
     else:
         said = finding.error or finding.summary
     return {
-        "name": name,
+        "name": finding.name,
         "graded": digest.is_graded(finding),
         "runs": runs,
         "said": said,

@@ -10,13 +10,14 @@ routes as if they were all.
 The entities are namespaces (input: their lines, `Finding.namespace_lines` from error_lines) and routes (input: their
 access-log records, `Finding.route_lines` from envoy_flags); the earlier days the trends already compare hold the same
 counts. An entity that wrote at least ``coverage.silence_lines`` lines an hour on average on every earlier day and
-none today, while kube-state-metrics saw a pod of its namespace ready, is unseen for the whole window: the checks
+none today, while what runs it ran (a namespace: a pod of it ready; a route: its Service, named like it, with a
+ready endpoint — see `backend_query`), is unseen for the whole window: the checks
 that read those lines are partial and name it ("logs of namespace payments (24 h)", "access log of route
 httproute/shop/api/rule/0 (24 h)"). One that never logs is never expected to, one scaled to zero is quiet, and
 without earlier days (trends off, a first day) nothing is expected.
 
-One metrics query, asked only when something fell silent: whether the pods of those namespaces ran. If that query
-fails, the silence is named all the same (unseen is the safe side of not knowing).
+One metrics query per kind, asked only when something of that kind fell silent: whether what runs it ran. If that
+query fails, the silence is named all the same (unseen is the safe side of not knowing).
 """
 
 from __future__ import annotations
