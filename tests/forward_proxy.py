@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import http.client
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
+
+from tests.misbehaving_server import serving
 
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 
@@ -57,14 +58,6 @@ def forward_proxy() -> Iterator[Proxied]:
         def log_message(self, format: str, *args: object) -> None:  # signature of the base class
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    proxied.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as url:
+        proxied.url = url
         yield proxied
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
