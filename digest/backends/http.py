@@ -256,7 +256,7 @@ class HttpSource:
         )
         own = "Prometheus" if self._endpoint.name == "VictoriaMetrics" else self._endpoint.name
         for method, path, form, name in probes:
-            if skip_own and name in (self._endpoint.name, own):
+            if skip_own and name == own:
                 continue
             try:
                 async with asyncio.timeout(min(5.0, self._endpoint.timeout_seconds)):
