@@ -17,7 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -223,11 +223,16 @@ class EmbeddedBackends:
         self._flush(self.metrics)
         return count
 
-    def ingest_logs(self, chunks: Iterable[bytes]) -> None:
-        """Stream newline-delimited JSON records to VictoriaLogs (Vector kubernetes_logs shape)."""
-        params = {"_msg_field": "message", "_time_field": "timestamp", "_stream_fields": LOG_STREAM_FIELDS}
+    def ingest_logs(
+        self, chunks: Iterable[bytes], stream_fields: str = LOG_STREAM_FIELDS, tenant: Mapping[str, str] | None = None
+    ) -> None:
+        """Stream newline-delimited JSON records to VictoriaLogs (Vector kubernetes_logs shape).
+
+        ``tenant``: the ``AccountID``/``ProjectID`` headers of another tenant than the default (0:0).
+        """
+        params = {"_msg_field": "message", "_time_field": "timestamp", "_stream_fields": stream_fields}
         # Without this content type VictoriaLogs answers 200 and drops the body.
-        headers = {"Content-Type": "application/stream+json"}
+        headers = {"Content-Type": "application/stream+json", **(tenant or {})}
         response = httpx.post(
             f"{self.logs.url}/insert/jsonline", params=params, headers=headers, content=iter(chunks), timeout=600.0
         )
@@ -239,14 +244,24 @@ class EmbeddedBackends:
         with contextlib.suppress(httpx.HTTPError):
             httpx.get(f"{server.url}/internal/force_flush", timeout=30.0)
 
-    def wait_for_logs(self, start: datetime, end: datetime, expected: int, timeout_seconds: float = 60.0) -> None:
-        """Poll VictoriaLogs until ``expected`` records of [start, end) are visible (bounded)."""
+    def wait_for_logs(
+        self,
+        start: datetime,
+        end: datetime,
+        expected: int,
+        timeout_seconds: float = 60.0,
+        tenant: Mapping[str, str] | None = None,
+    ) -> None:
+        """Poll VictoriaLogs until ``expected`` records of [start, end) are visible (bounded), in ``tenant``."""
         query = f"_time:[{rfc3339(start)}, {rfc3339(end)}) | stats count() as lines"
         deadline = time.monotonic() + timeout_seconds
         seen = -1
         while time.monotonic() < deadline:
             response = httpx.post(
-                f"{self.logs.url}/select/logsql/stats_query", data={"query": query, "time": rfc3339(end)}, timeout=30.0
+                f"{self.logs.url}/select/logsql/stats_query",
+                data={"query": query, "time": rfc3339(end)},
+                headers=dict(tenant or {}),
+                timeout=30.0,
             )
             result = response.json().get("data", {}).get("result", []) if response.status_code == 200 else []
             seen = int(float(result[0]["value"][1])) if result else 0

@@ -116,6 +116,8 @@ class PushedDay:
     body_bytes: int
     push_seconds: float
     visible_seconds: float
+    # The lines pushed: every Kubernetes line, or one cluster's on a shared Loki (``push_day(labels=…)``).
+    selector: str = '{namespace=~".+"}'
 
     @property
     def lines_per_second(self) -> float:
@@ -363,15 +365,20 @@ class LokiServer:
         """Push several corpus days oldest first, whatever order they come in (see ``push_day``)."""
         return [self.push_day(day, timeout_seconds) for day in sorted(days, key=lambda day: day.date)]
 
-    def push_day(self, day: CorpusDay, timeout_seconds: float = 120.0) -> PushedDay:
+    def push_day(
+        self, day: CorpusDay, timeout_seconds: float = 120.0, labels: Mapping[str, str] | None = None
+    ) -> PushedDay:
         """Push one corpus day's log records and wait (bounded) until Loki counts exactly that many lines.
 
         Days must be pushed in chronological order: Loki refuses entries more than 1 h behind the newest entry of
         the same stream, and pods keep their names from one day to the next. The count covers the day's own
         entries only (from its first to its last), so it is exact even beside an adjacent day already loaded.
+        ``labels`` are added to every stream (``{"cluster": "prod"}``: one cluster of a shared Loki), and the count
+        is of those streams only.
         """
         started = time.monotonic()
-        summary = self.push_records(day.log_chunks())
+        extra = dict(labels or {})
+        summary = self.push_records(day.log_chunks(), labels=extra)
         pushed_at = time.monotonic()
         expected = day.log_line_count()
         if summary.lines != expected:
@@ -387,6 +394,9 @@ class LokiServer:
             body_bytes=summary.body_bytes,
             push_seconds=pushed_at - started,
             visible_seconds=0.0,
+            selector="{"
+            + ", ".join(['namespace=~".+"', *(f"{name}={json.dumps(value)}" for name, value in extra.items())])
+            + "}",
         )
         self.wait_for_day(result, timeout_seconds)
         result = replace(result, visible_seconds=time.monotonic() - pushed_at)
@@ -396,18 +406,25 @@ class LokiServer:
     def wait_for_day(self, pushed: PushedDay, timeout_seconds: float = 120.0) -> None:
         """Poll (bounded) until Loki counts exactly the lines ``push_day`` pushed for that day."""
         span_ns = (pushed.last_ns - pushed.first_ns) // 1_000_000 * 1_000_000 + 1_000_000
-        self._wait(pushed.last_ns, span_ns, pushed.lines, timeout_seconds, '{namespace=~".+"}')
+        self._wait(pushed.last_ns, span_ns, pushed.lines, timeout_seconds, pushed.selector)
 
     def push_records(
-        self, chunks: Iterable[bytes], concurrency: int = PUSH_CONCURRENCY, compress: bool = PUSH_GZIP
+        self,
+        chunks: Iterable[bytes],
+        concurrency: int = PUSH_CONCURRENCY,
+        compress: bool = PUSH_GZIP,
+        labels: Mapping[str, str] | None = None,
     ) -> PushSummary:
         """Convert newline-delimited Vector records to Loki streams and push them in batches; no visibility wait."""
         summary = PushSummary()
         self._discarded_before = self.discarded_lines()
         pusher = _Pusher(self.client, concurrency, compress)
+        extra = b"".join(
+            b",%b:%b" % (json.dumps(k).encode(), json.dumps(v).encode()) for k, v in (labels or {}).items()
+        )
         try:
             for chunk in chunks:
-                pusher.submit(_convert_chunk(chunk, summary))
+                pusher.submit(_convert_chunk(chunk, summary, extra))
         finally:
             pusher.close()
         summary.send_seconds = pusher.send_seconds
@@ -656,8 +673,11 @@ def _parse_json(line: bytes) -> tuple[_StreamKey, _Entry]:
     return key, ((*entry, _escaped(level)) if level else entry)
 
 
-def _convert_chunk(chunk: bytes, summary: PushSummary) -> _Batch:
-    """One chunk of Vector records → one Loki push body, entries of each stream in time order."""
+def _convert_chunk(chunk: bytes, summary: PushSummary, extra_labels: bytes = b"") -> _Batch:
+    """One chunk of Vector records → one Loki push body, entries of each stream in time order.
+
+    ``extra_labels`` (``,"cluster":"prod"``) are appended to every stream's labels.
+    """
     by_stream = _FastParser().group(chunk)
     parts: list[bytes] = []
     first_ns: int | None = None
@@ -668,6 +688,8 @@ def _convert_chunk(chunk: bytes, summary: PushSummary) -> _Batch:
         entries.sort()
         container, pod, namespace, node, stream = key
         labels = _LABELS % (namespace, pod, container, node, stream)
+        if extra_labels:
+            labels = labels[:-1] + extra_labels + b"}"
         values = b",".join([_WITH_LEVEL % entry if len(entry) == 3 else _PLAIN % entry for entry in entries])
         parts.append(b'{"stream":%b,"values":[%b]}' % (labels, values))
         name = json.loads(b'"%b"' % namespace)

@@ -76,12 +76,12 @@ async def open_sources(settings: Settings, policy: Policy | None = None) -> Asyn
     vm, log_endpoint = settings.vm_endpoint(), settings.logs_endpoint()
     tls = tls_context([vm.url, log_endpoint.url])
     fields = (policy or Policy()).logs.role_fields()
-    metrics = PrometheusSource(vm, tls=tls)
+    metrics = PrometheusSource(vm, tls=tls, scope=settings.metrics_scope)
     logs: VictoriaLogsSource | LokiSource
     if settings.log_backend is LogBackend.LOKI:
-        logs = LokiSource(log_endpoint, tls=tls, fields=fields)
+        logs = LokiSource(log_endpoint, tls=tls, fields=fields, scope=settings.logs_scope)
     else:
-        logs = VictoriaLogsSource(log_endpoint, tls=tls, fields=fields)
+        logs = VictoriaLogsSource(log_endpoint, tls=tls, fields=fields, scope=settings.logs_scope)
     try:
         yield Sources(metrics=metrics, logs=logs)
     finally:

@@ -21,6 +21,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from digest.backends.http import DEFAULT_MAX_RESPONSE_MIB, MIB, Endpoint, url_userinfo
+from digest.backends.scope import Scope, parse_matchers, split_metrics_url
 
 ENV_PREFIX = "DIGEST_"
 
@@ -86,6 +87,17 @@ def _check_headers(headers: dict[str, str]) -> dict[str, str]:
 _TELEGRAM_TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
 
 
+# VictoriaMetrics cluster's tenant in a vmselect path: accountID, or accountID:projectID (32-bit unsigned each).
+_VM_TENANT = re.compile(r"[0-9]{1,10}(:[0-9]{1,10})?")
+
+
+def _no_query(url: str, instead: str) -> str:
+    """``url`` if it has no query string: a base URL's query reaches no request, and is refused rather than lost."""
+    if urlsplit(url).query:
+        raise ValueError(f"must not carry a query string (it would reach no request); use {instead}")
+    return url
+
+
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 
 
@@ -105,6 +117,13 @@ class Settings(BaseSettings):
     vm_password: SecretStr | None = None
     vm_password_file: Path | None = None
     vm_headers: dict[str, str] = Field(default_factory=dict)
+    # A VictoriaMetrics cluster's tenant ("0", "12:34"): the URL is vmselect's root and /select/<tenant>/prometheus
+    # is added to it. Leave unset for a single-node VictoriaMetrics, Prometheus, or a URL that has the prefix already.
+    vm_tenant: str | None = None
+    # The cluster on a shared store, as label matchers added to every PromQL selector: cluster="prod".
+    metrics_selector: str = ""
+    # The same for the logs: a stream filter on VictoriaLogs, stream-selector matchers on Loki.
+    logs_selector: str = ""
 
     vl_bearer_token: SecretStr | None = None
     vl_bearer_token_file: Path | None = None
@@ -216,15 +235,54 @@ class Settings(BaseSettings):
             raise ValueError("must be HH:MM between 00:00 and 23:59")
         return f"{hours:02d}:{minutes:02d}"
 
-    @field_validator("vm_url", "vl_url")
+    @field_validator("vm_url")
     @classmethod
-    def _url(cls, value: str) -> str:
-        return _check_url(value)
+    def _vm_url(cls, value: str) -> str:
+        checked = _check_url(value)
+        split_metrics_url(checked)  # raises, naming the query parameter it cannot honour
+        return checked
+
+    @field_validator("vl_url")
+    @classmethod
+    def _vl_url(cls, value: str) -> str:
+        return _no_query(_check_url(value), "DIGEST_VL_ACCOUNT_ID/PROJECT_ID and DIGEST_LOGS_SELECTOR")
 
     @field_validator("loki_url")
     @classmethod
     def _loki_url(cls, value: str | None) -> str | None:
-        return None if value is None else _check_url(value)
+        return None if value is None else _no_query(_check_url(value), "DIGEST_LOKI_TENANT and DIGEST_LOGS_SELECTOR")
+
+    @field_validator("vm_tenant")
+    @classmethod
+    def _vm_tenant(cls, value: str | None) -> str | None:
+        if value is not None and not _VM_TENANT.fullmatch(value.strip()):
+            raise ValueError(
+                "must be a VictoriaMetrics tenant: an account id, or accountID:projectID (e.g. 0 or 12:34)"
+            )
+        return None if value is None else value.strip()
+
+    @field_validator("metrics_selector", "logs_selector")
+    @classmethod
+    def _selector(cls, value: str) -> str:
+        parse_matchers(value)  # a ScopeError is a ValueError: its reason names what is wrong
+        return value.strip()
+
+    @property
+    def metrics_scope(self) -> Scope:
+        """The matchers added to every PromQL selector: the URL's extra_label/extra_filters, then the selector."""
+        return split_metrics_url(self.vm_url)[1] + parse_matchers(self.metrics_selector)
+
+    @property
+    def logs_scope(self) -> Scope:
+        """The stream matchers added to every log query."""
+        return parse_matchers(self.logs_selector)
+
+    def metrics_base_url(self) -> str:
+        """The metrics URL requests go to: without its scoping query string, with the tenant's vmselect prefix."""
+        base = split_metrics_url(self.vm_url)[0].rstrip("/")
+        if self.vm_tenant is None:
+            return base
+        return f"{base}/select/{self.vm_tenant}/prometheus"
 
     @field_validator("loki_tenant")
     @classmethod
@@ -251,6 +309,10 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _secret_files(self) -> Settings:
+        if self.vm_tenant is not None and "/select/" in urlsplit(self.vm_url).path:
+            raise ValueError(
+                f"{ENV_PREFIX}VM_TENANT: the URL has a /select/ path already; set the tenant in one of the two"
+            )
         if self.loki_url is not None and "vl_url" in self.model_fields_set:
             raise ValueError(
                 f"{ENV_PREFIX}LOKI_URL and {ENV_PREFIX}VL_URL are both set: set the one log backend the digest reads"
@@ -348,7 +410,7 @@ class Settings(BaseSettings):
         return self._endpoint(
             "VictoriaMetrics",
             "vm_url",
-            self.vm_url,
+            self.metrics_base_url(),
             self.vm_bearer_token,
             self.vm_username,
             self.vm_password,

@@ -111,6 +111,7 @@ from checks.log_questions import (
 )
 from checks.logsql import quoted
 from digest.backends.http import HttpSource, WrongApiError, answering_within, parse_value
+from digest.backends.scope import Matcher
 
 # Promtail's and Alloy's Kubernetes labels; level is structured metadata or a label (a label filter reads both).
 DEFAULT_LABELS: Mapping[Role, str] = {
@@ -204,7 +205,9 @@ class _Stages:
 class LogqlWriter:
     """Writes the questions in LogQL for a given mapping of roles to label names (pure: no I/O)."""
 
-    def __init__(self, fields: Mapping[Role, str] | None = None) -> None:
+    def __init__(self, fields: Mapping[Role, str] | None = None, scope: Sequence[Matcher] = ()) -> None:
+        # The cluster on a shared store (`digest.backends.scope`): matchers added to every stream selector.
+        self._scope = tuple(str(matcher) for matcher in scope)
         labels = {**DEFAULT_LABELS, **(fields or {})}
         for role, label in labels.items():
             if not _LABEL_NAME.match(label):
@@ -309,7 +312,7 @@ class LogqlWriter:
         """The log query (selector and pipeline) of the lines ``one`` selects."""
         aliases = self.aliases(one, by)
         stages = self.stages(one, aliases)
-        matchers = stages.matchers or (f'{self.stream_label}=~".+"',)
+        matchers = (*(stages.matchers or (f'{self.stream_label}=~".+"',)), *self._scope)
         parts = [f"{{{', '.join(matchers)}}}", *(f"| {text}" for text in stages.early), *stages.line_filters]
         if aliases:
             extracted = ", ".join(f"{alias}={quoted(_json_path(key))}" for key, alias in aliases.items())
@@ -337,7 +340,7 @@ class LogqlWriter:
         """
         parts = _conjuncts(one)
         namespace = self.stages(every(*(part for part in parts if _is_namespace(part))), {}).matchers
-        wide = namespace or (f'{self.stream_label}=~".+"',)
+        wide = (*(namespace or (f'{self.stream_label}=~".+"',)), *self._scope)
         pods = [
             self.expression(part, {})
             for part in parts
@@ -642,9 +645,15 @@ _Counted = list[tuple[dict[str, str], float | None, float]]  # (group, bucket st
 class LokiSource(HttpSource):
     """Loki through its metric-query API (``/loki/api/v1/query`` and ``query_range``); lines are never read."""
 
-    def __init__(self, *args: object, fields: Mapping[Role, str] | None = None, **kwargs: object) -> None:
+    def __init__(
+        self,
+        *args: object,
+        fields: Mapping[Role, str] | None = None,
+        scope: Sequence[Matcher] = (),
+        **kwargs: object,
+    ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]  # the transport's own arguments, passed through
-        self.writer = LogqlWriter(fields)
+        self.writer = LogqlWriter(fields, scope)
         self._ready = False
         self._ready_lock = asyncio.Lock()
 

@@ -5,23 +5,47 @@
 The checks' PromQL is written to answer the same on both engines (see ``checks/promql.py``: ranges open on the
 left, one-scrape reads, counted increases), so one client serves both, with no dialect switch: a vmselect path
 prefix (``/select/<tenant>/prometheus``) is part of the base URL.
+
+On a shared store the cluster's matchers (`digest.backends.scope`) are added here to every selector of every query,
+so that no check, coverage question or doctor probe can read another cluster's series.
 """
 
 from __future__ import annotations
 
+import ssl
+from collections.abc import Sequence
 from datetime import datetime
 
-from checks.contract import RangeSeries, Sample, rfc3339
-from digest.backends.http import HttpSource
+import httpx
+
+from checks.contract import RangeSeries, Sample, SourceErrorKind, rfc3339
+from digest.backends.http import Endpoint, HttpSource
+from digest.backends.scope import Matcher, ScopeError, scoped_promql
 
 
 class PrometheusSource(HttpSource):
-    """VictoriaMetrics, vmselect or Prometheus through the Prometheus query API."""
+    """VictoriaMetrics, vmselect or Prometheus through the Prometheus query API, scoped to one cluster if asked."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        transport: httpx.AsyncBaseTransport | None = None,
+        tls: ssl.SSLContext | None = None,
+        scope: Sequence[Matcher] = (),
+    ) -> None:
+        super().__init__(endpoint, transport, tls)
+        self.scope = tuple(scope)
 
     async def instant(self, query: str, at: datetime) -> list[Sample]:
-        data = await self._post_json("/api/v1/query", {"query": query, "time": rfc3339(at)})
-        return self._vector(data)
+        form = {"query": self._scoped(query), "time": rfc3339(at)}
+        return self._vector(await self._post_json("/api/v1/query", form))
 
     async def range(self, query: str, start: datetime, end: datetime, step_seconds: int) -> list[RangeSeries]:
-        form = {"query": query, "start": rfc3339(start), "end": rfc3339(end), "step": f"{step_seconds}s"}
+        form = {"query": self._scoped(query), "start": rfc3339(start), "end": rfc3339(end), "step": f"{step_seconds}s"}
         return self._matrix(await self._post_json("/api/v1/query_range", form))
+
+    def _scoped(self, query: str) -> str:
+        try:
+            return scoped_promql(query, self.scope)
+        except ScopeError as exc:  # a query the backend would refuse too: the same error, said before sending it
+            raise self._error(SourceErrorKind.QUERY, f"cannot scope the query to the cluster: {exc}") from None

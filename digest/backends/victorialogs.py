@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import cast
@@ -55,6 +55,7 @@ from checks.log_questions import (
 )
 from checks.logsql import any_of_regex, field_name, quoted
 from digest.backends.http import HttpSource, answering_within, result_labels_and_text
+from digest.backends.scope import Matcher, render
 
 # Vector's kubernetes_logs source (the fields it writes for every container line).
 DEFAULT_FIELDS: Mapping[Role, str] = {
@@ -75,8 +76,10 @@ def time_filter(window: Window) -> str:
 class LogsqlWriter:
     """Writes the questions in LogsQL for a given mapping of roles to field names."""
 
-    def __init__(self, fields: Mapping[Role, str] | None = None) -> None:
+    def __init__(self, fields: Mapping[Role, str] | None = None, scope: Sequence[Matcher] = ()) -> None:
         self._fields = {**DEFAULT_FIELDS, **(fields or {})}
+        # The cluster on a shared store (`digest.backends.scope`): a stream filter, the first thing every query reads.
+        self._stream = f"{{{render(scope)}}} " if scope else ""
 
     def name_of(self, one: LogField) -> str:
         """The field's name in VictoriaLogs."""
@@ -118,7 +121,7 @@ class LogsqlWriter:
 
     def _head(self, window: Window, scope: Filter, more: tuple[Filter, ...], by: tuple[LogField, ...]) -> str:
         keys = self._json_keys(scope, *more, by=by)
-        head = time_filter(window)
+        head = self._stream + time_filter(window)
         if not keys:
             scoped = self.filter(scope)
             return f"{head} {scoped}" if scoped else head
@@ -347,9 +350,15 @@ def _number(raw: str | None) -> float | None:
 class VictoriaLogsSource(HttpSource):
     """VictoriaLogs through its LogsQL stats endpoint (server-side aggregation only)."""
 
-    def __init__(self, *args: object, fields: Mapping[Role, str] | None = None, **kwargs: object) -> None:
+    def __init__(
+        self,
+        *args: object,
+        fields: Mapping[Role, str] | None = None,
+        scope: Sequence[Matcher] = (),
+        **kwargs: object,
+    ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]  # the transport's own arguments, passed through
-        self.writer = LogsqlWriter(fields)
+        self.writer = LogsqlWriter(fields, scope)
 
     async def count(self, question: LineCount) -> list[CountRow]:
         samples = await self._stats(self.writer.requests(question))
