@@ -62,5 +62,5 @@ class InCluster:
 
 def on_date(day: type[HomelabDay], date: dt.date) -> HomelabDay:
     """The homelab day ``day`` generated for ``date`` instead of its own (its model and expectations follow)."""
-    moved = type(f"{day.__name__}On{date:%Y%m%d}", (day,), {"date": date})
+    moved: type[HomelabDay] = type(f"{day.__name__}On{date:%Y%m%d}", (day,), {"date": date})
     return moved()
