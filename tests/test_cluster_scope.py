@@ -35,6 +35,7 @@ from testbed.corpus.model import CorpusDay
 from testbed.embedded import LOG_STREAM_FIELDS, EmbeddedBackends, day_bounds, load_corpus_day
 from testbed.loki_server import LokiServer, loki_binary_or_skip
 from testbed.prometheus_server import PrometheusServer, missing_binaries
+from tests.command import backend_env, clean_env, run_digest
 
 DAY = date(2026, 11, 12)
 PAIRS = ("victoriametrics+victorialogs", "prometheus+victorialogs", "victoriametrics+loki", "prometheus+loki")
@@ -248,3 +249,58 @@ def test_vm_tenant_becomes_the_vmselect_prefix(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("DIGEST_VM_URL", "http://vmselect:8481/select/0/prometheus")
     with pytest.raises(ConfigError, match="DIGEST_VM_TENANT: the URL has a /select/ path already"):
         load_settings()
+
+
+# digest doctor on the shared store --------------------------------------------------------------------------------
+
+DOCTOR_AT = "2026-11-13T00:00:00Z"  # the 24 h of DAY
+
+
+def test_doctor_says_an_unscoped_digest_would_mix_the_clusters(stores: Stores) -> None:
+    """Unscoped on a store holding prod and lab: the doctor names both clusters and the setting, exit 2."""
+    result = run_digest("doctor", "--at", DOCTOR_AT, env=backend_env(stores.victoria), timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert (
+        "✗ metrics: this store holds several clusters (cluster: lab, prod) and the digest would count them all as "
+        'one: set DIGEST_METRICS_SELECTOR, e.g. cluster="lab"'
+    ) in result.stdout
+
+
+def test_doctor_reports_what_each_scope_finds(stores: Stores) -> None:
+    """Scoped to prod: metrics and logs each say what they find in scope; a selector matching nothing is ✗, exit 2."""
+    env = backend_env(stores.victoria, **{f"DIGEST_{k.upper()}": v for k, v in _scoped("prod").items()})
+    result = run_digest("doctor", "--at", DOCTOR_AT, "--format", "json", env=env, timeout=300)
+    payload = json.loads(result.stdout)
+    metrics, logs = payload["scopes"]
+    assert (metrics["scope"], metrics["ok"], metrics["clusters_in_store"]) == (
+        'cluster="prod"',
+        True,
+        {"cluster": ["lab", "prod"]},
+    )
+    assert metrics["found"] > 0
+    assert (logs["scope"], logs["ok"], logs["found"]) == ('cluster="prod"', True, DAYS[DAY].log_line_count())
+    env["DIGEST_METRICS_SELECTOR"] = env["DIGEST_LOGS_SELECTOR"] = 'cluster="staging"'
+    result = run_digest("doctor", "--at", DOCTOR_AT, env=env, timeout=300)
+    assert result.returncode == 2
+    assert (
+        '✗ metrics: {cluster="staging"} (DIGEST_METRICS_SELECTOR / DIGEST_VM_URL) matches no up series in the 24 h '
+        "(cluster here: lab, prod)"
+    ) in result.stdout
+    assert (
+        '✗ logs: {cluster="staging"} (DIGEST_LOGS_SELECTOR) matches no line in the 24 h: is its label a stream field'
+    ) in result.stdout
+
+
+def test_doctor_names_a_missing_loki_tenant(stores: Stores) -> None:
+    """A multi-tenant Loki asked without DIGEST_LOKI_TENANT: the URL line says to set it; with it, the URL is fine."""
+    with LokiServer(binary=loki_binary_or_skip(), config_overrides={"auth_enabled": True}) as loki:
+        env = clean_env(DIGEST_VM_URL=stores.victoria.metrics.url, DIGEST_LOKI_URL=loki.url, DIGEST_CLUSTER="lab")
+        env["DIGEST_METRICS_SELECTOR"] = 'cluster="lab"'
+        result = run_digest("doctor", "--at", DOCTOR_AT, "--format", "json", env=env, timeout=300)
+        logs_url = json.loads(result.stdout)["urls"][1]
+        assert (logs_url["answers"], logs_url["ok"]) == ("a Loki", False)
+        assert logs_url["fix"] == "Loki is multi-tenant: set DIGEST_LOKI_TENANT (sent as X-Scope-OrgID)"
+        env["DIGEST_LOKI_TENANT"] = "lab"
+        result = run_digest("doctor", "--at", DOCTOR_AT, "--format", "json", env=env, timeout=300)
+        logs_url = json.loads(result.stdout)["urls"][1]
+        assert (logs_url["fix"], logs_url["ok"]) == (None, True)

@@ -242,6 +242,15 @@ class HttpSource:
             return f"{url} is {found}, not the {self._endpoint.name} API{setting}{said}"
         return f"{url} does not serve the {self._endpoint.name} API (HTTP 404 or unsupported path){setting}{said}"
 
+    async def probe(self, path: str) -> tuple[int, str]:
+        """GET ``path`` once with this source's headers: the status and the start of the body (0, "" on no answer)."""
+        try:
+            async with asyncio.timeout(min(5.0, self._endpoint.timeout_seconds)):
+                response = await self._client.get(self._base + path)
+        except (httpx.HTTPError, TimeoutError):
+            return 0, ""
+        return response.status_code, response.text[:_MAX_ERROR_TEXT]
+
     async def what_answers(self, skip_own: bool = False) -> str | None:
         """What kind of backend answers at this URL ("a VictoriaMetrics", "a Loki"…), or None when none is known.
 

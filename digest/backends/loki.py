@@ -978,6 +978,13 @@ class LokiSource(HttpSource):
             )
         if "maximum resolution" in lowered or "max_query_length" in lowered or "time range exceeds" in lowered:
             return self._error(SourceErrorKind.QUERY, f"the question exceeds a Loki query limit: {reason}")
+        if status == 401 and "no org id" in lowered:
+            # A multi-tenant Loki (auth_enabled) asked without X-Scope-OrgID: the same for every query, said once.
+            return self._error(
+                SourceErrorKind.HTTP,
+                "Loki is multi-tenant and no tenant was sent (HTTP 401 no org id): set DIGEST_LOKI_TENANT "
+                "(sent as X-Scope-OrgID)",
+            )
         if status == 429 or "too many outstanding requests" in lowered:
             return self._error(
                 SourceErrorKind.HTTP,
