@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+from digest.app.settings import load_settings
+from digest.backends.scope import render
 from tests.test_deploy import KUBERNETES_VERSIONS, kubernetes_validate
 
 if TYPE_CHECKING:
@@ -225,3 +227,29 @@ def test_missing_required_values_are_named() -> None:
     result = _helm("template", "digest", str(CHART))
     assert result.returncode != 0
     assert "telegram.chatIds is required" in result.stderr or "telegram.token" in result.stderr
+
+
+def test_the_cluster_scope_reaches_the_settings_the_digest_reads() -> None:
+    """backends.clusterSelector and the tenant render to settings that load and scope every query as written."""
+    rendered = _render(
+        "--set-string",
+        'backends.clusterSelector.metrics=cluster="prod"',
+        "--set-string",
+        # --set splits at commas: a selector of several matchers escapes them (or comes from a values file).
+        'backends.clusterSelector.logs=cluster="prod"\\,env!="test"',
+        "--set-string",
+        "backends.metrics.tenant=12:34",
+        "--set-string",
+        "backends.metrics.url=http://vmselect.monitoring.svc:8481",
+    )
+    config = next(doc for doc in rendered if doc["kind"] == "ConfigMap" and "DIGEST_VM_URL" in doc["data"])
+    data = config["data"]
+    settings = load_settings(
+        vm_url=data["DIGEST_VM_URL"],
+        vm_tenant=data["DIGEST_VM_TENANT"],
+        metrics_selector=data["DIGEST_METRICS_SELECTOR"],
+        logs_selector=data["DIGEST_LOGS_SELECTOR"],
+    )
+    assert settings.vm_endpoint().url == "http://vmselect.monitoring.svc:8481/select/12:34/prometheus"
+    assert render(settings.metrics_scope) == 'cluster="prod"'
+    assert render(settings.logs_scope) == 'cluster="prod", env!="test"'
