@@ -104,6 +104,9 @@ def _scaled(day: object) -> object:
 # tests/MODULE -n 0`); a module not listed weighs 0 and goes last. A wrong weight costs balance, never correctness.
 MODULE_SECONDS = {
     "test_backend_parity": 277,
+    "test_cluster_scope": 75,
+    "test_image": 20,
+    "test_links": 18,
     "test_bench": 160,
     "test_bot": 119,
     "test_cause_ablations": 72,
