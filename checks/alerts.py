@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from checks import coverage
 from checks.contract import (
     Finding,
+    Input,
     Need,
     Offender,
     Quantity,
@@ -55,6 +56,18 @@ from checks.contract import (
 )
 from checks.promql import open_range
 
+# What this check reads, for `digest doctor` (the queries below are what it sends).
+INPUTS: tuple[Input, ...] = (
+    Input("series", "up", "the rule evaluator scraped", policy_key="alerts.alerting_job", by_job=True),
+    Input("series", "ALERTS", "what fired", required=False, fix="vmalert's -remoteWrite.url"),
+    Input(
+        "series",
+        "ALERTS_FOR_STATE",
+        "alerting seen before",
+        required=False,
+        fix="vmalert's -remoteWrite.url",
+    ),
+)
 NAME = "alerts"
 _GROUP = ("alertname", "alertgroup", "namespace", "severity")
 _BY = f"sum by ({', '.join(_GROUP)})"

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from checks import coverage
 from checks.contract import (
     Finding,
+    Input,
     Need,
     Offender,
     Quantity,
@@ -44,6 +45,33 @@ from checks.contract import (
 from checks.nodes import node_names
 from checks.promql import counted_rise, open_range, quote
 
+# What this check reads, for `digest doctor` (the queries below are what it sends).
+INPUTS: tuple[Input, ...] = (
+    Input("series", "node_nf_conntrack_entries", "entries per node", fix="node_exporter's conntrack collector"),
+    Input("series", "node_nf_conntrack_entries_limit", "the table's size", fix="node_exporter's conntrack collector"),
+    Input(
+        "series",
+        "node_nf_conntrack_stat_drop",
+        "drops",
+        required=False,
+        fix="a node_exporter with the conntrack stat counters",
+    ),
+    Input(
+        "series",
+        "node_nf_conntrack_stat_early_drop",
+        "early drops",
+        required=False,
+        fix="a node_exporter with the conntrack stat counters",
+    ),
+    Input(
+        "series",
+        "node_scrape_collector_success",
+        "nodes where the collector fails",
+        required=False,
+        fix="node_exporter's own metrics",
+    ),
+    Input("series", "kube_node_info", "nodes by name", required=False, fix="kube-state-metrics' node metrics"),
+)
 NAME = "conntrack"
 
 

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Protocol
+from typing import Literal, Protocol
 
 from checks.log_questions import Filter, LogsSource
 
@@ -282,6 +282,38 @@ class Need:
     # The source this input is one series of (the conntrack limit is node_exporter's): where that source is unseen
     # on the same node and span, this input's gap says nothing more and is not named twice.
     part_of: str = ""
+
+
+InputKind = Literal["series", "lines", "log_field", "json_key"]
+
+
+@dataclass(frozen=True)
+class Input:
+    """One thing a check reads, declared beside its queries so that `digest doctor` can say whether the data has it.
+
+    ``kind`` and ``name``: a metric family as the check's PromQL writes it (``series``); the log lines the check
+    reads, named as a reader calls them (``lines``: "pod logs", "access log"); a role of a log line (``log_field``:
+    ``namespace``, ``pod``…, found where the policy's ``logs.fields`` says); a key of a JSON message (``json_key``:
+    ``name`` is the default key, and ``policy_key`` the policy field that renames it).
+
+    ``what`` says in a few words what the check reads it for. ``required``: the check cannot judge without it; an
+    optional input only sharpens or decorates the verdict (the check degrades without it). ``policy_key`` is the
+    policy key to change when the data has it elsewhere (a job, a field name, a scope); with ``by_job`` the check
+    reads only the series whose ``job`` matches the regex that key holds. ``fix`` is what to change outside the
+    policy when it is not there at all (an exporter's collector, a kube-state-metrics flag). ``instead_of`` names
+    the family this one replaces where that one is absent (legacy Endpoints beside EndpointSlices).
+
+    A declaration, not a query: the checks' own questions are unchanged, and a test keeps the two in step.
+    """
+
+    kind: InputKind
+    name: str
+    what: str
+    required: bool = True
+    policy_key: str | None = None
+    by_job: bool = False
+    fix: str = ""
+    instead_of: str | None = None
 
 
 class GapKind(enum.StrEnum):

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from checks import coverage
 from checks.contract import (
     Finding,
+    Input,
     Need,
     Offender,
     Quantity,
@@ -50,6 +51,30 @@ from checks.contract import (
 from checks.presence import cadvisor_present_query
 from checks.promql import CONTAINER_LABELS, ContainerKey, container_key
 
+# What this check reads, for `digest doctor` (the queries below are what it sends).
+INPUTS: tuple[Input, ...] = (
+    Input("series", "container_cpu_cfs_periods_total", "CPU periods", fix="the kubelets' /metrics/cadvisor scraped"),
+    Input(
+        "series",
+        "container_cpu_cfs_throttled_periods_total",
+        "throttled periods",
+        fix="the kubelets' /metrics/cadvisor scraped",
+    ),
+    Input(
+        "series",
+        "container_memory_working_set_bytes",
+        "cAdvisor there, without CFS series",
+        required=False,
+        fix="the kubelets' /metrics/cadvisor scraped",
+    ),
+    Input(
+        "series",
+        "kube_pod_container_resource_limits",
+        "the CPU limit shown",
+        required=False,
+        fix="kube-state-metrics' pod metrics",
+    ),
+)
 NAME = "cpu_throttling"
 _BY = "sum by (namespace, pod, container)"
 

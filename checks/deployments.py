@@ -48,6 +48,7 @@ from checks import coverage
 from checks.contract import (
     Event,
     Finding,
+    Input,
     Need,
     Offender,
     Quantity,
@@ -68,6 +69,69 @@ from checks.presence import family_missing, kube_state_metrics_missing, kube_sta
 from checks.promql import any_of, open_range
 from checks.resolution import Resolution, resolve, runs, step_for
 
+# What this check reads, for `digest doctor` (the queries below are what it sends).
+INPUTS: tuple[Input, ...] = (
+    Input("series", "up", "kube-state-metrics scraped", policy_key="deployments.ksm_job", by_job=True),
+    Input(
+        "series",
+        "kube_deployment_status_replicas_unavailable",
+        "unavailable replicas",
+        fix="kube-state-metrics' deployments",
+    ),
+    Input(
+        "series",
+        "kube_deployment_spec_replicas",
+        "desired replicas",
+        required=False,
+        fix="kube-state-metrics' deployments",
+    ),
+    Input(
+        "series",
+        "kube_deployment_status_replicas_available",
+        "available replicas",
+        required=False,
+        fix="kube-state-metrics' deployments",
+    ),
+    Input(
+        "series", "kube_replicaset_created", "new ReplicaSets", required=False, fix="kube-state-metrics' replicasets"
+    ),
+    Input("series", "kube_replicaset_owner", "their Deployment", required=False, fix="kube-state-metrics' replicasets"),
+    Input(
+        "series",
+        "kube_replicaset_status_ready_replicas",
+        "rollout progress",
+        required=False,
+        fix="kube-state-metrics' replicasets",
+    ),
+    Input(
+        "series",
+        "kube_replicaset_spec_replicas",
+        "rollout progress",
+        required=False,
+        fix="kube-state-metrics' replicasets",
+    ),
+    Input(
+        "series",
+        "kube_deployment_metadata_generation",
+        "rollbacks",
+        required=False,
+        fix="kube-state-metrics' deployments",
+    ),
+    Input(
+        "series",
+        "kube_deployment_spec_strategy_rollingupdate_max_unavailable",
+        "the strategy",
+        required=False,
+        fix="kube-state-metrics' deployments",
+    ),
+    Input(
+        "series",
+        "kube_deployment_spec_strategy_rollingupdate_max_surge",
+        "the strategy",
+        required=False,
+        fix="kube-state-metrics' deployments",
+    ),
+)
 NAME = "deployments"
 _UNAVAILABLE = "kube_deployment_status_replicas_unavailable"
 # The optional families the verdict leans on, by what each makes observable.

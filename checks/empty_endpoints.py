@@ -53,6 +53,7 @@ from datetime import UTC, datetime, timedelta
 from checks import coverage
 from checks.contract import (
     Finding,
+    Input,
     Need,
     Offender,
     Quantity,
@@ -71,6 +72,34 @@ from checks.contract import (
 from checks.promql import any_of, open_range
 from checks.resolution import Resolution, resolve, step_for
 
+# What this check reads, for `digest doctor` (the queries below are what it sends).
+INPUTS: tuple[Input, ...] = (
+    Input("series", "kube_endpointslice_info", "Services' slices", fix="kube-state-metrics' endpointslices"),
+    Input("series", "kube_endpointslice_endpoints", "ready addresses", fix="kube-state-metrics' endpointslices"),
+    Input(
+        "series",
+        "kube_endpointslice_labels",
+        "the Service's name",
+        required=False,
+        fix="kube-state-metrics' --metric-labels-allowlist",
+    ),
+    Input(
+        "series",
+        "kube_endpoint_info",
+        "legacy Endpoints",
+        required=False,
+        fix="kube-state-metrics' endpoints",
+        instead_of="kube_endpointslice_info",
+    ),
+    Input(
+        "series",
+        "kube_endpoint_address",
+        "legacy ready addresses",
+        required=False,
+        fix="kube-state-metrics' endpoints",
+        instead_of="kube_endpointslice_endpoints",
+    ),
+)
 NAME = "empty_endpoints"
 
 

@@ -46,6 +46,7 @@ from datetime import timedelta
 from checks import coverage
 from checks.contract import (
     Finding,
+    Input,
     Need,
     Offender,
     Quantity,
@@ -65,6 +66,21 @@ from checks.contract import (
 from checks.log_questions import EVERY_LINE, CountRow, Filter, Json, LineCount, Matches, every, native, roles_equal
 from checks.promql import quote
 
+# What this check reads, for `digest doctor`: the access log's JSON keys (as the policy names them), or Istio's counter.
+INPUTS: tuple[Input, ...] = (
+    Input("lines", "access log", "the gateway's requests", required=False, policy_key="envoy_flags.scope"),
+    Input("json_key", "response_code", "5xx answers", policy_key="envoy_flags.code_field"),
+    Input("json_key", "response_flags", "why the proxy answered", policy_key="envoy_flags.flags_field"),
+    Input("json_key", "upstream_cluster", "which route", required=False, policy_key="envoy_flags.upstream_field"),
+    Input(
+        "series",
+        "istio_requests_total",
+        "Istio's requests",
+        required=False,
+        policy_key="envoy_flags.use_istio_metrics",
+        fix="Istio's telemetry",
+    ),
+)
 NAME = "envoy_flags"
 
 # What each response flag means and where to look (Envoy docs, substitution_formatter.rst; queries.md §6.3).

@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 from checks import coverage
 from checks.contract import (
     Finding,
+    Input,
     Need,
     Offender,
     Quantity,
@@ -83,6 +84,13 @@ from checks.log_questions import (
 )
 from checks.redaction import redact, shorten
 
+# What this check reads, for `digest doctor`: its lines' namespace and pod, and the level that marks an error.
+INPUTS: tuple[Input, ...] = (
+    Input("lines", "pod logs", "every line in scope", policy_key="error_lines.scope_filter"),
+    Input("log_field", "namespace", "whose lines", policy_key="logs.fields.namespace"),
+    Input("log_field", "pod", "which workload", policy_key="logs.fields.pod"),
+    Input("log_field", "level", "error levels, else the word", required=False, policy_key="logs.fields.level"),
+)
 NAME = "error_lines"
 _DAY_SECONDS = 86_400
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from checks import coverage
 from checks.contract import (
     Finding,
+    Input,
     Need,
     Offender,
     Quantity,
@@ -52,6 +53,14 @@ from checks.contract import (
 from checks.error_lines import workload_of
 from checks.log_questions import EVERY_LINE, CountRow, Filter, Is, Not, PeakCount, every, native, roles_equal
 
+# What this check reads, for `digest doctor`: its lines' namespace and pod, and the roles that leave access logs out.
+INPUTS: tuple[Input, ...] = (
+    Input("lines", "pod logs", "every line in scope", policy_key="log_storms.scope_filter"),
+    Input("log_field", "namespace", "whose lines", policy_key="logs.fields.namespace"),
+    Input("log_field", "pod", "which pod", policy_key="logs.fields.pod"),
+    Input("log_field", "container", "access logs left out", required=False, policy_key="logs.fields.container"),
+    Input("log_field", "stream", "access logs left out", required=False, policy_key="logs.fields.stream"),
+)
 NAME = "log_storms"
 
 

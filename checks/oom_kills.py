@@ -42,6 +42,7 @@ from dataclasses import dataclass, replace
 from checks import coverage
 from checks.contract import (
     Finding,
+    Input,
     Need,
     Offender,
     Sample,
@@ -66,6 +67,35 @@ from checks.promql import (
 )
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
+# What this check reads, for `digest doctor` (the queries above are what it sends).
+INPUTS: tuple[Input, ...] = (
+    Input("series", "up", "kube-state-metrics scraped", policy_key="oom_kills.ksm_job", by_job=True),
+    Input("series", "kube_pod_container_status_restarts_total", "restarts", fix="kube-state-metrics' pod metrics"),
+    Input(
+        "series",
+        "kube_pod_container_status_last_terminated_reason",
+        "the OOMKilled reason, once one restarted",
+        required=False,
+        fix="kube-state-metrics' pod metrics",
+    ),
+    Input(
+        "series",
+        "kube_pod_container_status_last_terminated_timestamp",
+        "when it was killed",
+        required=False,
+        fix="kube-state-metrics 2.12 or later",
+    ),
+    Input(
+        "series",
+        "node_vmstat_oom_kill",
+        "the kernel's cross-check",
+        required=False,
+        policy_key="oom_kills.node_exporter_job",
+        by_job=True,
+        fix="node_exporter's vmstat collector",
+    ),
+    Input("series", "kube_node_info", "nodes by name", required=False, fix="kube-state-metrics' node metrics"),
+)
 NAME = "oom_kills"
 
 

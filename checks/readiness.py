@@ -50,6 +50,7 @@ from checks import coverage
 from checks.contract import (
     Event,
     Finding,
+    Input,
     Need,
     Offender,
     Quantity,
@@ -71,6 +72,66 @@ from checks.presence import family_missing, kube_state_metrics_missing, kube_sta
 from checks.promql import any_of, counted_increase, open_range
 from checks.resolution import Resolution, resolve, runs, step_for
 
+# What this check reads, for `digest doctor` (the queries below are what it sends).
+INPUTS: tuple[Input, ...] = (
+    Input("series", "up", "kube-state-metrics scraped", policy_key="readiness.ksm_job", by_job=True),
+    Input("series", "kube_pod_status_ready", "pods' readiness", fix="kube-state-metrics' pod metrics"),
+    Input(
+        "series",
+        "kube_pod_status_phase",
+        "finished pods left out",
+        required=False,
+        fix="kube-state-metrics' pod metrics",
+    ),
+    Input(
+        "series",
+        "kube_pod_container_status_restarts_total",
+        "whether it restarted",
+        required=False,
+        fix="kube-state-metrics' pod metrics",
+    ),
+    Input("series", "kube_pod_info", "the pod's node", required=False, fix="kube-state-metrics' pod metrics"),
+    Input(
+        "series",
+        "kube_endpointslice_endpoints",
+        "the pod's Service",
+        required=False,
+        fix="kube-state-metrics' endpointslices",
+    ),
+    Input(
+        "series",
+        "kube_endpointslice_info",
+        "the pod's Service",
+        required=False,
+        fix="kube-state-metrics' endpointslices",
+    ),
+    Input(
+        "series",
+        "kube_endpointslice_labels",
+        "the Service's name",
+        required=False,
+        fix="kube-state-metrics' --metric-labels-allowlist",
+    ),
+    Input(
+        "series",
+        "kube_node_status_condition",
+        "nodes NotReady",
+        required=False,
+        fix="kube-state-metrics' node metrics",
+    ),
+    Input(
+        "series",
+        "up",
+        "the nodes' kubelets answered",
+        required=False,
+        policy_key="readiness.node_liveness_jobs",
+        by_job=True,
+    ),
+    Input(
+        "series", "prober_probe_total", "failed readiness probes", required=False, fix="the kubelets' /metrics/probes"
+    ),
+    Input("series", "kube_node_info", "nodes by name", required=False, fix="kube-state-metrics' node metrics"),
+)
 NAME = "readiness"
 READY = 'kube_pod_status_ready{condition="true"}'
 _NODE_READY = 'kube_node_status_condition{condition="Ready", status="true"}'

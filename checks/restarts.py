@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from checks import coverage
 from checks.contract import (
     Finding,
+    Input,
     Need,
     Offender,
     Quantity,
@@ -76,6 +77,25 @@ from checks.promql import (
 )
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
+# What this check reads, for `digest doctor` (the queries below are what it sends).
+INPUTS: tuple[Input, ...] = (
+    Input("series", "up", "kube-state-metrics scraped", policy_key="restarts.ksm_job", by_job=True),
+    Input("series", "kube_pod_container_status_restarts_total", "restarts", fix="kube-state-metrics' pod metrics"),
+    Input(
+        "series",
+        "kube_pod_container_status_last_terminated_reason",
+        "why they restarted",
+        required=False,
+        fix="kube-state-metrics' pod metrics",
+    ),
+    Input(
+        "series",
+        "prober_probe_total",
+        "failed liveness probes",
+        required=False,
+        fix="the kubelets' /metrics/probes scraped",
+    ),
+)
 NAME = "restarts"
 LIVENESS_FAILED = 'prober_probe_total{probe_type="Liveness", result="failed"}'
 

@@ -7,7 +7,10 @@ and the usual mistakes named with their fix (an API path copied into the base UR
 (`digest.backends.scope`): what the metrics and logs selectors find, the clusters the store holds, and a store holding
 several clusters read unscoped, which would count them all as one. Then the digest of the last 24 hours, read check
 by check: which checks can run and what they read, which cannot and why, with the hint that names the policy key or
-setting to change, and the sources never seen.
+setting to change, and the sources never seen. Under each check, what it reads (`checks.registry`'s ``inputs``),
+looked for in the same 24 h: per metric family how many series and which ``job`` values carry them (one PromQL
+query per family, shared by the checks that read it), per log field how many lines of the check's scope carry a
+value (one count per scope, a column per field), and for each input not found the policy key or setting to change.
 
 Exit 0 when both URLs are right and every graded check could run; 2 otherwise (someone must change a setting or the
 policy first), like every other configuration problem.
@@ -15,22 +18,28 @@ policy first), like every other configuration problem.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import ssl
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
-from checks.contract import Finding, SourceError, Status
+from checks import registry
+from checks.contract import Finding, Input, SourceError, Sources, Status, Window
 from checks.coverage import PARTIAL
-from checks.log_questions import LineCount
+from checks.log_questions import EVERY_LINE, ROLES, Empty, Filter, Json, LineCount, LogField, Not
 from digest import __version__
 from digest.app.engine import Config, make_digest, open_sources
 from digest.app.exit_codes import EXIT_OK, EXIT_USAGE
 from digest.app.settings import LogBackend
 from digest.backends.http import Endpoint, HttpSource, tls_context, url_fix
+from digest.backends.loki import DEFAULT_LABELS
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.scope import render
+from digest.backends.victorialogs import DEFAULT_FIELDS
+from digest.pipeline.policy import Policy
 from digest.pipeline.score import Digest
 from digest.pipeline.window import last_window
 
@@ -197,6 +206,9 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
     window = last_window(timedelta(hours=24), now, settings.zone)
     digest = await make_digest(config, window)
     checks = [_check_report(digest, finding) for finding in digest.findings]
+    inputs = await _inputs(config, window, [check["name"] for check in checks], urls[0].fine(), urls[1].fine())
+    for check in checks:
+        check["inputs"] = inputs.get(check["name"], [])
     # A wrong URL is said once, above: the checks it blinds point at it instead of repeating its error.
     wrong = [report for report in urls if not report.fine()]
     for check in checks:
@@ -255,6 +267,7 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
         lines.append(f"  {mark} {check['name']} ({role}): {check['said']}")
         if not check["runs"] and check["hint"]:
             lines.append(f"      → {check['hint']}")
+        lines.extend(f"      {_input_line(one)}" for one in check["inputs"])
     if digest.disabled:
         lines.append(f"  – disabled in the policy: {', '.join(digest.disabled)}")
     if never_seen:
@@ -290,3 +303,253 @@ def _check_report(digest: Digest, finding: Finding) -> dict[str, Any]:
         "observed": list(finding.observed),
         "unobserved": list(finding.unobserved),
     }
+
+
+# What each check reads, looked for in the backends --------------------------------------------------------------
+
+_SHOWN_JOBS = 3  # jobs named per family; more are counted
+
+
+async def _inputs(
+    config: Config, window: Window, names: list[str], metrics_fine: bool, logs_fine: bool
+) -> dict[str, list[dict[str, Any]]]:
+    """Per check (of ``names``), its inputs with what the backends hold of each over ``window``.
+
+    One query per metric family, whichever checks read it; one `LineCount` per distinct scope of lines, with a
+    column per field the checks reading those lines use. A backend whose URL is wrong (said above) is not asked.
+    """
+    policy = config.policy
+    entries = [registry.BY_NAME[name] for name in names if name in registry.BY_NAME]
+    read = {
+        entry.name: [one for one in entry.inputs if _policy_value(policy, one.policy_key) is not False]
+        for entry in entries
+    }
+    families = sorted({one.name for inputs in read.values() for one in inputs if one.kind == "series"})
+    scopes: dict[Filter, list[LogField]] = {}
+    scope_of: dict[str, Filter] = {}
+    for entry in entries:
+        if entry.lines is None or not any(one.kind != "series" for one in read[entry.name]):
+            continue
+        scope = entry.lines(entry.build(getattr(policy, entry.name)))
+        scope_of[entry.name] = scope
+        fields = scopes.setdefault(scope, [])
+        for one in read[entry.name]:
+            target = _log_field(policy, one)
+            if target is not None and target not in fields:
+                fields.append(target)
+    async with open_sources(config.settings, policy) as sources:
+        series, counts = await asyncio.gather(
+            _family_jobs(sources, window, families) if metrics_fine else _nothing(),
+            _field_counts(sources, window, scopes) if logs_fine else _nothing(),
+        )
+    defaults = DEFAULT_LABELS if config.settings.log_backend is LogBackend.LOKI else DEFAULT_FIELDS
+    fields_named: dict[str, str] = {
+        role: name for role, name in (*defaults.items(), *policy.logs.role_fields().items())
+    }
+    reports: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        reports[entry.name] = _reports(
+            entry.name, read[entry.name], policy, series, counts.get(scope_of.get(entry.name, EVERY_LINE)), fields_named
+        )
+    return reports
+
+
+async def _nothing() -> dict[Any, Any]:
+    return {}
+
+
+async def _family_jobs(sources: Sources, window: Window, families: list[str]) -> dict[str, dict[str, float] | str]:
+    """Per family, the series of the window by ``job`` ("" for none), or the backend's error; asked together."""
+
+    async def one(family: str) -> dict[str, float] | str:
+        query = f"count by (job) (last_over_time({family}[{window.promql_range()}]))"
+        try:
+            rows = await sources.metrics.instant(query, window.end)
+        except SourceError as exc:
+            return str(exc)
+        return {row.labels.get("job", ""): row.value for row in rows}
+
+    answers = await asyncio.gather(*(one(family) for family in families))
+    return dict(zip(families, answers, strict=True))
+
+
+async def _field_counts(
+    sources: Sources, window: Window, scopes: dict[Filter, list[LogField]]
+) -> dict[Filter, dict[str, float] | str]:
+    """Per scope, its lines (``lines``) and how many of them carry each field (by label), or the backend's error."""
+
+    async def one(scope: Filter, fields: list[LogField]) -> dict[str, float] | str:
+        columns = (("lines", EVERY_LINE), *((f"f{index}", Not(Empty(target))) for index, target in enumerate(fields)))
+        try:
+            rows = await sources.logs.count(LineCount(window, scope=scope, columns=columns))
+        except SourceError as exc:
+            return str(exc)
+        totals = {name: sum(row.counts.get(name, 0.0) for row in rows) for name, _ in columns}
+        return {"lines": totals["lines"], **{_field_key(target): totals[f"f{i}"] for i, target in enumerate(fields)}}
+
+    answers = await asyncio.gather(*(one(scope, fields) for scope, fields in scopes.items()))
+    return dict(zip(scopes, answers, strict=True))
+
+
+def _field_key(target: LogField) -> str:
+    return f"json:{target.key}" if isinstance(target, Json) else target
+
+
+def _log_field(policy: Policy, one: Input) -> LogField | None:
+    """The field a log input reads: its role, or the JSON key the policy names (its default when it names none)."""
+    if one.kind == "log_field":
+        return next((role for role in ROLES if role == one.name), None)
+    if one.kind == "json_key":
+        key = _policy_value(policy, one.policy_key)
+        return Json(key if isinstance(key, str) and key else one.name)
+    return None
+
+
+def _policy_value(policy: Policy, key: str | None) -> object:
+    """The value at a dotted policy key (``oom_kills.ksm_job``, ``logs.fields.pod``); None when it has none."""
+    if not key:
+        return None
+    value: object = policy
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
+        if value is None:
+            return None
+    return value
+
+
+def _job_regex(policy: Policy, one: Input) -> str | None:
+    value = _policy_value(policy, one.policy_key) if one.by_job else None
+    return value.replace('"', "") if isinstance(value, str) else None
+
+
+def _matches(regex: str, job: str) -> bool:
+    try:
+        return re.fullmatch(regex, job) is not None
+    except re.error:  # RE2 syntax Python does not read: the backend judges it, not the doctor
+        return True
+
+
+def _jobs(jobs: list[str]) -> str:
+    named = [job or "(none)" for job in sorted(jobs)]
+    more = f" and {len(named) - _SHOWN_JOBS} more" if len(named) > _SHOWN_JOBS else ""
+    return f"job{'s' if len(named) > 1 else ''} {', '.join(named[:_SHOWN_JOBS])}{more}"
+
+
+def _reports(
+    check: str,
+    inputs: list[Input],
+    policy: Policy,
+    series: dict[str, dict[str, float] | str],
+    counts: dict[str, float] | str | None,
+    fields_named: dict[str, str],
+) -> list[dict[str, Any]]:
+    reports = [_report(one, policy, series, counts, fields_named) for one in inputs]
+    found = {report["name"] for report in reports if report["found"]}
+    kept: list[dict[str, Any]] = []
+    for one, report in zip(inputs, reports, strict=True):
+        if one.instead_of and one.instead_of in found:
+            continue  # a stand-in for a family that is there: not read
+        stand_in = next((o.name for o in inputs if o.instead_of == one.name and o.name in found), None)
+        if report["found"] is False and stand_in:
+            report.update(required=False, fix=f"{stand_in} read instead", policy_key=None)
+        kept.append(report)
+    return kept
+
+
+def _report(
+    one: Input,
+    policy: Policy,
+    series: dict[str, dict[str, float] | str],
+    counts: dict[str, float] | str | None,
+    fields_named: dict[str, str],
+) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "kind": one.kind,
+        "name": one.name,
+        "what": one.what,
+        "required": one.required,
+        "found": None,
+        "policy_key": one.policy_key,
+        "fix": one.fix,
+        "error": None,
+    }
+    if one.kind == "series":
+        regex = _job_regex(policy, one)
+        if regex is not None:
+            report["job"] = regex
+        if _policy_value(policy, one.policy_key) is True:
+            report["switch"] = True
+        answer = series.get(one.name)
+        if answer is None:
+            return report  # not asked: the metrics URL is wrong
+        if isinstance(answer, str):
+            report["error"] = answer
+            return report
+        jobs = {job: count for job, count in answer.items() if regex is None or _matches(regex, job)}
+        others = sorted(job for job in answer if job not in jobs)
+        report.update(found=bool(jobs), series=sum(jobs.values()), jobs=sorted(jobs), other_jobs=others)
+        return report
+    if counts is None:
+        return report
+    if isinstance(counts, str):
+        report["error"] = counts
+        return report
+    lines = counts.get("lines", 0.0)
+    if one.kind == "lines":
+        report.update(found=lines > 0, lines=lines, scope=_scope_words(_policy_value(policy, one.policy_key)))
+        return report
+    target = _log_field(policy, one)
+    if target is None or not lines:
+        return report  # no line to count it in: the lines' own input says so
+    if isinstance(target, Json):
+        report["field"] = target.key
+    else:
+        report["field"] = fields_named.get(target, target)
+    carried = counts.get(_field_key(target), 0.0)
+    report.update(found=carried > 0, lines=carried, of_lines=lines)
+    return report
+
+
+def _scope_words(value: object) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{key}={item}" for key, item in value.items())
+    return value if isinstance(value, str) else ""
+
+
+def _input_line(report: dict[str, Any]) -> str:
+    """One input's line under its check: found with how much and where, or not found with what to change."""
+    name = report["name"]
+    if report["kind"] == "series" and name == "up" and "job" in report:
+        name = f'up{{job=~"{report["job"]}"}}'
+    elif report.get("field") and report["field"] != name:
+        name = f"{name} ({report['field']})"
+    if report["error"]:
+        return f"? {name}: not asked ({report['error']})"
+    if report["found"] is None:
+        return f"? {name}: not asked"
+    if report["found"]:
+        if report["kind"] == "series":
+            return f"found {name}: {_count(report['series'])} series ({_jobs(report['jobs'])})"
+        if report["kind"] == "lines":
+            return f"found {name}: {_count(report['lines'])} lines"
+        return f"found {name}: in {_count(report['lines'])} of {_count(report['of_lines'])} lines"
+    mark = "✗" if report["required"] else "–"
+    fix = report["fix"]
+    why = ""
+    if report["kind"] == "series":
+        if "job" in report and report["other_jobs"]:
+            why = f": {_jobs(report['other_jobs'])} here"
+            fix = report["policy_key"]
+        elif report["policy_key"] and "job" not in report:
+            # A switch (use_istio_metrics): turned off, the check stops looking for it.
+            key = f"{report['policy_key']}: false" if report.get("switch") else report["policy_key"]
+            fix = f"{fix}, or {key}" if fix else key
+    elif report["kind"] == "lines":
+        why = ": no line in the 24 h"
+        scope = f" ({report['scope']})" if report["scope"] else ""
+        fix = f"{report['policy_key']}{scope}"
+    else:
+        why = f": in none of {_count(report['of_lines'])} lines"
+        fix = report["policy_key"]
+    what = "" if why.endswith(" here") else f" ({report['what']})"  # a job's name says enough
+    return f"{mark} not found {name}{why}{what}" + (f" → {fix}" if fix else "")
