@@ -56,6 +56,8 @@ from checks.contract import (
 )
 from checks.promql import open_range
 
+NAME = "alerts"
+
 # What this check reads, for `digest doctor` (the queries below are what it sends).
 INPUTS: tuple[Input, ...] = (
     Input("series", "up", "the rule evaluator scraped", policy_key="alerts.alerting_job", by_job=True),
@@ -68,7 +70,6 @@ INPUTS: tuple[Input, ...] = (
         fix="vmalert's -remoteWrite.url",
     ),
 )
-NAME = "alerts"
 _GROUP = ("alertname", "alertgroup", "namespace", "severity")
 _BY = f"sum by ({', '.join(_GROUP)})"
 

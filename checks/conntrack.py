@@ -45,6 +45,8 @@ from checks.contract import (
 from checks.nodes import node_names
 from checks.promql import counted_rise, open_range, quote
 
+NAME = "conntrack"
+
 # What this check reads, for `digest doctor` (the queries below are what it sends).
 INPUTS: tuple[Input, ...] = (
     Input("series", "node_nf_conntrack_entries", "entries per node", fix="node_exporter's conntrack collector"),
@@ -72,7 +74,6 @@ INPUTS: tuple[Input, ...] = (
     ),
     Input("series", "kube_node_info", "nodes by name", required=False, fix="kube-state-metrics' node metrics"),
 )
-NAME = "conntrack"
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,8 @@ from checks.contract import (
 from checks.presence import cadvisor_present_query
 from checks.promql import CONTAINER_LABELS, ContainerKey, container_key
 
+NAME = "cpu_throttling"
+
 # What this check reads, for `digest doctor` (the queries below are what it sends).
 INPUTS: tuple[Input, ...] = (
     Input("series", "container_cpu_cfs_periods_total", "CPU periods", fix="the kubelets' /metrics/cadvisor scraped"),
@@ -75,7 +77,6 @@ INPUTS: tuple[Input, ...] = (
         fix="kube-state-metrics' pod metrics",
     ),
 )
-NAME = "cpu_throttling"
 _BY = "sum by (namespace, pod, container)"
 
 

@@ -69,6 +69,8 @@ from checks.presence import family_missing, kube_state_metrics_missing, kube_sta
 from checks.promql import any_of, open_range
 from checks.resolution import Resolution, resolve, runs, step_for
 
+NAME = "deployments"
+
 # What this check reads, for `digest doctor` (the queries below are what it sends).
 INPUTS: tuple[Input, ...] = (
     Input("series", "up", "kube-state-metrics scraped", policy_key="deployments.ksm_job", by_job=True),
@@ -132,7 +134,6 @@ INPUTS: tuple[Input, ...] = (
         fix="kube-state-metrics' deployments",
     ),
 )
-NAME = "deployments"
 _UNAVAILABLE = "kube_deployment_status_replicas_unavailable"
 # The optional families the verdict leans on, by what each makes observable.
 _FAMILIES = {

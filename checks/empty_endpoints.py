@@ -72,6 +72,8 @@ from checks.contract import (
 from checks.promql import any_of, open_range
 from checks.resolution import Resolution, resolve, step_for
 
+NAME = "empty_endpoints"
+
 # What this check reads, for `digest doctor` (the queries below are what it sends).
 INPUTS: tuple[Input, ...] = (
     Input("series", "kube_endpointslice_info", "Services' slices", fix="kube-state-metrics' endpointslices"),
@@ -100,7 +102,6 @@ INPUTS: tuple[Input, ...] = (
         instead_of="kube_endpointslice_endpoints",
     ),
 )
-NAME = "empty_endpoints"
 
 
 @dataclass(frozen=True)

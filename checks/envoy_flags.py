@@ -66,6 +66,8 @@ from checks.contract import (
 from checks.log_questions import EVERY_LINE, CountRow, Filter, Json, LineCount, Matches, every, native, roles_equal
 from checks.promql import quote
 
+NAME = "envoy_flags"
+
 # What this check reads, for `digest doctor`: the access log's JSON keys (as the policy names them), or Istio's counter.
 INPUTS: tuple[Input, ...] = (
     Input("lines", "access log", "the gateway's requests", required=False, policy_key="envoy_flags.scope"),
@@ -81,7 +83,6 @@ INPUTS: tuple[Input, ...] = (
         fix="Istio's telemetry",
     ),
 )
-NAME = "envoy_flags"
 
 # What each response flag means and where to look (Envoy docs, substitution_formatter.rst; queries.md §6.3).
 FLAG_MEANINGS: dict[str, tuple[str, str]] = {

@@ -84,6 +84,8 @@ from checks.log_questions import (
 )
 from checks.redaction import redact, shorten
 
+NAME = "error_lines"
+
 # What this check reads, for `digest doctor`: its lines' namespace and pod, and the level that marks an error.
 INPUTS: tuple[Input, ...] = (
     Input("lines", "pod logs", "every line in scope", policy_key="error_lines.scope_filter"),
@@ -91,7 +93,7 @@ INPUTS: tuple[Input, ...] = (
     Input("log_field", "pod", "which workload", policy_key="logs.fields.pod"),
     Input("log_field", "level", "error levels, else the word", required=False, policy_key="logs.fields.level"),
 )
-NAME = "error_lines"
+
 _DAY_SECONDS = 86_400
 
 # Kubernetes names generated suffixes with this alphabet (no vowels, no 0/1/3) — matching only it keeps a real

@@ -53,6 +53,8 @@ from checks.contract import (
 from checks.error_lines import workload_of
 from checks.log_questions import EVERY_LINE, CountRow, Filter, Is, Not, PeakCount, every, native, roles_equal
 
+NAME = "log_storms"
+
 # What this check reads, for `digest doctor`: its lines' namespace and pod, and the roles that leave access logs out.
 INPUTS: tuple[Input, ...] = (
     Input("lines", "pod logs", "every line in scope", policy_key="log_storms.scope_filter"),
@@ -61,7 +63,6 @@ INPUTS: tuple[Input, ...] = (
     Input("log_field", "container", "access logs left out", required=False, policy_key="logs.fields.container"),
     Input("log_field", "stream", "access logs left out", required=False, policy_key="logs.fields.stream"),
 )
-NAME = "log_storms"
 
 
 @dataclass(frozen=True)

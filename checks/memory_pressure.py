@@ -75,6 +75,8 @@ from checks.presence import kube_state_metrics_up_query
 from checks.promql import CONTAINER_LABELS, ContainerKey, container_key, open_range, step_read, with_matchers
 from checks.restarted import narrowing
 
+NAME = "memory_pressure"
+
 # What this check reads, for `digest doctor` (the queries below are what it sends).
 INPUTS: tuple[Input, ...] = (
     Input("series", "up", "kube-state-metrics scraped", policy_key="memory_pressure.ksm_job", by_job=True),
@@ -83,7 +85,6 @@ INPUTS: tuple[Input, ...] = (
     ),
     Input("series", "kube_pod_container_resource_limits", "memory limits", fix="kube-state-metrics' pod metrics"),
 )
-NAME = "memory_pressure"
 # The backend's look-back for the sample at each step (Prometheus: 5 min; VictoriaMetrics adapts it to the scrape
 # interval), with room to spare: part of how far before the window a per-minute ratio can reach.
 _LOOK_BACK_SECONDS = 15 * 60

@@ -67,6 +67,8 @@ from checks.promql import (
 )
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
+NAME = "oom_kills"
+
 # What this check reads, for `digest doctor` (the queries above are what it sends).
 INPUTS: tuple[Input, ...] = (
     Input("series", "up", "kube-state-metrics scraped", policy_key="oom_kills.ksm_job", by_job=True),
@@ -96,7 +98,6 @@ INPUTS: tuple[Input, ...] = (
     ),
     Input("series", "kube_node_info", "nodes by name", required=False, fix="kube-state-metrics' node metrics"),
 )
-NAME = "oom_kills"
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,8 @@ from checks.presence import family_missing, kube_state_metrics_missing, kube_sta
 from checks.promql import any_of, counted_increase, open_range
 from checks.resolution import Resolution, resolve, runs, step_for
 
+NAME = "readiness"
+
 # What this check reads, for `digest doctor` (the queries below are what it sends).
 INPUTS: tuple[Input, ...] = (
     Input("series", "up", "kube-state-metrics scraped", policy_key="readiness.ksm_job", by_job=True),
@@ -132,7 +134,6 @@ INPUTS: tuple[Input, ...] = (
     ),
     Input("series", "kube_node_info", "nodes by name", required=False, fix="kube-state-metrics' node metrics"),
 )
-NAME = "readiness"
 READY = 'kube_pod_status_ready{condition="true"}'
 _NODE_READY = 'kube_node_status_condition{condition="Ready", status="true"}'
 READINESS_FAILED = 'prober_probe_total{probe_type="Readiness", result="failed"}'

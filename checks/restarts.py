@@ -77,6 +77,8 @@ from checks.promql import (
 )
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
+NAME = "restarts"
+
 # What this check reads, for `digest doctor` (the queries below are what it sends).
 INPUTS: tuple[Input, ...] = (
     Input("series", "up", "kube-state-metrics scraped", policy_key="restarts.ksm_job", by_job=True),
@@ -96,7 +98,6 @@ INPUTS: tuple[Input, ...] = (
         fix="the kubelets' /metrics/probes scraped",
     ),
 )
-NAME = "restarts"
 LIVENESS_FAILED = 'prober_probe_total{probe_type="Liveness", result="failed"}'
 
 
