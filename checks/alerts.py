@@ -34,7 +34,7 @@ Default penalties are 0: the seed rule grades; the alerts say what the cluster a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from checks import coverage
 from checks.contract import (
@@ -52,11 +52,15 @@ from checks.contract import (
     fmt_int,
     grade,
     local_time,
+    metrics_look,
     unknown,
 )
 from checks.promql import open_range
 
 NAME = "alerts"
+# Where a reader sees one offender: its own series over the window (`checks.contract.Look`).
+_LOOK = "max by (alertname, namespace, alertstate) (ALERTS{})"
+_LOOK_KEYS = ("alertname", "namespace")
 
 # What this check reads, for `digest doctor` (the queries below are what it sends).
 INPUTS: tuple[Input, ...] = (
@@ -224,7 +228,7 @@ class AlertsCheck:
             penalty=penalty,
             value=len(alerts),
             summary=summary,
-            offenders=offenders,
+            offenders=[replace(one, look=metrics_look(_LOOK, one.labels, _LOOK_KEYS)) for one in offenders],
             hint="Each alert's rule and runbook say what it watches; an alert that fired without anyone acting is "
             "worth a route to a receiver (Alertmanager) or a lower severity.",
             evidence=evidence,

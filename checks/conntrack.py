@@ -28,6 +28,7 @@ from checks import coverage
 from checks.contract import (
     Finding,
     Input,
+    Look,
     Need,
     Offender,
     Quantity,
@@ -74,6 +75,15 @@ INPUTS: tuple[Input, ...] = (
     ),
     Input("series", "kube_node_info", "nodes by name", required=False, fix="kube-state-metrics' node metrics"),
 )
+
+
+def fill_query(matchers: str) -> str:
+    """The conntrack table's fill per node, to graph over the window (``matchers`` narrow it to one node)."""
+    selector = f"{{{matchers}}}" if matchers else ""
+    return (
+        f"max by (instance) (node_nf_conntrack_entries{selector})"
+        f" / max by (instance) (node_nf_conntrack_entries_limit{selector})"
+    )
 
 
 @dataclass(frozen=True)
@@ -168,6 +178,7 @@ class ConntrackCheck:
                 labels={"node": named(sample.labels.get("instance", "?"))},
                 value=round(sample.value, 4),
                 facts=_counts(sample.labels.get("instance", ""), entries=entries_by, limit=limit_by, drops=drops_by),
+                look=Look(metrics=fill_query(f'instance="{quote(sample.labels.get("instance", ""))}"')),
             )
             for sample in shown
         ]
@@ -235,6 +246,7 @@ class ConntrackCheck:
             hint=hint,
             error=error,
             evidence=evidence,
+            look=Look(metrics=fill_query("")),
         )
 
     @staticmethod

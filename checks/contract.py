@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Literal, Protocol
 
 from checks.log_questions import Filter, LogsSource
+from checks.promql import entity_matchers
 
 
 class Status(enum.StrEnum):
@@ -205,6 +206,28 @@ class Event:
 
 
 @dataclass(frozen=True)
+class Look:
+    """Where a reader looks to see for themselves: one check's signal, or one offender in it, over the window.
+
+    ``metrics``: a PromQL expression worth graphing over the window (it is scoped to the cluster and put in a
+    Grafana Explore or VMUI link by the renderer, which knows the UIs; the check only knows what to show).
+    ``logs``: the log backend's own query for the lines (`LogsSource.reading_query`, pinned to the window).
+    """
+
+    metrics: str | None = None
+    logs: str | None = None
+
+
+def metrics_look(expression: str, labels: Mapping[str, str], keys: Sequence[str]) -> Look:
+    """A `Look` graphing ``expression`` (a template whose ``{}`` takes the matchers) for the entity ``labels`` name.
+
+    ``keys`` are the labels that identify the entity (``namespace``, ``pod``, ``container``); those empty in
+    ``labels`` are left out, so a matcher is never ``=""`` (which would select series without the label).
+    """
+    return Look(metrics=expression.replace("{}", "{" + entity_matchers(labels, keys) + "}"))
+
+
+@dataclass(frozen=True)
 class Offender:
     """One thing the finding blames (a workload, a node, an upstream) with the number that blames it.
 
@@ -216,6 +239,7 @@ class Offender:
     value: float
     facts: Mapping[str, Quantity] = field(default_factory=dict)
     spans: Sequence[Span] = ()  # when it happened (episodes), where the check measured it
+    look: Look | None = None  # where to see it (links in the HTML digest); never part of the verdict
 
     def fact(self, key: str) -> float | None:
         """The measured number called ``key``, or None when it was not measured (which is not zero)."""
@@ -391,6 +415,8 @@ class Finding:
     # Access-log lines per route (upstream) in the window (envoy_flags): a route that had requests every earlier day
     # and none today, its namespace's pods running, is unseen rather than a route without 5xx.
     route_lines: Mapping[str, float] = field(default_factory=dict)
+    # Where to see the check's signal as a whole (links in the HTML digest), beside each offender's own look.
+    look: Look | None = None
 
     def __post_init__(self) -> None:
         if self.penalty < 0:

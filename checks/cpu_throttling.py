@@ -28,7 +28,7 @@ has a CPU limit". CFS series come from cAdvisor, so the cAdvisor presence query 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from checks import coverage
 from checks.contract import (
@@ -46,12 +46,16 @@ from checks.contract import (
     fmt_int,
     fmt_percent,
     grade,
+    metrics_look,
     unknown,
 )
 from checks.presence import cadvisor_present_query
 from checks.promql import CONTAINER_LABELS, ContainerKey, container_key
 
 NAME = "cpu_throttling"
+# Where a reader sees one offender: its own series over the window (`checks.contract.Look`).
+_LOOK = "max by (namespace, pod, container) (rate(container_cpu_cfs_throttled_periods_total{}[5m]))"
+_LOOK_KEYS = ("namespace", "pod", "container")
 
 # What this check reads, for `digest doctor` (the queries below are what it sends).
 INPUTS: tuple[Input, ...] = (
@@ -248,7 +252,7 @@ class CpuThrottlingCheck:
             penalty=penalty,
             value=round(max(ratio_by.values(), default=0.0), 4),
             summary=summary,
-            offenders=offenders,
+            offenders=[replace(one, look=metrics_look(_LOOK, one.labels, _LOOK_KEYS)) for one in offenders],
             hint=hint,
             evidence=evidence,
         )

@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from checks import coverage
@@ -63,6 +63,7 @@ from checks.contract import (
     fmt_int,
     grade,
     local_time,
+    metrics_look,
     unknown,
 )
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
@@ -70,6 +71,9 @@ from checks.promql import any_of, open_range
 from checks.resolution import Resolution, resolve, runs, step_for
 
 NAME = "deployments"
+# Where a reader sees one offender: its own series over the window (`checks.contract.Look`).
+_LOOK = "max by (namespace, deployment) (kube_deployment_status_replicas_unavailable{})"
+_LOOK_KEYS = ("namespace", "deployment")
 
 # What this check reads, for `digest doctor` (the queries below are what it sends).
 INPUTS: tuple[Input, ...] = (
@@ -522,7 +526,7 @@ class DeploymentsCheck:
             penalty=penalty,
             value=len(keys),
             summary=summary,
-            offenders=offenders,
+            offenders=[replace(one, look=metrics_look(_LOOK, one.labels, _LOOK_KEYS)) for one in offenders],
             hint=_hint(rollouts, stuck_rollouts, strategy),
             evidence=evidence,
             observed=tuple(observed),

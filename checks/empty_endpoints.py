@@ -47,13 +47,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from checks import coverage
 from checks.contract import (
     Finding,
     Input,
+    Look,
     Need,
     Offender,
     Quantity,
@@ -69,10 +70,23 @@ from checks.contract import (
     local_time,
     unknown,
 )
-from checks.promql import any_of, open_range
+from checks.promql import any_of, open_range, quote, regex_literal
 from checks.resolution import Resolution, resolve, step_for
 
 NAME = "empty_endpoints"
+
+
+def _look(labels: Mapping[str, str]) -> Look:
+    """The Service's endpoints over the window, ready or not, per slice: the gaps and dips are the empty times.
+
+    Slices are named after their Service (``<service>-xxxxx``), as the check maps them without the label.
+    """
+    slices = f"{regex_literal(labels.get('service', ''))}(-[a-z0-9]{{5}})?"
+    return Look(
+        metrics="count by (namespace, endpointslice, ready) (kube_endpointslice_endpoints"
+        f'{{namespace="{quote(labels.get("namespace", ""))}", endpointslice=~"{quote(slices)}"}})'
+    )
+
 
 # What this check reads, for `digest doctor` (the queries below are what it sends).
 INPUTS: tuple[Input, ...] = (
@@ -381,7 +395,7 @@ class EmptyEndpointsCheck:
             penalty=penalty,
             value=worst,
             summary=summary,
-            offenders=offenders,
+            offenders=[replace(one, look=_look(one.labels)) for one in offenders],
             hint="A Service without ready endpoints answers every request with an error (Envoy: 503 UH). Put its "
             "episodes beside its pods' readiness (readiness), its Deployment's rollouts (deployments) and its nodes' "
             "condition: the explanation names the one that overlaps, when the data shows one.",

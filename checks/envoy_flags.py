@@ -39,14 +39,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from checks import coverage
 from checks.contract import (
     Finding,
     Input,
+    Look,
     Need,
     Offender,
     Quantity,
@@ -63,7 +64,19 @@ from checks.contract import (
     local_time,
     unknown,
 )
-from checks.log_questions import EVERY_LINE, CountRow, Filter, Json, LineCount, Matches, every, native, roles_equal
+from checks.log_questions import (
+    EVERY_LINE,
+    CountRow,
+    Empty,
+    Filter,
+    Is,
+    Json,
+    LineCount,
+    Matches,
+    every,
+    native,
+    roles_equal,
+)
 from checks.promql import quote
 
 NAME = "envoy_flags"
@@ -234,7 +247,26 @@ class EnvoyFlagsCheck:
             name for name, upstream in upstreams.items() if any("UC" in _split(f) for f in upstream.flagged or {})
         ]
         shapes = {name: await self._hourly_shape(sources, window, name, log_rows) for name in uc_upstreams[:2]}
-        return self._finding(upstreams, total_requests, errors, shapes)
+        return self._looked(self._finding(upstreams, total_requests, errors, shapes), sources, window, upstreams)
+
+    def _looked(
+        self, finding: Finding, sources: Sources, window: Window, upstreams: Mapping[str, _Upstream]
+    ) -> Finding:
+        """The finding with where to read its 5xx: the access log's, and each offender's (when the log had it)."""
+        policy = self.policy
+        server_errors = Matches(Json(policy.code_field), "5[0-9][0-9]")
+        offenders = []
+        for offender in finding.offenders:
+            name, flags = offender.labels["upstream"], offender.labels["flag"]
+            if not upstreams[name].logged:  # counted from Istio's metrics alone: no line to read
+                offenders.append(offender)
+                continue
+            upstream = Empty(Json(policy.upstream_field)) if name == "-" else Is(Json(policy.upstream_field), name)
+            lines = every(self.scope(), server_errors, upstream, Is(Json(policy.flags_field), flags))
+            offenders.append(replace(offender, look=Look(logs=sources.logs.reading_query(window, lines))))
+        # The 5xx when some were flagged; on a day without, the access log itself (a link to nothing helps no one).
+        whole = every(self.scope(), server_errors) if finding.offenders else self.scope()
+        return replace(finding, offenders=tuple(offenders), look=Look(logs=sources.logs.reading_query(window, whole)))
 
     async def _log_rows(self, sources: Sources, window: Window, errors: list[str]) -> Sequence[CountRow]:
         try:

@@ -48,6 +48,7 @@ from checks import coverage
 from checks.contract import (
     Finding,
     Input,
+    Look,
     Need,
     Offender,
     Quantity,
@@ -253,6 +254,24 @@ class ErrorLinesCheck:
             )
             for count, key in ranked[: policy.top]
         ]
+        # Where to read them: each workload's error lines, and the cluster's.
+        offenders = [
+            replace(
+                offender,
+                look=Look(
+                    logs=sources.logs.reading_query(
+                        window,
+                        every(
+                            self.scope(),
+                            self.error_rule(),
+                            Is("namespace", offender.labels["namespace"]),
+                            Matches("pod", workload_pods(offender.labels["workload"])),
+                        ),
+                    )
+                ),
+            )
+            for offender in offenders
+        ]
         total_errors = sum(errors.values())
         # The summary names the worst workload; the evidence lines name the next ones.
         evidence = [
@@ -288,6 +307,12 @@ class ErrorLinesCheck:
             hint=hint,
             evidence=evidence,
             signatures=said,
+            # The error lines; on a day without any, the lines themselves (a link to nothing helps no one).
+            look=Look(
+                logs=sources.logs.reading_query(
+                    window, every(self.scope(), self.error_rule()) if total_errors else self.scope()
+                )
+            ),
             signatures_note=note,
             namespace_lines=_by_namespace(totals),
         )

@@ -39,6 +39,7 @@ from checks import coverage
 from checks.contract import (
     Finding,
     Input,
+    Look,
     Need,
     Offender,
     Quantity,
@@ -175,6 +176,12 @@ class LogStormsCheck:
                     "peak_per_minute": Quantity(round(pod.peak_per_minute), Unit.PER_MINUTE),
                     "lines": Quantity(round(pod.lines), Unit.COUNT),
                 },
+                look=Look(
+                    logs=sources.logs.reading_query(
+                        window,
+                        every(native(policy.scope_filter), Is("namespace", pod.namespace), Is("pod", pod.pod)),
+                    )
+                ),
             )
             for pod in over[: policy.top]
         ]

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from checks import coverage
 from checks.contract import (
@@ -69,6 +69,7 @@ from checks.contract import (
     fmt_percent,
     grade,
     local_time,
+    metrics_look,
     unknown,
 )
 from checks.presence import kube_state_metrics_up_query
@@ -76,6 +77,9 @@ from checks.promql import CONTAINER_LABELS, ContainerKey, container_key, open_ra
 from checks.restarted import narrowing
 
 NAME = "memory_pressure"
+# Where a reader sees one offender: its own series over the window (`checks.contract.Look`).
+_LOOK = "max by (namespace, pod, container) (container_memory_working_set_bytes{})"
+_LOOK_KEYS = ("namespace", "pod", "container")
 
 # What this check reads, for `digest doctor` (the queries below are what it sends).
 INPUTS: tuple[Input, ...] = (
@@ -284,7 +288,7 @@ class MemoryPressureCheck:
                 penalty=penalty,
                 value=round(worst, 4),
                 summary=summary,
-                offenders=offenders,
+                offenders=[replace(one, look=metrics_look(_LOOK, one.labels, _LOOK_KEYS)) for one in offenders],
                 hint=hint,
                 evidence=evidence,
             )

@@ -36,13 +36,14 @@ restart counter changed (`checks.restarted`); no restart in the window, no subqu
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from checks import coverage
 from checks.contract import (
     Finding,
     Input,
+    Look,
     Need,
     Offender,
     Sample,
@@ -61,6 +62,7 @@ from checks.promql import (
     ContainerKey,
     container_key,
     counted_rise,
+    entity_matchers,
     open_range,
     restart_steps,
     with_matchers,
@@ -98,6 +100,15 @@ INPUTS: tuple[Input, ...] = (
     ),
     Input("series", "kube_node_info", "nodes by name", required=False, fix="kube-state-metrics' node metrics"),
 )
+# What a reader graphs: when each container's last termination became an OOM kill (on a day with kills only: on
+# another it would graph old kills or nothing).
+_OOM_REASON = 'kube_pod_container_status_last_terminated_reason{reason="OOMKilled"}'
+_LOOK = Look(metrics=f"max by (namespace, pod, container) ({_OOM_REASON})")
+
+
+def _oom_reason(labels: Mapping[str, str]) -> str:
+    matchers = entity_matchers(labels, CONTAINER_LABELS)
+    return f"max by (namespace, pod, container) ({with_matchers(_OOM_REASON, matchers)})"
 
 
 @dataclass(frozen=True)
@@ -240,7 +251,7 @@ class OomKillsCheck:
             when = times.get(key)
             if when is not None:
                 labels["time"] = local_time(when, window)
-            offenders.append(Offender(labels=labels, value=count))
+            offenders.append(Offender(labels=labels, value=count, look=Look(metrics=_oom_reason(labels))))
         # The summary names the first container; the evidence lines name the others.
         for offender in offenders[1:]:
             at = f" at {offender.labels['time']}" if "time" in offender.labels else ""
@@ -293,4 +304,5 @@ class OomKillsCheck:
             hint="Compare the container's working set with its memory limit before the kill; a limit raise buys "
             "time, a bound on the growth (queue, retries, cache) fixes it.",
             evidence=evidence,
+            look=_LOOK,
         )

@@ -72,6 +72,14 @@ def restart_steps(restarts: str, by: str = "namespace, pod, container") -> str:
     return f"clamp_min({one} ({restarts}) - ({one} ({restarts} offset 1m) or {one} (min_over_time({restarts}[1m]))), 0)"
 
 
+def entity_matchers(labels: Mapping[str, str], keys: Iterable[str]) -> str:
+    """``namespace="a", pod="b"``: exact matchers on ``keys`` of an offender's labels (empty values left out).
+
+    What a link to one offender's series is narrowed to (`checks.contract.Look`).
+    """
+    return ", ".join(f'{key}="{quote(labels[key])}"' for key in keys if labels.get(key))
+
+
 def with_matchers(selector: str, matchers: str) -> str:
     """``metric{a="b"}`` plus ``matchers`` → ``metric{a="b", matchers}``; a bare metric name gets braces."""
     if not matchers:

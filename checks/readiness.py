@@ -43,7 +43,7 @@ import asyncio
 import contextlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from checks import coverage
@@ -64,6 +64,7 @@ from checks.contract import (
     fmt_int,
     grade,
     local_time,
+    metrics_look,
     unknown,
 )
 from checks.empty_endpoints import service_of_slice_expression
@@ -73,6 +74,9 @@ from checks.promql import any_of, counted_increase, open_range
 from checks.resolution import Resolution, resolve, runs, step_for
 
 NAME = "readiness"
+# Where a reader sees one offender: its own series over the window (`checks.contract.Look`).
+_LOOK = "max by (namespace, pod, condition) (kube_pod_status_ready{})"
+_LOOK_KEYS = ("namespace", "pod")
 
 # What this check reads, for `digest doctor` (the queries below are what it sends).
 INPUTS: tuple[Input, ...] = (
@@ -499,7 +503,7 @@ class ReadinessCheck:
             penalty=penalty,
             value=len(flagged),
             summary=summary,
-            offenders=offenders,
+            offenders=[replace(one, look=metrics_look(_LOOK, one.labels, _LOOK_KEYS)) for one in offenders],
             hint=_hint(flagged),
             evidence=evidence,
             observed=tuple(observed),

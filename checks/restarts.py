@@ -48,7 +48,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from checks import coverage
 from checks.contract import (
@@ -64,6 +64,7 @@ from checks.contract import (
     Window,
     fmt_int,
     grade,
+    metrics_look,
     unknown,
 )
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
@@ -78,6 +79,9 @@ from checks.promql import (
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
 NAME = "restarts"
+# Where a reader sees one offender: its own series over the window (`checks.contract.Look`).
+_LOOK = "max by (namespace, pod, container) (kube_pod_container_status_restarts_total{})"
+_LOOK_KEYS = ("namespace", "pod", "container")
 
 # What this check reads, for `digest doctor` (the queries below are what it sends).
 INPUTS: tuple[Input, ...] = (
@@ -266,7 +270,7 @@ class RestartsCheck:
             penalty=penalty,
             value=total_restarts,
             summary=summary,
-            offenders=offenders,
+            offenders=[replace(one, look=metrics_look(_LOOK, one.labels, _LOOK_KEYS)) for one in offenders],
             hint="For each restart reason: OOMKilled → compare the working set with the limit (memory_pressure); "
             "Error → the container's last logs (kubectl logs --previous) and its liveness probe.",
             evidence=evidence,

@@ -13,6 +13,7 @@ signatures (no pattern ingester here; see test_backend_parity).
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import re
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ import pytest
 from digest.app.engine import Config, make_digest
 from digest.app.settings import ConfigError, load_settings
 from digest.backends.scope import parse_matchers, render, scoped_promql
-from digest.output.render import to_json
+from digest.output.render import Renderer, to_json
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import day_window
 from testbed.corpus import DAYS
@@ -36,6 +37,7 @@ from testbed.embedded import LOG_STREAM_FIELDS, EmbeddedBackends, day_bounds, lo
 from testbed.loki_server import LokiServer, loki_binary_or_skip
 from testbed.prometheus_server import PrometheusServer, missing_binaries
 from tests.command import backend_env, clean_env, run_digest
+from tests.link_queries import identity, loki_streams, metrics_series, query_of
 
 DAY = date(2026, 11, 12)
 PAIRS = ("victoriametrics+victorialogs", "prometheus+victorialogs", "victoriametrics+loki", "prometheus+loki")
@@ -304,3 +306,44 @@ def test_doctor_names_a_missing_loki_tenant(stores: Stores) -> None:
         result = run_digest("doctor", "--at", DOCTOR_AT, "--format", "json", env=env, timeout=300)
         logs_url = json.loads(result.stdout)["urls"][1]
         assert (logs_url["fix"], logs_url["ok"]) == (None, True)
+
+
+# Links on a shared store ------------------------------------------------------------------------------------------
+
+
+async def test_grafana_links_open_the_cluster_s_own_series_and_lines(stores: Stores) -> None:
+    """Grafana Explore links on Prometheus + Loki scoped to prod: each query is scoped, runs, and finds the offender."""
+    metrics_url, logs = _urls(stores, "prometheus+loki")
+    config = _config(
+        metrics_url,
+        logs,
+        "prod",
+        grafana_url="https://grafana.example.org",
+        grafana_metrics_datasource="prom",
+        grafana_logs_datasource="loki",
+        **_scoped("prod"),
+    )
+    digest = await make_digest(config, day_window(DAY, config.settings.zone))
+    page = Renderer(config.settings.links()).render(digest, "html")
+    maker = config.settings.links()
+    kinds = set()
+    for finding in (*digest.deductions, *digest.healthy, *digest.diagnoses):
+        for offender, look in [(None, finding.look), *((one, one.look) for one in finding.offenders[:3])]:
+            for link in maker.links(look, digest.window, "x"):
+                assert f'href="{html.escape(link.url)}"' in page
+                query = query_of(link.url, logs_datasource="loki")
+                kinds.add(query.kind)
+                if query.kind == "metrics":
+                    # Aggregations drop the label: the scope is checked in the query, its effect by the digests above.
+                    assert 'cluster="prod"' in query.query
+                    series = metrics_series(stores.prometheus.url, query)
+                    assert series, query.query
+                    wanted = identity(offender) if offender is not None else {}
+                    assert any(wanted.items() <= one.items() for one in series), (finding.name, wanted)
+                else:
+                    streams = loki_streams(stores.loki.url, query)
+                    assert streams, query.query
+                    assert {one["stream"]["cluster"] for one in streams} == {"prod"}
+                    if offender is not None and offender.labels.get("namespace"):
+                        assert {one["stream"]["namespace"] for one in streams} == {offender.labels["namespace"]}
+    assert kinds == {"metrics", "logs"}

@@ -263,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(
             make_chart(config, window, chart, headline(digest), unseen=unseen_spans(digest), said=most_said(digest))
         )
-    sys.stdout.write(Renderer().render(digest, args.format))
+    sys.stdout.write(Renderer(config.settings.links()).render(digest, args.format))
     return EXIT_OK
 
 
@@ -363,7 +363,7 @@ def _demo(args: argparse.Namespace) -> int:
     except EmbeddedError as exc:
         print(f"digest demo: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    sys.stdout.write(Renderer().render(digest, args.format))
+    sys.stdout.write(Renderer(config.settings.links()).render(digest, args.format))
     return EXIT_OK
 
 

@@ -104,7 +104,7 @@ async def replay(
 
         digests = await asyncio.gather(*(one(day) for day in days))
 
-    renderer = Renderer()
+    renderer = Renderer(config.settings.links())
     for day, digest in zip(days, digests, strict=True):
         line = summary_line(digest) + (f" · {delivered[day]}" if day in delivered else "")
         if fmt == "json":

@@ -75,7 +75,9 @@ def serve(config: Config, token: str) -> int:
             )
             return EXIT_USAGE
     store = open_history_store(settings)
-    service = DigestService(config, metrics=DigestMetrics(), history_store=store)
+    service = DigestService(
+        config, renderer=Renderer(config.settings.links()), metrics=DigestMetrics(), history_store=store
+    )
     bot = make_bot(config, state, service, health_sockets=sockets)
     application = build_application(bot, token, handle_signals=True)
     try:
@@ -167,7 +169,7 @@ async def chat_poster(config: Config, token: str) -> AsyncIterator[ChannelPoster
     try:
         async with open_bot(token, settings.telegram_api_url) as bot:
             channel = TelegramChannel(Poster(sender=Sender(bot, state=state), state=state), settings.telegram_chat_ids)
-            yield ChannelPoster(channel, Renderer().preload(channel.format))
+            yield ChannelPoster(channel, Renderer(settings.links()).preload(channel.format))
     finally:
         state.close()
 
@@ -196,7 +198,7 @@ async def post_window(
         config,
         token,
         lambda post: post(digest, photo, key),
-        printed=Renderer().render(digest, fmt),
+        printed=Renderer(config.settings.links()).render(digest, fmt),
     )
 
 

@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, Settin
 
 from digest.backends.http import DEFAULT_MAX_RESPONSE_MIB, MIB, Endpoint, url_userinfo
 from digest.backends.scope import Scope, parse_matchers, split_metrics_url
+from digest.output.links import LinkMaker
 
 ENV_PREFIX = "DIGEST_"
 
@@ -144,6 +145,15 @@ class Settings(BaseSettings):
     loki_headers: dict[str, str] = Field(default_factory=dict)
     loki_tenant: str | None = None  # sent as X-Scope-OrgID (multi-tenant Loki)
 
+    # The UIs a reader opens from the HTML digest's links (digest.output.links), as a browser reaches them.
+    grafana_url: str | None = None
+    grafana_metrics_datasource: str | None = None  # the datasource's UID
+    grafana_logs_datasource: str | None = None
+    grafana_org_id: Annotated[int, Field(ge=1)] = 1
+    vmui_url: str | None = None
+    prometheus_ui_url: str | None = None
+    victorialogs_ui_url: str | None = None
+
     query_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
     max_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
     # The most one backend answer may weigh (decompressed); past it the query fails instead of the pod's memory.
@@ -251,6 +261,31 @@ class Settings(BaseSettings):
     @classmethod
     def _loki_url(cls, value: str | None) -> str | None:
         return None if value is None else _no_query(_check_url(value), "DIGEST_LOKI_TENANT and DIGEST_LOGS_SELECTOR")
+
+    @field_validator("grafana_url", "vmui_url", "prometheus_ui_url", "victorialogs_ui_url")
+    @classmethod
+    def _ui_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_url(value)
+
+    @field_validator("grafana_metrics_datasource", "grafana_logs_datasource")
+    @classmethod
+    def _datasource(cls, value: str | None) -> str | None:
+        if value is not None and (not value or _breaks_a_request(value)):
+            raise ValueError("must be a Grafana datasource UID (one word, no spaces)")
+        return value
+
+    def links(self) -> LinkMaker:
+        """The HTML digest's links to the UIs configured (none when none is)."""
+        return LinkMaker(
+            grafana_url=self.grafana_url,
+            grafana_metrics_datasource=self.grafana_metrics_datasource,
+            grafana_logs_datasource=self.grafana_logs_datasource,
+            grafana_org_id=self.grafana_org_id,
+            vmui_url=self.vmui_url,
+            prometheus_ui_url=self.prometheus_ui_url,
+            victorialogs_ui_url=self.victorialogs_ui_url,
+            metrics_scope=self.metrics_scope,
+        )
 
     @field_validator("vm_tenant")
     @classmethod

@@ -24,6 +24,7 @@ from checks.contract import Coverage, Finding, Status, fmt_int, fmt_percent, rfc
 from checks.coverage import PARTIAL, phrases
 from checks.error_lines import workload_of
 from digest import SCHEMA_VERSION, __version__
+from digest.output.links import Link, LinkMaker
 from digest.output.safe_text import escape_json, finalize
 from digest.pipeline.score import Digest, DigestStatus
 from digest.pipeline.week import DayResult, Week, format_value, series_line
@@ -55,15 +56,18 @@ def _environment(autoescape: bool) -> jinja2.Environment:
 class Renderer:
     """Holds the template of each format, compiled on first use; build once, render many digests."""
 
-    def __init__(self) -> None:
+    def __init__(self, links: LinkMaker | None = None) -> None:
         self._templates: dict[str, jinja2.Template] = {}
+        # The UIs the HTML digest links to (digest.output.links); none configured, no link.
+        self._links = links if links is not None and links.enabled else None
 
     def render(self, digest: Digest, fmt: str) -> str:
         """The digest in ``fmt`` (text, html or json)."""
         if fmt == "json":
             # Readable UTF-8, except the characters that could deceive a reader or a terminal: \uXXXX escapes.
             return escape_json(json.dumps(to_json(digest), ensure_ascii=False, indent=2))
-        return self._template(fmt).render(**_context(digest)).strip() + "\n"
+        links = self._links if fmt == "html" else None
+        return self._template(fmt).render(**_context(digest, links)).strip() + "\n"
 
     def render_week(self, week: Week, fmt: str) -> str:
         """The week at a glance in ``fmt`` (text, html or json)."""
@@ -217,7 +221,7 @@ def _said_once(rows: list[tuple[str, str, str]], first: dict[str, str]) -> list[
     return out
 
 
-def _context(digest: Digest) -> dict[str, Any]:
+def _context(digest: Digest, links: LinkMaker | None = None) -> dict[str, Any]:
     deductions = digest.deductions
     first: dict[str, str] = {}
     not_checked = _said_once([_blind(finding, "not checked") for finding in digest.unknown], first)
@@ -226,17 +230,17 @@ def _context(digest: Digest) -> dict[str, Any]:
         "headline": headline(digest),
         "digest": digest,
         "not_checked": not_checked,
-        "deductions": [_line(finding, digest) for finding in deductions],
+        "deductions": [_line(finding, digest, links) for finding in deductions],
         "caps": [
             {"checks": " + ".join(cap.checks), "max": cap.max_penalty, "raw": cap.raw_penalty} for cap in digest.caps
         ],
-        "healthy": [_line(finding, digest) for finding in digest.healthy],
+        "healthy": [_line(finding, digest, links) for finding in digest.healthy],
         "unknown": [_line(finding, digest) for finding in digest.unknown],
         "disabled": list(digest.disabled),
         "hints": [(finding.name, finding.hint) for finding in (*deductions, *digest.unknown) if finding.hint],
         "explanations": [explanation.text for explanation in digest.explanations],
         "trends": list(digest.trends),
-        "diagnoses": [_line(finding, digest) for finding in digest.diagnoses],
+        "diagnoses": [_line(finding, digest, links) for finding in digest.diagnoses],
         "unexplained": unexplained,
         "quiet": [finding.name for finding in digest.quiet],
         "score_note": _score_note(digest),
@@ -405,8 +409,13 @@ def _score_note(digest: Digest) -> str:
     return f"score {digest.score}/{digest.max_score} on the {seen} of {graded} graded checks that could run"
 
 
-def _line(finding: Finding, digest: Digest) -> dict[str, Any]:
+# Offenders linked under a line: the top ones, as many as a phone's line holds.
+_LINKED_OFFENDERS = 3
+
+
+def _line(finding: Finding, digest: Digest, links: LinkMaker | None = None) -> dict[str, Any]:
     return {
+        "links": _links(finding, digest, links),
         "name": finding.name,
         "mark": _MARKS[finding.status],
         "status": finding.status.value,
@@ -416,6 +425,26 @@ def _line(finding: Finding, digest: Digest) -> dict[str, Any]:
         "evidence": list(finding.evidence),
         "error": finding.error,
     }
+
+
+def _links(finding: Finding, digest: Digest, links: LinkMaker | None) -> list[Link]:
+    """The check's own link, then its top offenders', each named by what it is about."""
+    if links is None:
+        return []
+    found = links.links(finding.look, digest.window, "graph" if finding.look and finding.look.metrics else "lines")
+    for offender in finding.offenders[:_LINKED_OFFENDERS]:
+        found.extend(links.links(offender.look, digest.window, _link_label(offender.labels)))
+    return found
+
+
+def _link_label(labels: Mapping[str, str]) -> str:
+    """An offender's link text: what it is about (``shop/api``, a node, an alert), or its flag and upstream."""
+    if labels.get("container") and labels.get("pod"):
+        return f"{_subject(labels)}/{labels['container']}"
+    subject = _subject(labels)
+    if labels.get("flag"):
+        return f"{labels['flag']} {labels.get('upstream', '')}".strip()
+    return subject or "offender"
 
 
 def coverage_json(coverage: Coverage | None) -> dict[str, Any] | None:
