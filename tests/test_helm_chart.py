@@ -253,3 +253,31 @@ def test_the_cluster_scope_reaches_the_settings_the_digest_reads() -> None:
     assert settings.vm_endpoint().url == "http://vmselect.monitoring.svc:8481/select/12:34/prometheus"
     assert render(settings.metrics_scope) == 'cluster="prod"'
     assert render(settings.logs_scope) == 'cluster="prod", env!="test"'
+
+
+def test_the_links_reach_the_settings_the_digest_reads() -> None:
+    """links.grafana and the UI URLs render to settings that load and make Grafana Explore links."""
+    rendered = _render(
+        "--set",
+        "links.grafana.url=https://grafana.example.org",
+        "--set",
+        "links.grafana.metricsDatasource=prom",
+        "--set",
+        "links.grafana.logsDatasource=loki",
+        "--set",
+        "links.victoriaLogsUiUrl=https://logs.example.org",
+    )
+    data = next(doc for doc in rendered if doc["kind"] == "ConfigMap" and "DIGEST_VM_URL" in doc["data"])["data"]
+    links = load_settings(
+        **{
+            key.removeprefix("DIGEST_").lower(): value
+            for key, value in data.items()
+            if "GRAFANA" in key or "UI_" in key
+        }
+    ).links()
+    assert (links.grafana_url, links.grafana_metrics_datasource, links.grafana_logs_datasource) == (
+        "https://grafana.example.org",
+        "prom",
+        "loki",
+    )
+    assert links.victorialogs_ui_url == "https://logs.example.org"
