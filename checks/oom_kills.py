@@ -100,10 +100,11 @@ INPUTS: tuple[Input, ...] = (
     ),
     Input("series", "kube_node_info", "nodes by name", required=False, fix="kube-state-metrics' node metrics"),
 )
-# What a reader graphs: when each container's last termination became an OOM kill (on a day with kills only: on
-# another it would graph old kills or nothing).
+# What a reader graphs: on a day with kills, when each container's last termination became an OOM kill; on a day
+# without, each node's kernel counter, flat where nothing was killed (the containers' reasons would show old kills).
 _OOM_REASON = 'kube_pod_container_status_last_terminated_reason{reason="OOMKilled"}'
 _LOOK = Look(metrics=f"max by (namespace, pod, container) ({_OOM_REASON})")
+_QUIET_LOOK = Look(metrics="max by (instance) (node_vmstat_oom_kill)")
 
 
 def _oom_reason(labels: Mapping[str, str]) -> str:
@@ -282,7 +283,9 @@ class OomKillsCheck:
             summary = "no OOM kill"
             if not node_kills and not node_error:
                 summary += " (node_vmstat_oom_kill absent: kernel cross-check not possible)"
-            return Finding(name=NAME, status=Status.OK, penalty=0, value=0, summary=summary, evidence=evidence)
+            return Finding(
+                name=NAME, status=Status.OK, penalty=0, value=0, summary=summary, evidence=evidence, look=_QUIET_LOOK
+            )
 
         if counted:
             count, key = counted[0]
