@@ -159,6 +159,12 @@ def _named_seconds(group: str, first: pytest.Item) -> float | None:
     return None
 
 
+# tryfirst: pytest-xdist's worker turns each test's xdist_group mark into the "@group" suffix of its node id in its
+# own collection hook, which otherwise runs before this one (checked: without it a module's tests went to both
+# workers): no mark would be seen, every test would be a group of its own, and a module's fixtures would be built on
+# both workers (seen: the two-cluster stores built twice in one run). pyproject.toml keeps pytest below 9.2 for the
+# same suffix.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group each test for the workers and put the heaviest groups first (stable within a group)."""
     del config
