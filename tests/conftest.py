@@ -105,8 +105,9 @@ def _scaled(day: object) -> object:
 MODULE_SECONDS = {
     "test_backend_parity": 277,
     "test_cluster_scope": 75,
-    "test_image": 20,
-    "test_links": 18,
+    "test_image": 35,
+    "test_links": 10,
+    "test_doctor_inputs": 15,
     "test_bench": 160,
     "test_bot": 119,
     "test_cause_ablations": 72,
