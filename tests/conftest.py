@@ -108,6 +108,7 @@ MODULE_SECONDS = {
     "test_image": 35,
     "test_links": 10,
     "test_doctor_inputs": 15,
+    "test_pacer": 3,
     "test_bench": 160,
     "test_bot": 119,
     "test_cause_ablations": 72,

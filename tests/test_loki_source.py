@@ -493,7 +493,9 @@ def test_not_ready_loki_is_named() -> None:
         def wait_ready(self) -> None:
             return None
 
-    with Unwaited() as server:
+    # Not ready for 60 s (the suite's config says 0 s): the poll below always meets the 503, however late the port
+    # opens on a busy machine (with 0 s, Loki was sometimes ready before its first HTTP answer).
+    with Unwaited(config_overrides={"ingester": {"lifecycler": {"min_ready_duration": "60s"}}}) as server:
         source = _loki_source(server.url, timeout_seconds=5.0)
         seen: SourceError | None = None
 
