@@ -23,7 +23,8 @@ async def test_a_held_up_event_loop_delays_the_queue_instead_of_bursting_it() ->
     time.sleep(0.6)  # noqa: ASYNC251  # the point: the event loop is held up while a dozen slots pass
     await asyncio.gather(*tasks)
     gaps = [later - earlier for earlier, later in pairwise(departures)]
-    assert min(gaps) >= 1 / 20
+    # Measured by the task after its turn, so a few milliseconds of scheduling either way; a burst would be ~0.
+    assert min(gaps) >= 0.9 / 20
 
 
 async def test_one_chat_gets_one_message_per_interval() -> None:
@@ -40,4 +41,4 @@ async def test_one_chat_gets_one_message_per_interval() -> None:
     time.sleep(0.5)  # noqa: ASYNC251  # every reserved slot of the chat passes while the loop is held up
     await asyncio.gather(*tasks)
     assert len(departures) == 3
-    assert min(later - earlier for earlier, later in pairwise(departures)) >= 0.2
+    assert min(later - earlier for earlier, later in pairwise(departures)) >= 0.9 * 0.2
