@@ -43,7 +43,7 @@ from checks.contract import (
     local_time,
     unknown,
 )
-from checks.nodes import node_names
+from checks.nodes import NODE_NAMES_INPUT, node_names
 from checks.promql import counted_rise, open_range, quote
 
 NAME = "conntrack"
@@ -73,7 +73,7 @@ INPUTS: tuple[Input, ...] = (
         required=False,
         fix="node_exporter's own metrics",
     ),
-    Input("series", "kube_node_info", "nodes by name", required=False, fix="kube-state-metrics' node metrics"),
+    NODE_NAMES_INPUT,
 )
 
 

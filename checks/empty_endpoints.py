@@ -89,16 +89,18 @@ def _look(labels: Mapping[str, str]) -> Look:
 
 
 # What this check reads, for `digest doctor` (the queries below are what it sends).
+# The label that names a slice's Service (`service_of_slice_expression`), read by every check that maps slices.
+SERVICE_NAME_INPUT = Input(
+    "series",
+    "kube_endpointslice_labels",
+    "the Service's name",
+    required=False,
+    fix="kube-state-metrics' --metric-labels-allowlist",
+)
 INPUTS: tuple[Input, ...] = (
     Input("series", "kube_endpointslice_info", "Services' slices", fix="kube-state-metrics' endpointslices"),
     Input("series", "kube_endpointslice_endpoints", "ready addresses", fix="kube-state-metrics' endpointslices"),
-    Input(
-        "series",
-        "kube_endpointslice_labels",
-        "the Service's name",
-        required=False,
-        fix="kube-state-metrics' --metric-labels-allowlist",
-    ),
+    SERVICE_NAME_INPUT,
     Input(
         "series",
         "kube_endpoint_info",

@@ -55,7 +55,7 @@ from checks.contract import (
     local_time,
     unknown,
 )
-from checks.nodes import NodeNames, node_names
+from checks.nodes import NODE_NAMES_INPUT, NodeNames, node_names
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
 from checks.promql import (
     CONTAINER_LABELS,
@@ -98,7 +98,7 @@ INPUTS: tuple[Input, ...] = (
         by_job=True,
         fix="node_exporter's vmstat collector",
     ),
-    Input("series", "kube_node_info", "nodes by name", required=False, fix="kube-state-metrics' node metrics"),
+    NODE_NAMES_INPUT,
 )
 # What a reader graphs: on a day with kills, when each container's last termination became an OOM kill; on a day
 # without, each node's kernel counter, flat where nothing was killed (the containers' reasons would show old kills).

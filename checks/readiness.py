@@ -67,8 +67,8 @@ from checks.contract import (
     metrics_look,
     unknown,
 )
-from checks.empty_endpoints import service_of_slice_expression
-from checks.nodes import node_names
+from checks.empty_endpoints import SERVICE_NAME_INPUT, service_of_slice_expression
+from checks.nodes import NODE_NAMES_INPUT, node_names
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
 from checks.promql import any_of, counted_increase, open_range
 from checks.resolution import Resolution, resolve, runs, step_for
@@ -111,13 +111,7 @@ INPUTS: tuple[Input, ...] = (
         required=False,
         fix="kube-state-metrics' endpointslices",
     ),
-    Input(
-        "series",
-        "kube_endpointslice_labels",
-        "the Service's name",
-        required=False,
-        fix="kube-state-metrics' --metric-labels-allowlist",
-    ),
+    SERVICE_NAME_INPUT,
     Input(
         "series",
         "kube_node_status_condition",
@@ -136,7 +130,7 @@ INPUTS: tuple[Input, ...] = (
     Input(
         "series", "prober_probe_total", "failed readiness probes", required=False, fix="the kubelets' /metrics/probes"
     ),
-    Input("series", "kube_node_info", "nodes by name", required=False, fix="kube-state-metrics' node metrics"),
+    NODE_NAMES_INPUT,
 )
 READY = 'kube_pod_status_ready{condition="true"}'
 _NODE_READY = 'kube_node_status_condition{condition="Ready", status="true"}'

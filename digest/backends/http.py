@@ -242,14 +242,18 @@ class HttpSource:
             return f"{url} is {found}, not the {self._endpoint.name} API{setting}{said}"
         return f"{url} does not serve the {self._endpoint.name} API (HTTP 404 or unsupported path){setting}{said}"
 
-    async def probe(self, path: str) -> tuple[int, str]:
-        """GET ``path`` once with this source's headers: the status and the start of the body (0, "" on no answer)."""
+    async def _quick(self, method: str, path: str, form: dict[str, str] | None = None) -> httpx.Response | None:
+        """One request of a probe, bounded by 5 s (or the query timeout if shorter); None when nothing answered."""
         try:
             async with asyncio.timeout(min(5.0, self._endpoint.timeout_seconds)):
-                response = await self._client.get(self._base + path)
+                return await self._client.request(method, self._base + path, data=form)
         except (httpx.HTTPError, TimeoutError):
-            return 0, ""
-        return response.status_code, response.text[:_MAX_ERROR_TEXT]
+            return None
+
+    async def probe(self, path: str) -> tuple[int, str]:
+        """GET ``path`` once with this source's headers: the status and the start of the body (0, "" on no answer)."""
+        response = await self._quick("GET", path)
+        return (0, "") if response is None else (response.status_code, response.text[:_MAX_ERROR_TEXT])
 
     async def what_answers(self, skip_own: bool = False) -> str | None:
         """What kind of backend answers at this URL ("a VictoriaMetrics", "a Loki"…), or None when none is known.
@@ -267,11 +271,10 @@ class HttpSource:
         for method, path, form, name in probes:
             if skip_own and name == own:
                 continue
+            response = await self._quick(method, path, form)
             try:
-                async with asyncio.timeout(min(5.0, self._endpoint.timeout_seconds)):
-                    response = await self._client.request(method, self._base + path, data=form)
-                payload = response.json() if response.status_code == 200 else None
-            except (httpx.HTTPError, TimeoutError, ValueError):
+                payload = response.json() if response is not None and response.status_code == 200 else None
+            except ValueError:
                 continue
             if not isinstance(payload, dict):
                 continue

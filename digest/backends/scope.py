@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from checks.promql import quote
+
 _LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _OPERATORS = ("=~", "!~", "!=", "=")
 _IDENTIFIER_START = re.compile(r"[A-Za-z_:]")
@@ -54,8 +56,7 @@ class Matcher:
     value: str
 
     def __str__(self) -> str:
-        escaped = self.value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        return f'{self.name}{self.operator}"{escaped}"'
+        return f'{self.name}{self.operator}"{quote(self.value)}"'
 
 
 Scope = tuple[Matcher, ...]

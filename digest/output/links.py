@@ -73,7 +73,7 @@ class LinkMaker:
     def metrics_url(self, expression: str, window: Window) -> str | None:
         """Where ``expression`` is graphed over ``window``: Grafana Explore, else VMUI, else Prometheus' UI."""
         if self.grafana_url and self.grafana_metrics_datasource:
-            return self._explore(self.grafana_metrics_datasource, expression, window)
+            return self._explore(self.grafana_url, self.grafana_metrics_datasource, expression, window)
         if self.vmui_url:
             return f"{self.vmui_url.rstrip('/')}/vmui/#/?{_graph_parameters(expression, window)}"
         if self.prometheus_ui_url:
@@ -83,7 +83,7 @@ class LinkMaker:
     def logs_url(self, query: str, window: Window) -> str | None:
         """Where the lines of ``query`` are read: Grafana Explore, else VictoriaLogs' UI."""
         if self.grafana_url and self.grafana_logs_datasource:
-            return self._explore(self.grafana_logs_datasource, query, window)
+            return self._explore(self.grafana_url, self.grafana_logs_datasource, query, window)
         if self.victorialogs_ui_url:
             return (
                 f"{self.victorialogs_ui_url.rstrip('/')}/select/vmui/#/?query={quote(query, safe='')}"
@@ -91,8 +91,7 @@ class LinkMaker:
             )
         return None
 
-    def _explore(self, datasource: str, expression: str, window: Window) -> str:
-        assert self.grafana_url is not None  # noqa: S101  # the callers check it
+    def _explore(self, grafana_url: str, datasource: str, expression: str, window: Window) -> str:
         pane = {
             "datasource": datasource,
             "queries": [{"refId": "A", "datasource": {"uid": datasource}, "expr": expression}],
@@ -103,7 +102,7 @@ class LinkMaker:
         }
         panes = json.dumps({"digest": pane}, separators=(",", ":"))
         return (
-            f"{self.grafana_url.rstrip('/')}/explore?schemaVersion=1&orgId={self.grafana_org_id}"
+            f"{grafana_url.rstrip('/')}/explore?schemaVersion=1&orgId={self.grafana_org_id}"
             f"&panes={quote(panes, safe='')}"
         )
 
