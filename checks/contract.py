@@ -383,6 +383,26 @@ class Coverage:
 
 
 @dataclass(frozen=True)
+class CountedFrom:
+    """Where a log check's counts came from: seconds of its window read from recorded counts, and scanned.
+
+    Recorded counts are per-minute series a rule evaluator wrote (vmalert, Loki's ruler); the rest was counted in the
+    log backend itself. ``note`` says why records were not used where they exist (they contradicted themselves).
+    """
+
+    recorded_seconds: float
+    scanned_seconds: float
+    note: str = ""
+
+    @property
+    def source(self) -> str:
+        """``recorded``, ``scanned`` or ``both``."""
+        if self.recorded_seconds and self.scanned_seconds:
+            return "both"
+        return "recorded" if self.recorded_seconds else "scanned"
+
+
+@dataclass(frozen=True)
 class Finding:
     """What one check says about the window.
 
@@ -417,6 +437,8 @@ class Finding:
     route_lines: Mapping[str, float] = field(default_factory=dict)
     # Where to see the check's signal as a whole (links in the HTML digest), beside each offender's own look.
     look: Look | None = None
+    # A log check's counts: recorded, scanned or both (None: the check counted no log lines).
+    counted_from: CountedFrom | None = None
 
     def __post_init__(self) -> None:
         if self.penalty < 0:

@@ -137,6 +137,18 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
     doctor.add_argument("--at", metavar="RFC3339", help="read the checks on the 24 h ending then (default: now)")
 
+    rules = commands.add_parser(
+        "rules",
+        help="print the recording rules that count the log lines every minute, for vmalert or Loki's ruler",
+        parents=[verbose],
+    )
+    rules.add_argument("--for", dest="evaluator", choices=("vmalert", "loki"), required=True, help="the rule evaluator")
+    rules.add_argument(
+        "--replay",
+        action="store_true",
+        help="vmalert only: the rules for `vmalert -replay` over past days (their minutes stamped at the start)",
+    )
+
     demo = commands.add_parser(
         "demo", help=f"load {DEMO_DAY} into embedded backends and print its digest", parents=[verbose]
     )
@@ -216,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(config, token or "")
     if args.command == "replay":
         return _replay(args, config, token)
+    if args.command == "rules":
+        return _rules(args, config)
     if args.command == "doctor":
         from digest.app.doctor import doctor
 
@@ -264,6 +278,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             make_chart(config, window, chart, headline(digest), unseen=unseen_spans(digest), said=most_said(digest))
         )
     sys.stdout.write(Renderer(config.settings.links()).render(digest, args.format))
+    return EXIT_OK
+
+
+def _rules(args: argparse.Namespace, config: Config) -> int:
+    """`digest rules --for vmalert|loki`: the policy's recording rules as a rule file on stdout."""
+    from digest.backends.loki import LogqlWriter
+    from digest.backends.recording_rules import dump, loki_rules, vmalert_rules
+    from digest.backends.victorialogs import LogsqlWriter
+    from digest.pipeline.recording import recording_plan
+
+    if args.replay and args.evaluator != "vmalert":
+        return _fail("--replay goes with --for vmalert (Loki's ruler cannot evaluate the past)")
+    settings, policy = config.settings, config.policy
+    fields = policy.logs.role_fields()
+    plan = recording_plan(policy, fields, settings.logs_scope)
+    if not plan.families:
+        return _fail("no log check is enabled in the policy: there is nothing to record")
+    if args.evaluator == "vmalert":
+        document = vmalert_rules(plan, LogsqlWriter(fields, settings.logs_scope), replay=args.replay)
+    else:
+        document = loki_rules(plan, LogqlWriter(fields, settings.logs_scope))
+    sys.stdout.write(dump(document))
     return EXIT_OK
 
 

@@ -16,14 +16,17 @@ from pathlib import Path
 
 from checks.contract import Finding, Sources, Window
 from checks.error_lines import ErrorLinesCheck
-from digest.app.settings import ConfigError, LogBackend, Settings, load_settings
+from checks.log_questions import LogsSource
+from digest.app.settings import ConfigError, LogBackend, RecordedCounts, Settings, load_settings
 from digest.backends.http import tls_context
 from digest.backends.loki import LokiSource
 from digest.backends.prometheus import PrometheusSource
+from digest.backends.recorded import RecordedLogs
 from digest.backends.victorialogs import VictoriaLogsSource
 from digest.pipeline.collect import Collected, build_checks, collect
 from digest.pipeline.novelty import Novelty, ShapeHistory, judge
 from digest.pipeline.policy import Policy, PolicyError, load_policy
+from digest.pipeline.recording import recording_plan
 from digest.pipeline.score import Digest, grade
 from digest.pipeline.silent_logs import judge_silent_logs
 from digest.pipeline.state import HistoryStore, StateError
@@ -73,8 +76,8 @@ async def open_sources(settings: Settings, policy: Policy | None = None) -> Asyn
     The log backend is the one the settings select (Loki when DIGEST_LOKI_URL is set), reading the fields the
     policy's ``logs.fields`` names over its defaults.
     """
-    vm, log_endpoint = settings.vm_endpoint(), settings.logs_endpoint()
-    tls = tls_context([vm.url, log_endpoint.url])
+    vm, log_endpoint, elsewhere = settings.vm_endpoint(), settings.logs_endpoint(), settings.records_endpoint()
+    tls = tls_context([vm.url, log_endpoint.url, *([elsewhere.url] if elsewhere else [])])
     fields = (policy or Policy()).logs.role_fields()
     metrics = PrometheusSource(vm, tls=tls, scope=settings.metrics_scope)
     logs: VictoriaLogsSource | LokiSource
@@ -82,11 +85,18 @@ async def open_sources(settings: Settings, policy: Policy | None = None) -> Asyn
         logs = LokiSource(log_endpoint, tls=tls, fields=fields, scope=settings.logs_scope)
     else:
         logs = VictoriaLogsSource(log_endpoint, tls=tls, fields=fields, scope=settings.logs_scope)
+    counted: LogsSource = logs
+    records = metrics if elsewhere is None else PrometheusSource(elsewhere, tls=tls, scope=settings.metrics_scope)
+    if settings.recorded_counts is RecordedCounts.AUTO:
+        # Counts recorded by vmalert or Loki's ruler where they cover the window; the logs scanned for the rest.
+        counted = RecordedLogs(logs, records, recording_plan(policy or Policy(), fields, settings.logs_scope))
     try:
-        yield Sources(metrics=metrics, logs=logs)
+        yield Sources(metrics=metrics, logs=counted)
     finally:
         await metrics.aclose()
         await logs.aclose()
+        if records is not metrics:
+            await records.aclose()
 
 
 async def make_digest(

@@ -102,6 +102,13 @@ def _no_query(url: str, instead: str) -> str:
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 
 
+class RecordedCounts(enum.StrEnum):
+    """Whether the log checks read recorded counts (DIGEST_RECORDED_COUNTS)."""
+
+    AUTO = "auto"
+    OFF = "off"
+
+
 class Settings(BaseSettings):
     """Everything the digest reads from its environment."""
 
@@ -125,6 +132,11 @@ class Settings(BaseSettings):
     metrics_selector: str = ""
     # The same for the logs: a stream filter on VictoriaLogs, stream-selector matchers on Loki.
     logs_selector: str = ""
+    # Read the log checks' counts from recording rules' series in the metrics store where they cover the window
+    # (`digest rules` writes the rules), scanning the logs for the rest; "off" always scans the logs.
+    recorded_counts: RecordedCounts = RecordedCounts.AUTO
+    # Where the recording rules write, when not into DIGEST_VM_URL (same credentials and cluster selector).
+    records_url: str | None = None
 
     vl_bearer_token: SecretStr | None = None
     vl_bearer_token_file: Path | None = None
@@ -251,6 +263,11 @@ class Settings(BaseSettings):
         checked = _check_url(value)
         split_metrics_url(checked)  # raises, naming the query parameter it cannot honour
         return checked
+
+    @field_validator("records_url")
+    @classmethod
+    def _records_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_url(value)
 
     @field_validator("vl_url")
     @classmethod
@@ -446,6 +463,21 @@ class Settings(BaseSettings):
             "VictoriaMetrics",
             "vm_url",
             self.metrics_base_url(),
+            self.vm_bearer_token,
+            self.vm_username,
+            self.vm_password,
+            self.vm_headers,
+            {},
+        )
+
+    def records_endpoint(self) -> Endpoint | None:
+        """Where the recorded log counts are read, when not from the metrics store (None: from it)."""
+        if self.records_url is None:
+            return None
+        return self._endpoint(
+            "recorded counts",
+            "records_url",
+            self.records_url,
             self.vm_bearer_token,
             self.vm_username,
             self.vm_password,

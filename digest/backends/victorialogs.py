@@ -120,8 +120,15 @@ class LogsqlWriter:
         return list(keys)
 
     def _head(self, window: Window, scope: Filter, more: tuple[Filter, ...], by: tuple[LogField, ...]) -> str:
+        return self.head(time_filter(window), scope, more, by)
+
+    def head(self, time: str, scope: Filter, more: tuple[Filter, ...] = (), by: tuple[LogField, ...] = ()) -> str:
+        """The query's start: the cluster's streams, ``time``, the JSON keys the filters and fields read, the scope.
+
+        ``time`` is a time filter, or ``*`` for a replayed recording rule, whose evaluator sets the time.
+        """
         keys = self._json_keys(scope, *more, by=by)
-        head = self._stream + time_filter(window)
+        head = self._stream + time
         if not keys:
             scoped = self.filter(scope)
             return f"{head} {scoped}" if scoped else head

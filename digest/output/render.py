@@ -20,7 +20,7 @@ from datetime import UTC, date, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from checks.contract import Coverage, Finding, Status, fmt_int, fmt_percent, rfc3339
+from checks.contract import CountedFrom, Coverage, Finding, Status, fmt_int, fmt_percent, rfc3339
 from checks.coverage import PARTIAL, phrases
 from checks.error_lines import workload_of
 from digest import SCHEMA_VERSION, __version__
@@ -470,6 +470,18 @@ def coverage_json(coverage: Coverage | None) -> dict[str, Any] | None:
     }
 
 
+def counted_json(counted: CountedFrom | None) -> dict[str, Any] | None:
+    """Where a log check's counts came from; None for a check that counted no log lines."""
+    if counted is None:
+        return None
+    return {
+        "source": counted.source,
+        "recorded_seconds": counted.recorded_seconds,
+        "scanned_seconds": counted.scanned_seconds,
+        "note": counted.note or None,
+    }
+
+
 def to_json(digest: Digest) -> dict[str, Any]:
     """The JSON contract: one object per digest."""
     return {
@@ -532,6 +544,7 @@ def to_json(digest: Digest) -> dict[str, Any]:
                     for workload in finding.signatures
                 ],
                 "signatures_note": finding.signatures_note or None,
+                "counted_from": counted_json(finding.counted_from),
             }
             for finding in digest.findings
         ],

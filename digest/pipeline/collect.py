@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from checks import coverage, registry
 from checks.contract import (
     Check,
+    CountedFrom,
     Coverage,
     Finding,
     MetricsSource,
@@ -38,6 +39,7 @@ from checks.log_questions import (
     ShapeCount,
     Shapes,
 )
+from digest.backends.recorded import RecordedLogs
 from digest.pipeline.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,8 @@ class _WatchedMetrics:
 class _WatchedLogs:
     inner: LogsSource
     failures: _Failures
+    # The count questions one check asked (each check has its own): where their counts came from is said after.
+    asked: list[LineCount | PeakCount] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -102,6 +106,7 @@ class _WatchedLogs:
         return self.inner.language
 
     async def count(self, question: LineCount) -> list[CountRow]:
+        self.asked.append(question)
         try:
             return await self.inner.count(question)
         except SourceError:
@@ -109,6 +114,7 @@ class _WatchedLogs:
             raise
 
     async def peak(self, question: PeakCount) -> list[CountRow]:
+        self.asked.append(question)
         try:
             return await self.inner.peak(question)
         except SourceError:
@@ -116,6 +122,7 @@ class _WatchedLogs:
             raise
 
     async def series(self, question: LineCount) -> list[LineSeries]:
+        self.asked.append(question)
         try:
             return await self.inner.series(question)
         except SourceError:
@@ -133,6 +140,25 @@ class _WatchedLogs:
 
     def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
         return self.inner.reading_query(window, lines, most_repeated)
+
+
+def counted_from(logs: LogsSource, asked: Sequence[LineCount | PeakCount], window: Window) -> CountedFrom | None:
+    """Where the counts of a check's questions about ``window`` came from (None: it asked for none).
+
+    A source that reads recorded counts (`RecordedLogs`) says it per question; any other scanned them all.
+    """
+    mine = [question for question in asked if question.window == window]
+    if not mine:
+        return None
+    origins = logs.origins if isinstance(logs, RecordedLogs) else {}
+    recorded = scanned = 0.0
+    notes: list[str] = []
+    for question in mine:
+        origin = origins.get(question, CountedFrom(0.0, float(window.seconds)))
+        recorded, scanned = max(recorded, origin.recorded_seconds), max(scanned, origin.scanned_seconds)
+        if origin.note and origin.note not in notes:
+            notes.append(origin.note)
+    return CountedFrom(recorded, scanned, "; ".join(notes))
 
 
 def build_checks(policy: Policy) -> list[Check]:
@@ -186,14 +212,26 @@ async def collect(
         logs=_WatchedLogs(sources.logs, failures),
         deadline=asyncio.get_running_loop().time() + deadline_seconds,
     )
+    # Each check its own log watcher, to say afterwards where the counts it asked for came from.
+    watchers = [_WatchedLogs(sources.logs, failures) for _ in checks]
+    own = [replace(watched, logs=watcher) for watcher in watchers]
     measuring = (
         asyncio.ensure_future(_coverage(checks, watched, window, policy, deadline_seconds))
         if policy.coverage.enabled
         else None
     )
     findings = list(
-        await asyncio.gather(*(_guarded(check, watched, window, deadline_seconds, failures) for check in checks))
+        await asyncio.gather(
+            *(
+                _guarded(check, mine, window, deadline_seconds, failures)
+                for check, mine in zip(checks, own, strict=True)
+            )
+        )
     )
+    for index, watcher in enumerate(watchers):
+        counted = counted_from(sources.logs, watcher.asked, window)
+        if counted is not None:
+            findings[index] = replace(findings[index], counted_from=counted)
     partial = False
     if measuring is not None:
         report = await measuring
