@@ -278,6 +278,9 @@ class WorkloadSignatures:
     distinct: int
     capped: bool = False
     keys: frozenset[str] = frozenset()
+    # The shapes were read from one minute in this many (a flood's are, at a bounded cost): each signature's lines are
+    # the sample's times this (an estimate), its first and last times the sample's, ``distinct`` at least that many.
+    sampled_every: int = 1
 
 
 class Backend(enum.StrEnum):

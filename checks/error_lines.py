@@ -33,12 +33,19 @@ start when the first shapes request is sent (`AnswerClock`), not when the check 
 bound on queries in flight, and a note that says "no answer" of a backend still waiting behind the other checks'
 counts would be wrong. The check's own deadline still bounds the wait: shapes not asked before it are given up
 with a note saying so, and the count stands.
+
+A flood's shapes cost a bounded amount: a workload with more than ``signature_sample_lines`` error lines in the
+window (200,000 by default) has its shapes read from one minute in ``ceil(lines / signature_sample_lines)`` — a
+systematic sample of the window's minutes, which VictoriaLogs reads without touching the other minutes' blocks —
+and each shape's count is the sample's times that factor: an estimate, shown with "≈" and the sample named. On the
+2026-07-20 flood (4.5 M error lines of one workload) that is one minute in 23: 63 minutes instead of 1,440.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import re
 from collections import defaultdict
 from collections.abc import Mapping
@@ -181,6 +188,9 @@ class ErrorLinesPolicy:
     signature_workloads: int = 3
     signature_min_lines: int = 1_000
     signature_timeout_seconds: float = 20.0
+    # A workload with more error lines than this in the window has its shapes read from a systematic sample of the
+    # window's minutes (one in ceil(lines / this)), so that a flood's shapes cost what this many lines cost; 0: never.
+    signature_sample_lines: int = 200_000
     # False: only the collapsed shapes are shown, never a line as it was written (it may hold what redaction misses).
     show_log_examples: bool = True
 
@@ -336,8 +346,16 @@ class ErrorLinesCheck:
         """
         _, errors, pods = tally(rows)
         return [
-            self.shape_question(window, key[0], pods[key]) for key in self.signature_workloads(window, _ranked(errors))
+            replace(self.shape_question(window, key[0], pods[key]), sample_every=self.sample_every(errors[key]))
+            for key in self.signature_workloads(window, _ranked(errors))
         ]
+
+    def sample_every(self, error_lines: float) -> int:
+        """One minute in how many the shapes of a workload with ``error_lines`` are read from (1: every minute)."""
+        budget = self.policy.signature_sample_lines
+        if budget <= 0 or error_lines <= budget:
+            return 1
+        return math.ceil(error_lines / budget)
 
     def shape_question(self, window: Window, namespace: str, pods: set[str]) -> ShapeCount:
         """The shapes of one workload's error lines (its pods named exactly: a prefix would catch its neighbours)."""
@@ -381,7 +399,12 @@ class ErrorLinesCheck:
         seconds = self.policy.signature_timeout_seconds
         # One clock for every workload's question: together they get the seconds the policy allows.
         clock = AnswerClock(seconds)
-        questions = [replace(self.shape_question(window, key[0], pods[key]), clock=clock) for key in chosen]
+        questions = [
+            replace(
+                self.shape_question(window, key[0], pods[key]), clock=clock, sample_every=self.sample_every(errors[key])
+            )
+            for key in chosen
+        ]
         not_asked = (
             "what the errors said: not asked before the check's deadline (the log backend's query slots stayed busy "
             "with other checks' queries)"
@@ -417,11 +440,13 @@ class ErrorLinesCheck:
                 continue
             if isinstance(answer, BaseException):
                 raise answer
+            # A sample's lines stand for that many times as many (an estimate, said as one).
+            every = max(1, answer.sampled_every)
             signatures = tuple(
                 Signature(
                     text=shorten(redact(shape.text)),
-                    lines=shape.lines,
-                    share=shape.lines / errors[key] if errors[key] else 0.0,
+                    lines=shape.lines * every,
+                    share=min(1.0, shape.lines * every / errors[key]) if errors[key] else 0.0,
                     first=shape.first,
                     last=shape.last,
                     example=shorten(redact(shape.example)) if self.policy.show_log_examples else None,
@@ -430,14 +455,21 @@ class ErrorLinesCheck:
                 for shape in answer.top
             )
             labels = {"namespace": key[0], "workload": key[1]}
-            if answer.unshaped > 0:
+            if answer.unshaped > 0 and every == 1:
                 notes.append(
                     f"what the errors said: {fmt_int(answer.unshaped)} of {key[0]}/{key[1]}'s {fmt_int(errors[key])} "
                     f"error lines are of no shape named here ({answer.unshaped_why or 'the backend named only some'})"
                 )
             keys = frozenset(signature_key(key[0], key[1], shape) for shape in answer.keys)
             said.append(
-                WorkloadSignatures(labels, signatures, distinct=answer.distinct, capped=answer.capped, keys=keys)
+                WorkloadSignatures(
+                    labels,
+                    signatures,
+                    distinct=answer.distinct,
+                    capped=answer.capped or every > 1,
+                    keys=keys,
+                    sampled_every=every,
+                )
             )
         return tuple(said), "; ".join(dict.fromkeys(notes))
 

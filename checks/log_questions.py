@@ -265,6 +265,17 @@ class AnswerClock:
         return self._started is not None
 
 
+def sampled_minutes(window: Window, every: int) -> list[tuple[int, int]]:
+    """The [start, end) unix seconds of the minutes a sample of one in ``every`` reads: the middle of each run.
+
+    Minutes start on the minute (a window that does not is clipped to it); the last run may be short of ``every``.
+    """
+    first = -(-int(window.start.timestamp()) // 60) * 60
+    end = int(window.end.timestamp()) // 60 * 60
+    middle = every // 2
+    return [(minute, minute + 60) for minute in range(first + middle * 60, end, every * 60)]
+
+
 @dataclass(frozen=True)
 class ShapeCount:
     """Which message shapes the lines matching ``lines`` in ``window`` have, the most frequent first.
@@ -277,6 +288,10 @@ class ShapeCount:
 
     ``clock``, when given, bounds the time the backend takes to answer (not the time the question waits for a query
     slot): a request sent after it ran out fails with a TIMEOUT `SourceError`.
+
+    ``sample_every`` > 1 asks for the shapes of one minute in that many (a systematic sample of the window's minutes,
+    the middle one of each run of that many): what a flood said, read at a bounded cost. A backend that samples says
+    so in its answer (`Shapes.sampled_every`); one that cannot answers for every minute and says that.
     """
 
     window: Window
@@ -285,6 +300,7 @@ class ShapeCount:
     length: int = 160
     group_limit: int = 200
     clock: AnswerClock | None = field(default=None, compare=False)
+    sample_every: int = 1
 
 
 @dataclass(frozen=True)
@@ -319,6 +335,9 @@ class Shapes:
     keys: tuple[str, ...] = ()
     unshaped: float = 0.0
     unshaped_why: str = ""
+    # One minute in this many was read (the question's ``sample_every``, if the backend could sample): each shape's
+    # ``lines`` are those of the sampled minutes, its first and last times the sample's.
+    sampled_every: int = 1
 
 
 class LogsSource(Protocol):

@@ -17,6 +17,7 @@ from checks.error_lines import ErrorLinesPolicy
 from digest.app.engine import Config, make_digest, open_history_store, open_sources, stored_history
 from digest.app.settings import load_settings
 from digest.backends.prometheus import PrometheusSource
+from digest.backends.recorded import RecordedLogs
 from digest.backends.victorialogs import VictoriaLogsSource
 from digest.output.render import to_json
 from digest.pipeline.policy import Policy
@@ -46,8 +47,10 @@ async def _digest_and_queries(config: Config, store: HistoryStore | None) -> tup
     async with open_sources(config.settings) as sources:
         digest = await make_digest(config, window, sources=sources, history=stored_history(config, store))
         assert isinstance(sources.metrics, PrometheusSource)
-        assert isinstance(sources.logs, VictoriaLogsSource)
-        return to_json(digest), sources.metrics.queries_sent + sources.logs.queries_sent
+        # The log checks read recorded counts first where there are some (none here): the backend is inside.
+        assert isinstance(sources.logs, RecordedLogs)
+        assert isinstance(sources.logs.inner, VictoriaLogsSource)
+        return to_json(digest), sources.metrics.queries_sent + sources.logs.inner.queries_sent
 
 
 async def test_second_digest_reads_past_days_from_the_store(corpus_backends: EmbeddedBackends, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("DIGEST_UPDATE_GOLDENS") == "1"
 
 
-def _config(backends: EmbeddedBackends, **overrides: Any) -> Config:
+def _config(backends: EmbeddedBackends, policy: Policy | None = None, **overrides: Any) -> Config:
     settings = load_settings(
         vm_url=backends.metrics.url,
         vl_url=backends.logs.url,
@@ -39,11 +40,19 @@ def _config(backends: EmbeddedBackends, **overrides: Any) -> Config:
         query_timeout=overrides.pop("query_timeout", 20.0),
         **overrides,
     )
-    return Config(settings=settings, policy=Policy())
+    return Config(settings=settings, policy=policy or Policy())
 
 
-async def digest_of(backends: EmbeddedBackends, day: date) -> Digest:
-    return await make_digest(_config(backends), day_window(day, load_settings(timezone="UTC").zone))
+async def digest_of(backends: EmbeddedBackends, day: date, policy: Policy | None = None) -> Digest:
+    return await make_digest(_config(backends, policy), day_window(day, load_settings(timezone="UTC").zone))
+
+
+STORM_SHAPES = [
+    "ERROR feeds.ws relay: connect ETIMEDOUT <IP4>:<N>",
+    "ERROR feeds.ws relay: certificate has expired",
+    "ERROR feeds.ws relay: connect EADDRNOTAVAIL <IP4>:<N> - Local (<IP4>:<N>)",
+]
+STORM_SHAPE_LINES = [4_174_072, 318_553, 47_100]
 
 
 def check(payload: dict[str, Any], name: str) -> dict[str, Any]:
@@ -95,17 +104,15 @@ async def test_reconnect_storm_reads_critical_8(corpus_backends: EmbeddedBackend
 
 
 async def test_reconnect_storm_names_what_the_errors_said(corpus_backends: EmbeddedBackends) -> None:
-    """07-20: the relay's errors are three signatures, ETIMEDOUT first with its count and an example, new today."""
-    digest = await digest_of(corpus_backends, date(2026, 7, 20))
+    """07-20, every minute read: the relay's errors are three signatures, ETIMEDOUT first with its count, new today."""
+    exact = Policy(error_lines=replace(Policy().error_lines, signature_sample_lines=0))
+    digest = await digest_of(corpus_backends, date(2026, 7, 20), exact)
     [workload] = check(to_json(digest), "error_lines")["signatures"]
     assert workload["labels"] == {"namespace": "feeds", "workload": "feed-aggregator"}
+    assert workload["sampled_every"] == 1
     top = workload["top"]
-    assert [one["text"] for one in top] == [
-        "ERROR feeds.ws relay: connect ETIMEDOUT <IP4>:<N>",
-        "ERROR feeds.ws relay: certificate has expired",
-        "ERROR feeds.ws relay: connect EADDRNOTAVAIL <IP4>:<N> - Local (<IP4>:<N>)",
-    ]
-    assert [one["lines"] for one in top] == [4_174_072, 318_553, 47_100]
+    assert [one["text"] for one in top] == STORM_SHAPES
+    assert [one["lines"] for one in top] == STORM_SHAPE_LINES
     assert sum(one["lines"] for one in top) <= 4_539_734  # of the workload's error lines, never more
     assert (top[1]["first"], top[1]["last"]) == ("2026-07-20T00:00:00Z", "2026-07-20T05:09:59Z")
     text = Renderer().render(digest, "text")
@@ -115,6 +122,23 @@ async def test_reconnect_storm_names_what_the_errors_said(corpus_backends: Embed
     assert top[0]["new_today"] is True
     assert top[0]["key"] in to_json(digest)["novelty"]["new_today"]
     assert "   e.g. ERROR feeds.ws relay: connect ETIMEDOUT 203.0.113.7:443" in text
+
+
+async def test_reconnect_storm_shapes_come_from_a_bounded_sample(corpus_backends: EmbeddedBackends) -> None:
+    """07-20 by default: 4.5 M error lines shaped from 1 minute in 23, said so, the counts estimates near the truth."""
+    digest = await digest_of(corpus_backends, date(2026, 7, 20))
+    [workload] = check(to_json(digest), "error_lines")["signatures"]
+    assert workload["sampled_every"] == 23  # ceil(4,539,734 / 200,000)
+    top = workload["top"]
+    assert [one["text"] for one in top] == STORM_SHAPES
+    # The two shapes written for hours are within 5 % of their exact counts; the third, an hour-long burst that
+    # 3 of the 63 sampled minutes fall into, within 25 %.
+    for one, exact, tolerance in zip(top, STORM_SHAPE_LINES, (0.05, 0.05, 0.25), strict=True):
+        assert abs(one["lines"] - exact) <= tolerance * exact, (one["text"], one["lines"], exact)
+    assert top[0]["new_today"] is True
+    text = Renderer().render(digest, "text")
+    assert "feeds/feed-aggregator · 3 of its 4+ error signatures, read from 1 minute in 23" in text
+    assert "• ≈4,060,000 (89 %) ≈05:10–21:16 · new today · ERROR feeds.ws relay: connect ETIMEDOUT <IP4>:<N>" in text
 
 
 async def test_keepalive_race_reads_warning_9(corpus_backends: EmbeddedBackends) -> None:

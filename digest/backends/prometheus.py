@@ -14,13 +14,20 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 import httpx
 
 from checks.contract import RangeSeries, Sample, SourceErrorKind, rfc3339
 from digest.backends.http import Endpoint, HttpSource
 from digest.backends.scope import Matcher, ScopeError, scoped_promql
+
+
+def _moment(at: datetime) -> str:
+    """``at`` as RFC 3339: whole seconds, or milliseconds where it has them (a rule evaluator stamps to the ms)."""
+    if at.microsecond:
+        return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return rfc3339(at)
 
 
 class PrometheusSource(HttpSource):
@@ -38,15 +45,20 @@ class PrometheusSource(HttpSource):
 
     async def instant(self, query: str, at: datetime, cache: bool = True) -> list[Sample]:
         """Evaluate ``query`` at ``at``; ``cache=False`` for series written after the fact (see `_form`)."""
-        form = self._form({"query": self._scoped(query), "time": rfc3339(at)}, cache)
+        form = self._form({"query": self._scoped(query), "time": _moment(at)}, cache)
         return self._vector(await self._post_json("/api/v1/query", form))
 
     async def range(
         self, query: str, start: datetime, end: datetime, step_seconds: int, cache: bool = True
     ) -> list[RangeSeries]:
         """Evaluate ``query`` over [start, end] every ``step_seconds``; ``cache`` as for `instant`."""
-        form = {"query": self._scoped(query), "start": rfc3339(start), "end": rfc3339(end), "step": f"{step_seconds}s"}
+        form = {"query": self._scoped(query), "start": _moment(start), "end": _moment(end), "step": f"{step_seconds}s"}
         return self._matrix(await self._post_json("/api/v1/query_range", self._form(form, cache)))
+
+    async def samples(self, selector: str, at: datetime, milliseconds: int) -> list[RangeSeries]:
+        """The raw samples of ``selector`` in (at - milliseconds, at], as stored (never cached)."""
+        form = self._form({"query": self._scoped(f"{selector}[{milliseconds}ms]"), "time": _moment(at)}, False)
+        return self._matrix(await self._post_json("/api/v1/query", form))
 
     @staticmethod
     def _form(form: dict[str, str], cache: bool) -> dict[str, str]:

@@ -35,12 +35,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Literal, Protocol
 
-from checks.contract import CountedFrom, RangeSeries, Sample, Window
+from checks.contract import CountedFrom, RangeSeries, Sample, SourceError, Window
 from checks.log_questions import (
     EVERY_LINE,
     CountRow,
@@ -60,6 +61,7 @@ from checks.log_questions import (
 )
 
 MINUTE = 60
+SLOT_MS = MINUTE * 1000
 STAMP_LABEL = "digest_stamp"
 COLUMN_LABEL = "stats_result"  # where vmalert keeps a LogsQL stats result's name; Loki's rules set it themselves
 SIGN_LABEL = "digest_sign"  # Loki's rules: a column counted as a sum of terms, some subtracted
@@ -136,10 +138,15 @@ class _Match:
 
 
 @dataclass(frozen=True)
-class Minutes:
-    """Per family, the recorded minutes of a window (their starts, unix seconds) and how they were stamped."""
+class Slots:
+    """Per family, the recorded minutes inside a window: each slot's start (unix ms) and how it was stamped.
+
+    A slot is the 60 s one sample counts. ``phase`` is where the recorder's slots start within a minute (ms; 0 for
+    vmalert, which aligns its evaluations; Loki's ruler evaluates each group at an offset of its own).
+    """
 
     recorded: Mapping[str, Mapping[int, Stamp]]
+    phase: Mapping[str, int] = field(default_factory=dict)
     notes: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -173,20 +180,7 @@ class RecordsReader(Protocol):
         self, query: str, start: datetime, end: datetime, step_seconds: int, cache: bool = True
     ) -> list[RangeSeries]: ...
 
-
-def _utc(unix: float) -> datetime:
-    return datetime.fromtimestamp(unix, UTC)
-
-
-def _runs(minutes: Iterable[int]) -> list[tuple[int, int]]:
-    """Consecutive minutes as [start, end) runs in unix seconds."""
-    runs: list[tuple[int, int]] = []
-    for minute in sorted(minutes):
-        if runs and runs[-1][1] == minute:
-            runs[-1] = (runs[-1][0], minute + MINUTE)
-        else:
-            runs.append((minute, minute + MINUTE))
-    return runs
+    async def samples(self, selector: str, at: datetime, milliseconds: int) -> list[RangeSeries]: ...
 
 
 def _selector(name: str, **labels: str) -> str:
@@ -206,7 +200,7 @@ class RecordedLogs:
         self.metrics = metrics
         self.plan = plan
         self.origins: dict[object, CountedFrom] = {}
-        self._minutes: dict[tuple[datetime, datetime], asyncio.Future[Minutes]] = {}
+        self._slots: dict[tuple[datetime, datetime], asyncio.Future[Slots]] = {}
 
     @property
     def name(self) -> str:
@@ -224,7 +218,7 @@ class RecordedLogs:
 
     async def count(self, question: LineCount) -> list[CountRow]:
         found = match(self.plan, question)
-        if found is None or not self._whole_minutes(question.window, question.bucket_seconds):
+        if found is None:
             rows = await self.inner.count(question)
             self.origins[question] = CountedFrom(0.0, float(question.window.seconds))
             return rows
@@ -232,7 +226,7 @@ class RecordedLogs:
 
     async def peak(self, question: PeakCount) -> list[CountRow]:
         found = match(self.plan, question)
-        if found is None or not self._whole_minutes(question.window, None):
+        if found is None:
             rows = await self.inner.peak(question)
             self.origins[question] = CountedFrom(0.0, float(question.window.seconds))
             return rows
@@ -240,123 +234,146 @@ class RecordedLogs:
 
     async def series(self, question: LineCount) -> list[LineSeries]:
         found = match(self.plan, question)
-        if found is None or not self._whole_minutes(question.window, question.bucket_seconds):
+        if found is None:
             series = await self.inner.series(question)
             self.origins[question] = CountedFrom(0.0, float(question.window.seconds))
             return series
         return series_of(await self._answer(question, found), series_column(question))
 
-    @staticmethod
-    def _whole_minutes(window: Window, bucket_seconds: int | None) -> bool:
-        """Records are per minute (and buckets read whole from them): windows off the grid are scanned."""
-        start, end = window.start.timestamp(), window.end.timestamp()
-        step = bucket_seconds or MINUTE
-        return start % MINUTE == 0 and end % MINUTE == 0 and start % step == 0 and end % step == 0
-
     # Coverage of the records ------------------------------------------------------------------------------------
 
-    async def minutes(self, window: Window) -> Minutes:
-        """The recorded minutes of ``window`` per family, measured once per window and shared by its questions."""
+    async def slots(self, window: Window) -> Slots:
+        """The recorded slots of ``window`` per family, measured once per window and shared by its questions."""
         key = (window.start, window.end)
-        known = self._minutes.get(key)
+        known = self._slots.get(key)
         if known is None:
-            known = self._minutes[key] = asyncio.ensure_future(self._measure(window))
+            known = self._slots[key] = asyncio.ensure_future(self._measure(window))
         return await asyncio.shield(known)
 
-    async def _measure(self, window: Window) -> Minutes:
-        start, end = int(window.start.timestamp()), int(window.end.timestamp())
-        families = self.plan.families
-        asked = [
-            self._per_minute(
-                f"last_over_time({_selector(self.plan.heartbeat, **{STAMP_LABEL: stamp})}[{MINUTE}s])",
-                COLUMN_LABEL,
-                stamp,
-                start,
-                end,
+    async def _measure(self, window: Window) -> Slots:
+        start, end = _ms(window.start), _ms(window.end)
+        # Every heartbeat sample whose slot may touch the window; a slot is kept only if it lies wholly inside.
+        beats = await asyncio.gather(
+            *(
+                self.metrics.samples(
+                    _selector(self.plan.heartbeat, **{STAMP_LABEL: stamp}), window.end, end - start + SLOT_MS
+                )
+                for stamp in STAMPS
             )
-            for stamp in STAMPS
-        ] + [
-            self._per_minute(
-                "sum(last_over_time("
-                + _selector(self.plan.record(family), **{COLUMN_LABEL: family.total_column, STAMP_LABEL: stamp})
-                + f"[{MINUTE}s]))",
-                None,
-                stamp,
-                start,
-                end,
-            )
-            for stamp in STAMPS
-            for family in families
+        )
+        heartbeat: dict[tuple[str, Stamp], dict[int, float]] = {}
+        for stamp, answer in zip(STAMPS, beats, strict=True):
+            for series in answer:
+                column = series.labels.get(COLUMN_LABEL, "")
+                kept = heartbeat.setdefault((column, stamp), {})
+                for moment, value in series.points:
+                    slot = _slot(round(moment * 1000), stamp)
+                    if start <= slot and slot + SLOT_MS <= end:
+                        kept[slot] = value
+        pairs = [
+            (family, stamp) for family in self.plan.families for stamp in STAMPS if heartbeat.get((family.name, stamp))
         ]
-        answers = await asyncio.gather(*asked)
-        heartbeats = dict(zip(STAMPS, answers[: len(STAMPS)], strict=True))
-        rest = iter(answers[len(STAMPS) :])
-        totals = {stamp: {family.name: next(rest).get("", {}) for family in families} for stamp in STAMPS}
+        totals = await asyncio.gather(
+            *(self._totals(family, stamp, heartbeat[(family.name, stamp)]) for family, stamp in pairs)
+        )
+        found: dict[tuple[str, Stamp], dict[int, float]] = {
+            (family.name, stamp): total for (family, stamp), total in zip(pairs, totals, strict=True)
+        }
         recorded: dict[str, dict[int, Stamp]] = {}
+        phases: dict[str, int] = {}
         notes: dict[str, str] = {}
         for family in self.plan.families:
-            minutes: dict[int, Stamp] = {}
-            twice = wrong = 0
+            slots: dict[int, Stamp] = {}
+            why: list[str] = []
+            wrong = twice = 0
             for stamp in STAMPS:
-                beats = heartbeats[stamp].get(family.name, {})
-                sums = totals[stamp][family.name]
-                for minute in set(beats) | set(sums):
-                    if minute not in beats or sums.get(minute, 0.0) != beats[minute]:
+                beat = heartbeat.get((family.name, stamp), {})
+                total = found.get((family.name, stamp), {})
+                for slot in set(beat) | set(total):
+                    if slot not in beat or total.get(slot, 0.0) != beat[slot]:
                         wrong += 1
-                    elif minute in minutes:
+                    elif slot in slots:
                         twice += 1
                     else:
-                        minutes[minute] = stamp
-            if wrong or twice:
-                why = []
-                if wrong:
-                    why.append(f"{wrong} minutes' counts disagree with the recorder's heartbeat")
-                if twice:
-                    why.append(f"{twice} minutes were recorded twice (live and replayed)")
+                        slots[slot] = stamp
+            if wrong:
+                why.append(f"{wrong} minutes' counts disagree with the recorder's heartbeat")
+            starts = sorted(slots)
+            overlaps = twice + sum(1 for one, two in pairwise(starts) if two - one < SLOT_MS)
+            if overlaps:
+                why.append(f"{overlaps} minutes were recorded twice (live and replayed, or by two recorders)")
+            if why:
                 notes[family.name] = "recorded counts not used (" + "; ".join(why) + "): scanned"
-                minutes = {}
-            recorded[family.name] = minutes
-        return Minutes(recorded, notes)
+                slots = {}
+            recorded[family.name] = slots
+            phases[family.name] = starts[0] % SLOT_MS if slots else 0
+        return Slots(recorded, phases, notes)
 
-    async def _per_minute(
-        self, query: str, by_label: str | None, stamp: Stamp, start: int, end: int
-    ) -> dict[str, dict[int, float]]:
-        """Per value of ``by_label``, the value recorded for each minute [m, m + 60) of [start, end), keyed by m."""
-        # A live sample at t counts [t - 60, t): the minute's point is its end. A replayed one at t counts [t, t + 60).
-        first, last, shift = (start + MINUTE, end, -MINUTE) if stamp == "end" else (start, end - MINUTE, 0)
-        answer = await self.metrics.range(query, _utc(first), _utc(last), MINUTE, cache=False)
-        out: dict[str, dict[int, float]] = {}
+    async def _totals(self, family: Family, stamp: Stamp, beat: Mapping[int, float]) -> dict[int, float]:
+        """The family's per-group totals added up, at each of the heartbeat's samples (slot start -> lines)."""
+        selector = _selector(self.plan.record(family), **{COLUMN_LABEL: family.total_column, STAMP_LABEL: stamp})
+        first, last = min(beat), max(beat)
+        shift = SLOT_MS if stamp == "end" else 0
+        # Points on the samples' own times: each reads the one sample of its slot (a range open on the left).
+        answer = await self.metrics.range(
+            f"sum(last_over_time({selector}[{MINUTE}s]))",
+            _utc_ms(first + shift),
+            _utc_ms(last + shift),
+            MINUTE,
+            cache=False,
+        )
+        out: dict[int, float] = {}
         for series in answer:
-            key = series.labels.get(by_label, "") if by_label else ""
-            values = out.setdefault(key, {})
             for moment, value in series.points:
-                minute = int(moment) + shift
-                if start <= minute < end:
-                    values[minute] = values.get(minute, 0.0) + value
+                out[round(moment * 1000) - shift] = value
         return out
 
     # Answers ----------------------------------------------------------------------------------------------------
 
+    async def _unread(self, question: LineCount | PeakCount, error: SourceError) -> list[CountRow]:
+        """The records are a saving, not a source of their own: unreadable, the logs are counted without them."""
+        rows = await self._scan(question, question.window)
+        self.origins[question] = CountedFrom(0.0, float(question.window.seconds), f"recorded counts not read ({error})")
+        return rows
+
     async def _answer(self, question: LineCount | PeakCount, found: _Match) -> list[CountRow]:
         window = question.window
-        covered = await self.minutes(window)
+        try:
+            covered = await self.slots(window)
+        except SourceError as exc:
+            return await self._unread(question, exc)
         recorded = covered.recorded.get(found.family.name, {})
-        start, end = int(window.start.timestamp()), int(window.end.timestamp())
-        wanted = [minute for minute in range(start, end, MINUTE)]
-        gaps = _runs(minute for minute in wanted if minute not in recorded)
         note = covered.notes.get(found.family.name, "")
-        if not recorded or len(gaps) > MAX_GAP_RUNS:
-            if recorded:
+        start, end = _ms(window.start), _ms(window.end)
+        gaps = _gaps(start, end, recorded)
+        bucket = MINUTE if isinstance(question, PeakCount) else question.bucket_seconds
+        off_grid = bucket is not None and (
+            covered.phase.get(found.family.name, 0) != 0
+            or (not isinstance(question, PeakCount) and (start % (bucket * 1000) or end % (bucket * 1000)))
+        )
+        if recorded and off_grid:
+            # Minutes that do not start on the minute cannot be put into whole-minute peaks or buckets exactly.
+            note = (
+                note or "recorded minutes are not on the window's minute grid: per-minute and bucketed counts scanned"
+            )
+        if not recorded or off_grid or len(gaps) > MAX_GAP_RUNS:
+            if recorded and len(gaps) > MAX_GAP_RUNS:
                 note = f"records cover the window in more than {MAX_GAP_RUNS} pieces: scanned whole"
             rows = await self._scan(question, window)
             self.origins[question] = CountedFrom(0.0, float(window.seconds), note)
             return rows
-        stamps = sorted(set(recorded.values()))
-        reads = [self._read(question, found, stamp) for stamp in stamps]
-        scans = [self._scan(question, Window(_utc(a), _utc(b), window.zone, window.label)) for a, b in gaps]
-        parts = await asyncio.gather(*reads, *scans)
-        scanned = sum(b - a for a, b in gaps)
-        self.origins[question] = CountedFrom(float(window.seconds - scanned), float(scanned), note)
+        try:
+            reads = await asyncio.gather(
+                *(self._read(question, found, stamp, recorded) for stamp in sorted(set(recorded.values())))
+            )
+        except SourceError as exc:
+            return await self._unread(question, exc)
+        scans = await asyncio.gather(
+            *(self._scan(question, Window(_utc_ms(a), _utc_ms(b), window.zone, window.label)) for a, b in gaps)
+        )
+        parts = [*reads, *scans]
+        scanned = sum(b - a for a, b in gaps) / 1000
+        self.origins[question] = CountedFrom(window.seconds - scanned, scanned, note)
         return _merged(parts, peak=isinstance(question, PeakCount))
 
     async def _scan(self, question: LineCount | PeakCount, window: Window) -> list[CountRow]:
@@ -364,23 +381,28 @@ class RecordedLogs:
             return await self.inner.peak(replace(question, window=window))
         return await self.inner.count(replace(question, window=window))
 
-    async def _read(self, question: LineCount | PeakCount, found: _Match, stamp: Stamp) -> list[CountRow]:
-        """The recorded counts of one stamp's samples in the window (minutes without samples add nothing)."""
+    async def _read(
+        self, question: LineCount | PeakCount, found: _Match, stamp: Stamp, recorded: Mapping[int, Stamp]
+    ) -> list[CountRow]:
+        """The recorded counts of one stamp's slots in the window."""
         window = question.window
         labels = [label_of(one) for one in found.by]
         named = {label_of(one): field_label(one) for one in found.by}
-        # A replayed sample at t counts [t, t + 60): the window [a, b) holds those at [a, b), read 1 ms earlier.
-        moved = " offset 1ms" if stamp == "start" else ""
+        mine = [slot for slot, kind in recorded.items() if kind == stamp]
+        shift = SLOT_MS if stamp == "end" else 0
+        # Exactly this stamp's samples of the window: (first - 1 ms, last] in sample time.
+        first, last = min(mine) + shift, max(mine) + shift
+        span = f"[{last - first + 1}ms]"
+        at = _utc_ms(last)
         by = ", ".join([*labels, COLUMN_LABEL, SIGN_LABEL])
         columns = "|".join(sorted(set(found.columns.values())))
         selector = _selector(self.plan.record(found.family), **{STAMP_LABEL: stamp})
         selector = selector[:-1] + f', {COLUMN_LABEL}=~"{columns}"}}'
         by_family = {family_column: name for name, family_column in found.columns.items()}
         if isinstance(question, PeakCount):
-            span = f"[{window.seconds}s]{moved}"
             peaks, sums = await asyncio.gather(
-                self.metrics.instant(f"max by ({by}) (max_over_time({selector}{span}))", window.end, cache=False),
-                self.metrics.instant(f"sum by ({by}) (sum_over_time({selector}{span}))", window.end, cache=False),
+                self.metrics.instant(f"max by ({by}) (max_over_time({selector}{span}))", at, cache=False),
+                self.metrics.instant(f"sum by ({by}) (sum_over_time({selector}{span}))", at, cache=False),
             )
             rows: list[CountRow] = []
             for column, answer in (("peak", peaks), ("lines", sums)):
@@ -390,9 +412,7 @@ class RecordedLogs:
             return rows
         bucket = question.bucket_seconds
         if bucket is None:
-            answer = await self.metrics.instant(
-                f"sum by ({by}) (sum_over_time({selector}[{window.seconds}s]{moved}))", window.end, cache=False
-            )
+            answer = await self.metrics.instant(f"sum by ({by}) (sum_over_time({selector}{span}))", at, cache=False)
             return [
                 CountRow(
                     {named[label]: sample.labels.get(label, "") for label in labels},
@@ -401,9 +421,15 @@ class RecordedLogs:
                 for sample in answer
                 if sample.labels.get(COLUMN_LABEL, "") in by_family
             ]
-        start = window.start + timedelta(seconds=bucket)
+        # Buckets on the minute grid (checked by the caller): a point at each bucket's end sums its slots' samples;
+        # a replayed sample at t counts [t, t + 60 s), so its bucket's samples are read 1 ms earlier.
+        moved = " offset 1ms" if stamp == "start" else ""
         series = await self.metrics.range(
-            f"sum by ({by}) (sum_over_time({selector}[{bucket}s]{moved}))", start, window.end, bucket, cache=False
+            f"sum by ({by}) (sum_over_time({selector}[{bucket}s]{moved}))",
+            window.start + timedelta(seconds=bucket),
+            window.end,
+            bucket,
+            cache=False,
         )
         rows = []
         for one in series:
@@ -414,6 +440,32 @@ class RecordedLogs:
             for moment, value in one.points:
                 rows.append(CountRow(group, {name: _signed(one.labels, value)}, float(moment) - bucket))
         return rows
+
+
+def _ms(moment: datetime) -> int:
+    return round(moment.timestamp() * 1000)
+
+
+def _utc_ms(milliseconds: int) -> datetime:
+    return datetime.fromtimestamp(milliseconds / 1000, UTC)
+
+
+def _slot(sample_ms: int, stamp: Stamp) -> int:
+    """The start of the slot a sample counts: the minute before it (live), the minute from it (replayed)."""
+    return sample_ms - SLOT_MS if stamp == "end" else sample_ms
+
+
+def _gaps(start: int, end: int, recorded: Mapping[int, Stamp]) -> list[tuple[int, int]]:
+    """The parts of [start, end) (ms) no recorded slot covers, as runs."""
+    gaps: list[tuple[int, int]] = []
+    cursor = start
+    for slot in sorted(recorded):
+        if slot > cursor:
+            gaps.append((cursor, slot))
+        cursor = max(cursor, slot + SLOT_MS)
+    if cursor < end:
+        gaps.append((cursor, end))
+    return gaps
 
 
 def _signed(labels: Mapping[str, str], value: float) -> float:

@@ -302,6 +302,14 @@ def new_today(digest: Digest, key: str) -> bool | None:
     return False if key in novelty.seen else None
 
 
+def _about(estimate: float) -> str:
+    """An estimate to three significant digits (4,170,000), so that it does not pass for a count."""
+    if estimate < 1000:
+        return fmt_int(estimate)
+    digits = len(str(int(estimate))) - 3
+    return fmt_int(round(estimate, -digits))
+
+
 def _said(digest: Digest) -> list[dict[str, Any]]:
     """What the errors said, per workload: a heading and one line per signature (with its example if it differs)."""
     window = digest.window
@@ -320,14 +328,17 @@ def _said(digest: Digest) -> list[dict[str, Any]]:
                 count = f"{shown} error signature{'' if shown == 1 else 's'}"
             else:
                 count = f"{shown} of its {fmt_int(workload.distinct)}{'+' if workload.capped else ''} error signatures"
+            sampled = workload.sampled_every > 1
+            if sampled:
+                count += f", read from 1 minute in {workload.sampled_every}"
             said.append(
                 {
                     "workload": f"{workload.labels.get('namespace', '')}/{workload.labels.get('workload', '')}",
                     "count": count,
                     "lines": [
                         {
-                            "numbers": f"{fmt_int(one.lines)} ({fmt_percent(one.share)}) "
-                            f"{when(one.first)}–{when(one.last)}",
+                            "numbers": f"{'≈' + _about(one.lines) if sampled else fmt_int(one.lines)} "
+                            f"({fmt_percent(one.share)}) {'≈' if sampled else ''}{when(one.first)}–{when(one.last)}",
                             "new": new_today(digest, one.key) is True,
                             "text": one.text,
                             "example": one.example if one.example is not None and one.example != one.text else None,
@@ -527,6 +538,7 @@ def to_json(digest: Digest) -> dict[str, Any]:
                         "labels": dict(workload.labels),
                         "distinct": workload.distinct,
                         "capped": workload.capped,
+                        "sampled_every": workload.sampled_every,
                         "top": [
                             {
                                 "text": one.text,
