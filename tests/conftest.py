@@ -103,7 +103,10 @@ def _scaled(day: object) -> object:
 # The weights are each module's wall time run alone on this 2-core machine, warm snapshots (2026-12-04, `pytest
 # tests/MODULE -n 0`); a module not listed weighs 0 and goes last. A wrong weight costs balance, never correctness.
 MODULE_SECONDS = {
+    # Mostly waiting for Loki's ruler to evaluate twice, a minute apart: first, so the other worker fills the wait.
+    "test_loki_ruler": 300,
     "test_backend_parity": 277,
+    "test_recorded_counts": 40,
     "test_cluster_scope": 75,
     "test_image": 35,
     "test_links": 10,

@@ -190,6 +190,29 @@ def test_every_object_validates_strictly(rendered: list[Obj], version: str) -> N
         assert used == version
 
 
+def test_recording_rules_kustomization_renders_configmaps_for_each_evaluator() -> None:
+    """`kubectl kustomize deploy/recording`: two valid ConfigMaps, the Loki one labelled for its chart's sidecar."""
+    done = subprocess.run(
+        [kubectl(), "kustomize", str(DEPLOY / "recording")], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    objects = [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    assert {obj["metadata"]["name"]: obj["kind"] for obj in objects} == {
+        "digest-vmalert-rules": "ConfigMap",
+        "digest-loki-rules": "ConfigMap",
+    }
+    validator = kubernetes_validate()
+    for obj in objects:
+        for version in KUBERNETES_VERSIONS:
+            validator.validate(obj, version, strict=True)
+    labels = {obj["metadata"]["name"]: obj["metadata"].get("labels", {}) for obj in objects}
+    assert labels["digest-loki-rules"] == {"loki_rule": ""}
+    assert "loki_rule" not in labels["digest-vmalert-rules"]
+    for obj in objects:
+        rules = yaml.safe_load(obj["data"]["digest-log-counts.yaml"])
+        assert rules["groups"][0]["interval"] == "60s"
+
+
 def test_strict_validation_refuses_an_unknown_field(rendered: list[Obj]) -> None:
     """The validation above is strict for real: a misspelt field (cpuLimit) in the Deployment is refused."""
     validator = kubernetes_validate()

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,6 +76,12 @@ CASES = {
         "monitoring.prometheusOperator.enabled=true",
         "--set",
         "monitoring.victoriaMetricsOperator.enabled=true",
+    ),
+    "recording-rules-for-vmalert-and-loki": (
+        "--set",
+        "recordingRules.vmalert.enabled=true",
+        "--set",
+        "recordingRules.loki.enabled=true",
     ),
 }
 # The cases that turn a monitoring stack on: both presets, and the defaults with both toggles.
@@ -220,6 +228,47 @@ def test_the_chart_s_files_are_the_deploy_files() -> None:
     """The chart carries copies of deploy/alerts.yaml and deploy/policy.example.yaml: identical, one source of truth."""
     assert (CHART / "files" / "alerts.yaml").read_text() == (REPO / "deploy" / "alerts.yaml").read_text()
     assert (CHART / "files" / "policy.yaml").read_text() == (REPO / "deploy" / "policy.example.yaml").read_text()
+
+
+def _without_header(text: str) -> str:
+    """A generated rule file without its leading comment lines (what `digest rules` prints)."""
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
+
+
+def test_the_shipped_recording_rules_are_what_digest_rules_writes() -> None:
+    """deploy/recording holds `digest rules` of the default policy, and the chart carries the same files."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DIGEST_")}
+    for name, arguments in {
+        "vmalert-rules.yaml": ["--for", "vmalert"],
+        "vmalert-replay-rules.yaml": ["--for", "vmalert", "--replay"],
+        "loki-rules.yaml": ["--for", "loki"],
+    }.items():
+        printed = subprocess.run(
+            [sys.executable, "-m", "digest.app.cli", "rules", *arguments], capture_output=True, text=True, env=env
+        )
+        assert printed.returncode == 0, printed.stderr
+        assert _without_header((REPO / "deploy" / "recording" / name).read_text()) == printed.stdout, name
+    recording = REPO / "deploy" / "recording"
+    assert (CHART / "files" / "recording-vmalert.yaml").read_text() == (recording / "vmalert-rules.yaml").read_text()
+    assert (CHART / "files" / "recording-loki.yaml").read_text() == (recording / "loki-rules.yaml").read_text()
+
+
+def test_the_recording_rules_render_for_each_evaluator() -> None:
+    """The toggles render a VMRule of the vmalert rules and a ConfigMap Loki's chart loads (label loki_rule)."""
+    rendered = {obj["kind"]: obj for obj in _render(*CASES["recording-rules-for-vmalert-and-loki"])}
+    recording = REPO / "deploy" / "recording"
+    assert rendered["VMRule"]["spec"] == yaml.safe_load((recording / "vmalert-rules.yaml").read_text())
+    assert rendered["VMRule"]["spec"]["groups"][0]["type"] == "vlogs"
+    [loki] = [
+        obj
+        for obj in _render(*CASES["recording-rules-for-vmalert-and-loki"])
+        if "loki_rule" in obj["metadata"]["labels"]
+    ]
+    assert loki["kind"] == "ConfigMap"
+    rules = yaml.safe_load(loki["data"]["digest-log-counts.yaml"])
+    assert rules == yaml.safe_load((recording / "loki-rules.yaml").read_text())
+    # Off by default: nothing of it in the defaults.
+    assert not [obj for obj in _render() if obj["metadata"]["name"].endswith("-log-counts")]
 
 
 def test_missing_required_values_are_named() -> None:

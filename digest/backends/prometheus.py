@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 
 import httpx
 
@@ -24,9 +24,14 @@ from digest.backends.scope import Matcher, ScopeError, scoped_promql
 
 
 def _moment(at: datetime) -> str:
-    """``at`` as RFC 3339: whole seconds, or milliseconds where it has them (a rule evaluator stamps to the ms)."""
+    """``at`` as RFC 3339 in whole seconds, or as Unix seconds to the millisecond where it has them.
+
+    A rule evaluator stamps its samples to the millisecond. Not RFC 3339 with a fraction: VictoriaMetrics reads
+    ``…:26.490Z`` through a float and lands on .489.
+    """
     if at.microsecond:
-        return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        whole = int(at.replace(microsecond=0).timestamp())
+        return f"{whole}.{at.microsecond // 1000:03d}"
     return rfc3339(at)
 
 

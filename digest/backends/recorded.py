@@ -18,16 +18,21 @@ that changes the error rule reads and writes new names, and old and new counts n
 **Heartbeat and coverage.** Besides the families, one rule counts every family's lines in one row a minute
 (``digest:recorder:v…``, a column per family), so that "no sample" can be told apart from "no line": a minute is
 *recorded* for a family when the heartbeat has it and the family's per-group totals add up to the heartbeat's count
-(a rule that failed, timed out or was written in part for that minute does not). Minutes not recorded — the
+(a rule that failed, timed out or was written in part for that minute does not). Records that cannot be read (the
+store down) cost nothing but the saving: the logs are scanned and the note says why. Minutes not recorded — the
 recorder down, late, or started after the window began — are *scanned* directly in the log backend and added, so a
 count is never silently short; the `CountedFrom` of each question says how many seconds came from where. Counts that
 contradict their heartbeat, or minutes recorded twice (live and replayed), are not trusted at all: the whole window
 is scanned and the note says why.
 
-**Two stamps.** Evaluated live, a rule's sample at ``t`` counts the minute before ``t`` (vmalert evaluates LogsQL
-with ``_time:1m`` at ``t``); replayed (``vmalert -replay``), VictoriaLogs' range query stamps each minute's count at
-the minute's start. The two are told apart by the ``digest_stamp`` label the rules carry (``end``, ``start``), and a
-window [a, b) reads the samples at (a, b] of the first and [a, b) of the second.
+**Two stamps, any phase.** Evaluated live, a rule's sample at ``t`` counts the minute before ``t`` (vmalert
+evaluates LogsQL with ``_time:1m`` at ``t``; Loki's ruler ``[1m] offset 1ns``); replayed (``vmalert -replay``),
+VictoriaLogs' range query stamps each minute's count at the minute's start. The two are told apart by the
+``digest_stamp`` label the rules carry (``end``, ``start``). vmalert evaluates on the minute; Loki's ruler at an
+offset of its own within the minute (milliseconds, the same for every evaluation of a group). A sample's *slot* is
+the 60 s it counts, kept only when it lies wholly inside the window; the rest of the window is scanned, to the
+millisecond. Sums over the window are exact at any offset; the busiest minute and hourly buckets need slots on the
+clock's minutes, so with a ruler off the minute they are scanned (and said to be).
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ SLOT_MS = MINUTE * 1000
 STAMP_LABEL = "digest_stamp"
 COLUMN_LABEL = "stats_result"  # where vmalert keeps a LogsQL stats result's name; Loki's rules set it themselves
 SIGN_LABEL = "digest_sign"  # Loki's rules: a column counted as a sum of terms, some subtracted
+TERM_LABEL = "digest_term"  # …each term a series of its own
 Stamp = Literal["end", "start"]
 STAMPS: tuple[Stamp, ...] = ("end", "start")
 # More runs of unrecorded minutes than this in one window: one scan of the whole window is cheaper than many.
@@ -447,7 +453,8 @@ def _ms(moment: datetime) -> int:
 
 
 def _utc_ms(milliseconds: int) -> datetime:
-    return datetime.fromtimestamp(milliseconds / 1000, UTC)
+    # Exact: a float division would land a microsecond short of .490 and be written as .489.
+    return datetime.fromtimestamp(milliseconds // 1000, UTC) + timedelta(milliseconds=milliseconds % 1000)
 
 
 def _slot(sample_ms: int, stamp: Stamp) -> int:

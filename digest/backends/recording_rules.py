@@ -19,7 +19,11 @@ renamed to plain label names (``kubernetes.pod_namespace`` → ``namespace``), w
 
 **Loki's ruler** (remote write to VictoriaMetrics or Prometheus): one rule per column and term of each family,
 ``count_over_time`` over the minute before the evaluation, with the column in ``stats_result`` and the term's sign
-in ``digest_sign`` (a column LogQL cannot count in one expression is a sum of terms, some subtracted).
+in ``digest_sign`` (a column LogQL cannot count in one expression is a sum of terms, some subtracted) and the term
+in ``digest_term``. Each counts ``[1m] offset 1ns``: [t - 60 s, t) rather than LogQL's (t - 60 s, t], so that a line
+stamped on the edge of two minutes is counted in one. Loki's ruler evaluates a group at an offset of its own within
+the minute (not on the minute, as vmalert does): its minutes are read as they are for sums over the window, and the
+per-minute peaks and hourly buckets, which need minutes on the clock's grid, are scanned.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from digest.backends.recorded import (
     MINUTE,
     SIGN_LABEL,
     STAMP_LABEL,
+    TERM_LABEL,
     Family,
     RecordingPlan,
     label_of,
@@ -116,8 +121,9 @@ def loki_rules(plan: RecordingPlan, writer: LogqlWriter) -> dict[str, Any]:
             lines = family.lines(name)
             aliases = writer.aliases(lines, family.by)
             renamed = {writer.label_of(one, aliases): label_of(one) for one in family.by}
-            for sign, term in counted_terms(lines):
-                counted = writer.count_query(term, family.by, minute)
+            for number, (sign, term) in enumerate(counted_terms(lines), start=1):
+                # [t - 60 s, t) rather than LogQL's (t - 60 s, t]: a line stamped on the slot's edge counts once.
+                counted = writer.count_query(term, family.by, minute, "1ns")
                 targets = ", ".join(label_of(one) for one in family.by)
                 expression = _relabelled(counted, renamed)
                 if any(source != target for source, target in renamed.items()):
@@ -129,12 +135,14 @@ def loki_rules(plan: RecordingPlan, writer: LogqlWriter) -> dict[str, Any]:
                         "labels": {
                             COLUMN_LABEL: name,
                             SIGN_LABEL: "+" if sign > 0 else "-",
+                            # Two terms of one column write two series, not two samples of one.
+                            TERM_LABEL: str(number),
                             STAMP_LABEL: "end",
                         },
                     }
                 )
     for family in plan.families:
-        counted = writer.count_query(family.scope, (), minute)
+        counted = writer.count_query(family.scope, (), minute, "1ns")
         rules.append(
             {
                 "record": plan.heartbeat,

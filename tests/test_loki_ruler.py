@@ -1,0 +1,179 @@
+"""Loki's ruler as the recorder: it evaluates `digest rules --for loki` live and remote-writes into VictoriaMetrics.
+
+A real Loki 3.5.12 with its ruler on (rules from local storage, remote write to a VictoriaMetrics of the test's own)
+takes lines stamped around now, since a ruler only evaluates the present. Once it has recorded a few minutes, the
+digest of a window around them reads those minutes from the records and scans the rest: the same digest as the
+scanned one. The ruler evaluates its group at an offset of its own within the minute, so the per-minute peaks are
+scanned, and said to be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from checks.contract import Window
+from digest.app.engine import Config, make_digest
+from digest.app.settings import load_settings
+from digest.output.render import to_json
+from digest.pipeline.policy import Policy
+from testbed.embedded import Server, free_port
+from testbed.loki_server import LokiServer, loki_binary_or_skip
+from tests.command import clean_env, run_digest
+
+PODS = ("api-7c9d8f6b5d-x2x9k", "feed-aggregator-lc5zrwsjcm-gkcjb", "redis-0")
+# Lines from this long before the ruler starts until this long after: the ruler records the minutes as they pass.
+BEFORE, AFTER = timedelta(minutes=4), timedelta(minutes=5)
+# The ruler's first evaluation comes within a minute of its start; the next a minute later.
+RECORDED_SLOTS = 2
+
+
+@dataclass(frozen=True)
+class Ruled:
+    """The Loki (with its ruler) and the VictoriaMetrics it writes into, and the lines' span."""
+
+    loki: LokiServer
+    records: Server
+    first: datetime
+    heartbeat: str
+
+
+def records_around(now: datetime) -> list[str]:
+    """Vector-shaped records, one every 400 ms per pod, a third of them errors, from BEFORE now to AFTER it."""
+    lines = []
+    moment, number = now - BEFORE, 0
+    while moment < now + AFTER:
+        for pod in PODS:
+            level = "error" if number % 3 == 0 else "info"
+            record = {
+                "timestamp": moment.isoformat().replace("+00:00", "Z"),
+                "message": f"{level.upper()} request {number} done",
+                "level": level,
+                "stream": "stderr",
+                "kubernetes": {
+                    "pod_namespace": "shop",
+                    "pod_name": pod,
+                    "container_name": "app",
+                    "pod_node_name": "node-1",
+                },
+            }
+            lines.append(json.dumps(record))
+            number += 1
+        moment += timedelta(milliseconds=400)
+    return lines
+
+
+def heartbeats(records: Server, name: str) -> list[float]:
+    """The times of the heartbeat's samples so far."""
+    httpx.get(f"{records.url}/internal/force_flush", timeout=30)
+    exported = httpx.post(f"{records.url}/api/v1/export", data={"match[]": f'{{__name__="{name}"}}'}, timeout=30)
+    times: set[float] = set()
+    for line in exported.text.splitlines():
+        times.update(stamp / 1000 for stamp in json.loads(line)["timestamps"])
+    return sorted(times)
+
+
+@pytest.fixture(scope="module")
+def ruled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ruled]:
+    """A Loki whose ruler has recorded RECORDED_SLOTS minutes of lines pushed around now."""
+    binary = loki_binary_or_skip()
+    root = tmp_path_factory.mktemp("ruler")
+    records = Server("victoria-metrics", "victoria-metrics", free_port(), root / "vm")
+    records.start(["-search.latencyOffset=0s"])
+    rules = run_digest("rules", "--for", "loki", env=clean_env())
+    assert rules.returncode == 0, rules.stderr
+    # Local rule storage: one folder per tenant ("fake" without auth), a file per rule namespace.
+    (root / "rules" / "fake").mkdir(parents=True)
+    (root / "rules" / "fake" / "digest.yaml").write_text(rules.stdout)
+    heartbeat = yaml.safe_load(rules.stdout)["groups"][0]["rules"][-1]["record"]
+    ruler = {
+        "ruler": {
+            "storage": {"type": "local", "local": {"directory": str(root / "rules")}},
+            "rule_path": str(root / "rule-scratch"),
+            "enable_api": True,
+            "poll_interval": "2s",
+            "remote_write": {"enabled": True, "clients": {"digest": {"url": f"{records.url}/api/v1/write"}}},
+            "wal": {"dir": str(root / "ruler-wal")},
+        }
+    }
+    loki = LokiServer(config_overrides=ruler, binary=binary)
+    try:
+        loki.start()
+        now = datetime.now(UTC)
+        lines = records_around(now)
+        summary = loki.push_records([("\n".join(lines) + "\n").encode()])
+        assert summary.lines == len(lines)
+        # Bounded: the ruler evaluates once a minute; RECORDED_SLOTS evaluations take at most that many and one more.
+        deadline = time.monotonic() + 60 * (RECORDED_SLOTS + 1) + 30
+        while len(heartbeats(records, heartbeat)) < RECORDED_SLOTS:
+            if time.monotonic() > deadline:
+                pytest.fail(f"the ruler wrote {len(heartbeats(records, heartbeat))} heartbeats: {loki.tail_log()}")
+            time.sleep(2)
+        yield Ruled(loki, records, now - BEFORE, heartbeat)
+    finally:
+        loki.stop()
+        records.stop()
+
+
+def digest_json(ruled: Ruled, start: datetime, end: datetime, recorded: bool) -> dict[str, Any]:
+    """The window's digest from Loki, reading the ruler's records or not."""
+    settings = load_settings(
+        vm_url=ruled.records.url,
+        loki_url=ruled.loki.url,
+        recorded_counts="auto" if recorded else "off",
+        cluster="ruler",
+        timezone="UTC",
+        policy_file=None,
+    )
+    window = Window(start, end, UTC, "ruler")
+    return to_json(asyncio.run(make_digest(Config(settings=settings, policy=Policy()), window)))
+
+
+def without_origin(digest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The digest's checks without ``counted_from``: what must not depend on where counts came from."""
+    return [{key: value for key, value in check.items() if key != "counted_from"} for check in digest["checks"]]
+
+
+def test_every_rule_is_evaluated_without_error(ruled: Ruled) -> None:
+    """Loki's ruler loads every rule `digest rules --for loki` writes and evaluates each without an error."""
+    answer = httpx.get(f"{ruled.loki.url}/prometheus/api/v1/rules", timeout=30).json()
+    rules = [rule for group in answer["data"]["groups"] for rule in group["rules"]]
+    assert rules
+    for rule in rules:
+        assert (rule["health"], rule.get("lastError", "")) == ("ok", ""), rule["name"]
+
+
+def test_minutes_the_ruler_recorded_are_read_and_the_rest_scanned(ruled: Ruled) -> None:
+    """A window around the ruler's minutes: error_lines reads them and scans the rest, the digest is the scanned one."""
+    beats = heartbeats(ruled.records, ruled.heartbeat)
+    start = ruled.first.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    end = datetime.fromtimestamp(int(beats[-1]), UTC) + timedelta(seconds=30)
+    inside = [moment for moment in beats if start.timestamp() <= moment - 60 and moment <= end.timestamp()]
+    assert len(inside) >= RECORDED_SLOTS - 1
+    scanned = digest_json(ruled, start, end, recorded=False)
+    recorded = digest_json(ruled, start, end, recorded=True)
+    strip = [{key: value for key, value in check.items() if key != "counted_from"} for check in recorded["checks"]]
+    assert strip == [
+        {key: value for key, value in check.items() if key != "counted_from"} for check in scanned["checks"]
+    ]
+    origins = {check["name"]: check["counted_from"] for check in recorded["checks"]}
+    seconds = (end - start).total_seconds()
+    assert origins["error_lines"] == {
+        "source": "both",
+        "recorded_seconds": 60.0 * len(inside),
+        "scanned_seconds": seconds - 60.0 * len(inside),
+        "note": None,
+    }
+    # Each minute of the ruler starts at its group's offset, not on the minute: busiest minutes are scanned.
+    assert origins["log_storms"] is not None
+    assert origins["log_storms"]["source"] == "scanned"
+    assert "not on the window's minute grid" in origins["log_storms"]["note"]
