@@ -333,3 +333,19 @@ def test_rules_command_refuses_what_it_cannot_do(records: Records) -> None:
     done = run_digest("rules", env=backend_env(records.corpus))
     assert done.returncode == 2
     assert "--for" in done.stderr
+
+
+def test_doctor_says_where_the_counts_come_from(records: Records, tmp_path: Path) -> None:
+    """`digest doctor` names each log check's source, and rules written for another policy when it finds only those."""
+    env = backend_env(records.corpus, DIGEST_RECORDS_URL=records.url)
+    done = run_digest("doctor", "--at", "2026-07-21T00:00:00Z", "--format", "json", env=env)
+    payload = json.loads(done.stdout)
+    assert {name: one["source"] for name, one in payload["recorded_counts"]["checks"].items()} == dict.fromkeys(
+        LOG_CHECKS, "recorded"
+    )
+    assert set(payload["recorded_counts"]["expected"]) <= set(payload["recorded_counts"]["found"])
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text("checks:\n  error_lines:\n    error_levels: [error, fatal]\n")
+    done = run_digest("doctor", "--at", "2026-07-21T00:00:00Z", env={**env, "DIGEST_POLICY_FILE": str(policy_file)})
+    assert "error_lines: scanned" in done.stdout
+    assert "rules written for another policy or log scope — write them again with `digest rules`" in done.stdout

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any, TextIO
 
 from checks import registry
-from checks.contract import Finding, Input, SourceError, Sources, Status, Window
+from checks.contract import Finding, Input, SourceError, Sources, Status, Window, fmt_duration
 from checks.coverage import PARTIAL
 from checks.log_questions import EVERY_LINE, ROLES, Empty, Filter, Json, LineCount, LogField, Not
 from digest import __version__
@@ -40,6 +40,7 @@ from digest.backends.prometheus import PrometheusSource
 from digest.backends.scope import render
 from digest.backends.victorialogs import DEFAULT_FIELDS
 from digest.pipeline.policy import Policy
+from digest.pipeline.recording import recording_plan
 from digest.pipeline.score import Digest
 from digest.pipeline.window import last_window
 
@@ -219,6 +220,7 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
     never_seen = sorted(
         {seen for finding in digest.findings if finding.coverage for seen in finding.coverage.never_seen}
     )
+    records = await _records(config, tls, window, digest) if urls[0].fine() else None
     graded_blind = [check for check in checks if check["graded"] and not check["runs"]]
     healthy = all(report.fine() for report in urls) and all(r.fine() for r in scopes) and not graded_blind
     if fmt == "json":
@@ -249,6 +251,7 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
                 for r in scopes
             ],
             "checks": checks,
+            "recorded_counts": records,
             "disabled": list(digest.disabled),
             "never_seen": never_seen,
             "ok": healthy,
@@ -270,6 +273,8 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
         lines.extend(f"      {_input_line(one)}" for one in check["inputs"])
     if digest.disabled:
         lines.append(f"  – disabled in the policy: {', '.join(digest.disabled)}")
+    if records is not None:
+        lines.extend(["", "Recorded counts (docs/recording.md):", *(f"  {line}" for line in records["said"])])
     if never_seen:
         lines.extend(["", f"Never seen in the last 30 days: {'; '.join(never_seen)}"])
     lines.extend(
@@ -283,6 +288,60 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
     )
     out.write("\n".join(lines) + "\n")
     return EXIT_OK if healthy else EXIT_USAGE
+
+
+async def _records(config: Config, tls: ssl.SSLContext, window: Window, digest: Digest) -> dict[str, Any]:
+    """Where the log checks' counts came from, and the recording rules' series found in the store (any version).
+
+    Information, never a failure: without records the checks scan the logs, as they always could.
+    """
+    settings = config.settings
+    plan = recording_plan(config.policy, config.policy.logs.role_fields(), settings.logs_scope)
+    endpoint = settings.records_endpoint() or settings.vm_endpoint()
+    source = PrometheusSource(endpoint, tls=tls, scope=settings.metrics_scope)
+    found: list[str] = []
+    try:
+        answer = await source.instant(
+            'count by (__name__) (last_over_time({__name__=~"digest:.+:v[0-9a-f]{8}"}[1d]))', window.end, cache=False
+        )
+        found = sorted(sample.labels.get("__name__", "") for sample in answer)
+    except SourceError as exc:
+        found = [f"? ({exc})"]
+    finally:
+        await source.aclose()
+    expected = [plan.record(family) for family in plan.families] + [plan.heartbeat]
+    counted = {finding.name: finding.counted_from for finding in digest.findings if finding.counted_from is not None}
+    said = [
+        f"{name}: {origin.source}"
+        + (
+            f" ({fmt_duration(origin.recorded_seconds)} recorded, {fmt_duration(origin.scanned_seconds)} scanned)"
+            if origin.source == "both"
+            else ""
+        )
+        + (f"; {origin.note}" if origin.note else "")
+        for name, origin in counted.items()
+    ]
+    others = [name for name in found if name not in expected]
+    if plan.heartbeat not in found:
+        if others:
+            said.append(
+                f"no {plan.heartbeat} in the store, but {', '.join(others)}: rules written for another policy or log "
+                "scope — write them again with `digest rules` and deploy them"
+            )
+        else:
+            said.append(
+                "no recording rules' series in the store: the log checks scan the logs (on a busy cluster, deploy "
+                "`digest rules --for vmalert` or `--for loki`)"
+            )
+    return {
+        "expected": expected,
+        "found": found,
+        "checks": {
+            name: {"source": origin.source, "recorded_seconds": origin.recorded_seconds, "note": origin.note or None}
+            for name, origin in counted.items()
+        },
+        "said": said,
+    }
 
 
 def _check_report(digest: Digest, finding: Finding) -> dict[str, Any]:

@@ -1,0 +1,249 @@
+"""The digest with and without recorded counts, on a quiet and a flooded day: ``python -m bench.recorded``.
+
+Issue 33's question: does a digest cost the same on the 13 M-line day as on the 0.1 M-line day once vmalert records
+the log counts? For each day (the benchmark's generated cluster: 2,000 pods on 200 nodes; 0.1 M and 13 M log lines)
+it loads VictoriaMetrics and VictoriaLogs (and, with ``--loki``, Loki), replays `digest rules --for vmalert
+--replay` over the day with a real vmalert into the same VictoriaMetrics (the replay's own time is reported), and
+times ``digest run --date … --format json`` through counting proxies, ``--repeats`` times each (median):
+
+* **recorded**: ``DIGEST_RECORDED_COUNTS=auto`` (the default) with the records present;
+* **scanned**: ``DIGEST_RECORDED_COUNTS=off``, today's figures for contrast.
+
+Each run's digest is checked: no check UNKNOWN (every check checked with the default timeouts), the error lines
+counted equal to those generated, and each log check's ``counted_from`` what the mode says. On Loki the records are
+the ones vmalert made from VictoriaLogs, which holds the same lines: the digest's records do not depend on the log
+backend that is scanned (their names carry the policy and the scope, not the backend).
+
+Also ``python -X importtime`` of the CLI: what a ``digest run`` pays before its first query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+
+from bench.generate import DAY, build_cluster, day_facts
+from bench.pairs import ALL_PAIRS, LOKI, REFERENCE, VICTORIALOGS, VICTORIAMETRICS, Pair
+from bench.proxy import CountingProxy
+from bench.runner import (
+    FULL,
+    _stop_on_sigterm,
+    digest_command,
+    digest_env,
+    machine,
+    measured,
+    revision,
+    say,
+    servers_loaded,
+    settle,
+)
+
+LOG_CHECKS = ("error_lines", "log_storms", "envoy_flags")
+
+
+@dataclass
+class Timed:
+    """One pair, day and mode: the median digest and what every run of it said."""
+
+    pair: Pair
+    day: str
+    mode: str
+    seconds: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    requests: tuple[int, int] = (0, 0)
+    headline: str = ""
+    unknown: list[str] = field(default_factory=list)
+    errors_counted: float = 0.0
+    origins: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds) if self.seconds else float("nan")
+
+
+def replay(rules: Path, logs_url: str, metrics_url: str) -> float:
+    """``vmalert -replay`` of the day, one minute per request; its seconds."""
+    start = datetime.combine(DAY, datetime.min.time(), UTC)
+    binary = shutil.which("vmalert")
+    if binary is None:
+        raise RuntimeError("vmalert is not on PATH: run scripts/install-backends")
+    command = [
+        binary,
+        f"-rule={rules}",
+        f"-datasource.url={logs_url}",
+        f"-remoteWrite.url={metrics_url}",
+        f"-replay.timeFrom={start.isoformat().replace('+00:00', 'Z')}",
+        f"-replay.timeTo={(start + timedelta(days=1)).isoformat().replace('+00:00', 'Z')}",
+        "-replay.maxDatapointsPerQuery=1",
+        "-replay.rulesDelay=0s",
+        "-replay.disableProgressBar",
+        "-httpListenAddr=127.0.0.1:0",
+        "-loggerLevel=ERROR",
+    ]
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)  # noqa: S603  # our binary and arguments
+    if done.returncode != 0:
+        raise RuntimeError(f"vmalert replay failed: {done.stderr[-600:]}")
+    httpx.get(f"{metrics_url}/internal/force_flush", timeout=60)
+    return time.monotonic() - started
+
+
+def digest_runs(pair: Pair, day: str, mode: str, metrics_url: str, logs_url: str, repeats: int) -> Timed:
+    """``repeats`` proxied digests of the day in ``mode`` (recorded or scanned), each checked."""
+    timed = Timed(pair=pair, day=day, mode=mode)
+    command = [*digest_command(), "run", "--date", DAY.isoformat(), "--format", "json"]
+    for _ in range(repeats):
+        with CountingProxy(metrics_url) as metrics_proxy, CountingProxy(logs_url) as logs_proxy:
+            env = digest_env(metrics_proxy.url, logs_proxy.url, pair)
+            env["DIGEST_RECORDED_COUNTS"] = "auto" if mode == "recorded" else "off"
+            run = measured(command, env)
+            timed.requests = (metrics_proxy.reset().requests, logs_proxy.reset().requests)
+        if run.code != 0:
+            raise RuntimeError(f"digest run ({pair.key}, {day}, {mode}) exited {run.code}: {run.stderr[-600:]}")
+        verdict = json.loads(run.stdout)
+        checks = {check["name"]: check for check in verdict["checks"]}
+        timed.seconds.append(run.seconds)
+        timed.cpu.append(run.cpu_seconds)
+        timed.headline = str(verdict["headline"])
+        timed.unknown = [name for name, check in checks.items() if check["status"] == "UNKNOWN"]
+        timed.errors_counted = (
+            sum(offender["value"] for offender in checks["error_lines"]["offenders"])
+            if checks["error_lines"]["offenders"]
+            else 0.0
+        )
+        timed.origins = {
+            name: (checks[name]["counted_from"] or {}).get("source", "?") for name in LOG_CHECKS if name in checks
+        }
+    say(f"{pair.short} {day} {mode}: {timed.median:.2f} s median of {timed.seconds}; {timed.headline}; {timed.origins}")
+    return timed
+
+
+def import_seconds() -> tuple[float, list[tuple[float, str]]]:
+    """``python -X importtime -c 'import digest.app.cli'``: the total and the heaviest top-level packages."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import digest.app.cli"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={key: value for key, value in os.environ.items() if not key.startswith("PYTHON")},
+    )
+    cumulative: dict[str, float] = {}
+    total = 0.0
+    for line in done.stderr.splitlines():
+        match = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
+        if not match:
+            continue
+        depth = len(match.group(3))
+        microseconds, name = int(match.group(2)), match.group(4)
+        if depth == 1:
+            root = name.split(".")[0]
+            cumulative[root] = cumulative.get(root, 0.0) + microseconds / 1e6
+            total += microseconds / 1e6
+    heaviest = sorted(((seconds, name) for name, seconds in cumulative.items()), reverse=True)[:6]
+    return total, heaviest
+
+
+def table(results: Sequence[Timed], replays: dict[str, float]) -> str:
+    """A Markdown table: per pair and day, the two modes side by side."""
+    lines = [
+        "| pair | day | `digest run`, recorded counts | scanned | requests (metrics + logs), recorded / scanned "
+        "| log checks' counts, recorded run | verdict | vmalert replay of the day |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    by_key = {(one.pair.key, one.day, one.mode): one for one in results}
+    for pair_key, day in dict.fromkeys((one.pair.key, one.day) for one in results):
+        recorded, scanned = by_key[(pair_key, day, "recorded")], by_key[(pair_key, day, "scanned")]
+        lines.append(
+            f"| {recorded.pair.label} | {day} | {recorded.median:.2f} s | {scanned.median:.2f} s "
+            f"| {recorded.requests[0]} + {recorded.requests[1]} / {scanned.requests[0]} + {scanned.requests[1]} "
+            f"| {', '.join(f'{name}: {source}' for name, source in recorded.origins.items())} "
+            f"| {recorded.headline}{' (UNKNOWN: ' + ', '.join(recorded.unknown) + ')' if recorded.unknown else ''} "
+            f"| {replays.get(day, float('nan')):.1f} s |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Load each day, replay its records, time the digests; print (and write) the table."""
+    parser = argparse.ArgumentParser(prog="python -m bench.recorded", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="digests per pair, day and mode (median)")
+    parser.add_argument("--big-lines", type=int, default=FULL.big.lines, help="the big day's log lines (13 M)")
+    parser.add_argument("--loki", action="store_true", help="also VictoriaMetrics + Loki (loading Loki is slow)")
+    parser.add_argument("--days", default="small,big", help="which days: small, big or both (default)")
+    parser.add_argument("--output", type=Path, help="also write the table (with the run's header) to this file")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    started = time.monotonic()
+    pairs = [pair for pair in ALL_PAIRS if pair.metrics == VICTORIAMETRICS and pair.logs == VICTORIALOGS]
+    if args.loki:
+        pairs += [pair for pair in ALL_PAIRS if pair.metrics == VICTORIAMETRICS and pair.logs == LOKI]
+    cluster = build_cluster(FULL.shape)
+    volumes = {"0.1 M lines": FULL.small, f"{args.big_lines / 1e6:g} M lines": replace(FULL.big, lines=args.big_lines)}
+    wanted = {"small": "0.1 M lines", "big": next(iter(list(volumes)[1:]))}
+    chosen = [wanted[name] for name in args.days.split(",")]
+    results: list[Timed] = []
+    replays: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="digest-bench-rules-") as folder:
+        rules = Path(folder) / "replay.yaml"
+        printed = subprocess.run(  # noqa: S603  # the installed digest, our arguments
+            [*digest_command(), "rules", "--for", "vmalert", "--replay"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={key: value for key, value in os.environ.items() if not key.startswith("DIGEST_")},
+        )
+        rules.write_text(printed.stdout)
+        for day in chosen:
+            volume = volumes[day]
+            facts = day_facts(cluster, DAY, volume)
+            with servers_loaded(day, cluster, [DAY], volume, pairs) as (loaded, _report):
+                say(f"{day}: {settle(loaded.pids)}")
+                metrics_url, logs_url, _ = loaded.of(REFERENCE)
+                replays[day] = replay(rules, logs_url, metrics_url)
+                say(f"{day}: vmalert replay {replays[day]:.1f} s")
+                for pair in pairs:
+                    metrics_url, logs_url, _ = loaded.of(pair)
+                    for mode in ("recorded", "scanned"):
+                        timed = digest_runs(pair, day, mode, metrics_url, logs_url, args.repeats)
+                        expected = "recorded" if mode == "recorded" else "scanned"
+                        if timed.unknown:
+                            say(f"  UNKNOWN checks: {timed.unknown}")
+                        if any(source != expected for name, source in timed.origins.items() if name != "envoy_flags"):
+                            say(f"  counted_from is not {expected}: {timed.origins}")
+                        say(f"  error lines generated {facts.flood_error_lines:,}")
+                        results.append(timed)
+    total, heaviest = import_seconds()
+    info = machine()
+    header = (
+        f"Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, `python -m bench.recorded"
+        f"{' ' + ' '.join(argv or sys.argv[1:]) if (argv or sys.argv[1:]) else ''}`, {revision()}, "
+        f"{time.monotonic() - started:.0f} s; {info['cores']} cores; VictoriaLogs {info['victoria-logs']}"
+    )
+    imports = ", ".join(f"{name} {seconds:.2f} s" for seconds, name in heaviest)
+    text = (
+        f"{header}\n\n{table(results, replays)}\n\n"
+        f"`python -X importtime -c 'import digest.app.cli'`: {total:.2f} s in all; heaviest: {imports}\n"
+    )
+    print(text)
+    if args.output is not None:
+        args.output.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
