@@ -7,7 +7,9 @@ it loads VictoriaMetrics and VictoriaLogs (and, with ``--loki``, Loki), replays 
 times ``digest run --date … --format json`` through counting proxies, ``--repeats`` times each (median):
 
 * **recorded**: ``DIGEST_RECORDED_COUNTS=auto`` (the default) with the records present;
-* **scanned**: ``DIGEST_RECORDED_COUNTS=off``, today's figures for contrast.
+* **scanned**: ``DIGEST_RECORDED_COUNTS=off``, today's figures for contrast;
+* **no shapes**: recorded, with a policy that asks for no shapes (``signatures: 0``): the difference with the first
+  is what "what the errors said" adds (a bounded sample on a flood).
 
 Each run's digest is checked: no check UNKNOWN (every check checked with the default timeouts), the error lines
 counted equal to those generated, and each log check's ``counted_from`` what the mode says. On Loki the records are
@@ -103,14 +105,18 @@ def replay(rules: Path, logs_url: str, metrics_url: str) -> float:
     return time.monotonic() - started
 
 
-def digest_runs(pair: Pair, day: str, mode: str, metrics_url: str, logs_url: str, repeats: int) -> Timed:
-    """``repeats`` proxied digests of the day in ``mode`` (recorded or scanned), each checked."""
+def digest_runs(
+    pair: Pair, day: str, mode: str, metrics_url: str, logs_url: str, repeats: int, no_shapes: Path
+) -> Timed:
+    """``repeats`` proxied digests of the day in ``mode`` (recorded, scanned, no shapes), each checked."""
     timed = Timed(pair=pair, day=day, mode=mode)
     command = [*digest_command(), "run", "--date", DAY.isoformat(), "--format", "json"]
     for _ in range(repeats):
         with CountingProxy(metrics_url) as metrics_proxy, CountingProxy(logs_url) as logs_proxy:
             env = digest_env(metrics_proxy.url, logs_proxy.url, pair)
-            env["DIGEST_RECORDED_COUNTS"] = "auto" if mode == "recorded" else "off"
+            env["DIGEST_RECORDED_COUNTS"] = "off" if mode == "scanned" else "auto"
+            if mode == "no shapes":
+                env["DIGEST_POLICY_FILE"] = str(no_shapes)
             run = measured(command, env)
             timed.requests = (metrics_proxy.reset().requests, logs_proxy.reset().requests)
         if run.code != 0:
@@ -162,18 +168,19 @@ def table(results: Sequence[Timed], replays: dict[str, float]) -> str:
     """A Markdown table: per pair and day, the two modes side by side."""
     lines = [
         "| pair | day | `digest run`, recorded counts | scanned | requests (metrics + logs), recorded / scanned "
-        "| log checks' counts, recorded run | verdict | vmalert replay of the day |",
-        "|---|---|---|---|---|---|---|---|",
+        "| log checks' counts, recorded run | verdict | vmalert replay of the day | recorded, no shapes asked |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     by_key = {(one.pair.key, one.day, one.mode): one for one in results}
     for pair_key, day in dict.fromkeys((one.pair.key, one.day) for one in results):
         recorded, scanned = by_key[(pair_key, day, "recorded")], by_key[(pair_key, day, "scanned")]
+        bare = by_key.get((pair_key, day, "no shapes"))
         lines.append(
             f"| {recorded.pair.label} | {day} | {recorded.median:.2f} s | {scanned.median:.2f} s "
             f"| {recorded.requests[0]} + {recorded.requests[1]} / {scanned.requests[0]} + {scanned.requests[1]} "
             f"| {', '.join(f'{name}: {source}' for name, source in recorded.origins.items())} "
             f"| {recorded.headline}{' (UNKNOWN: ' + ', '.join(recorded.unknown) + ')' if recorded.unknown else ''} "
-            f"| {replays.get(day, float('nan')):.1f} s |"
+            f"| {replays.get(day, float('nan')):.1f} s | {bare.median if bare else float('nan'):.2f} s |"
         )
     return "\n".join(lines)
 
@@ -208,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             env={key: value for key, value in os.environ.items() if not key.startswith("DIGEST_")},
         )
         rules.write_text(printed.stdout)
+        no_shapes = Path(folder) / "no-shapes.yaml"
+        no_shapes.write_text("checks:\n  error_lines:\n    signatures: 0\n")
         for day in chosen:
             volume = volumes[day]
             facts = day_facts(cluster, DAY, volume)
@@ -218,9 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 say(f"{day}: vmalert replay {replays[day]:.1f} s")
                 for pair in pairs:
                     metrics_url, logs_url, _ = loaded.of(pair)
-                    for mode in ("recorded", "scanned"):
-                        timed = digest_runs(pair, day, mode, metrics_url, logs_url, args.repeats)
-                        expected = "recorded" if mode == "recorded" else "scanned"
+                    for mode in ("recorded", "scanned", "no shapes"):
+                        timed = digest_runs(pair, day, mode, metrics_url, logs_url, args.repeats, no_shapes)
+                        expected = "scanned" if mode == "scanned" else "recorded"
                         if timed.unknown:
                             say(f"  UNKNOWN checks: {timed.unknown}")
                         if any(source != expected for name, source in timed.origins.items() if name != "envoy_flags"):

@@ -22,6 +22,7 @@ import pytest
 from checks.contract import Finding, SourceError, SourceErrorKind, Sources, Status, Window
 from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
 from checks.log_questions import (
+    EVERY_LINE,
     AnswerClock,
     CountRow,
     Filter,
@@ -31,6 +32,7 @@ from checks.log_questions import (
     PeakCount,
     ShapeCount,
     Shapes,
+    sampled_minutes,
 )
 from checks.redaction import redact, shorten
 from digest.backends.http import Endpoint
@@ -131,6 +133,29 @@ async def test_the_top_shapes_are_counted_in_the_backend_with_their_times(source
     assert first.example is not None
     assert first.example.startswith("payment 0 failed after 0ms token=<secret>")
     assert all(len(one.example or "") <= 120 for one in workload.signatures)
+
+
+async def test_a_flood_s_shapes_are_read_from_a_sample_of_its_minutes(sources: Sources) -> None:
+    """Over the sample budget: the shapes of 1 minute in N, the sample's lines exactly, estimates of N × them, said."""
+    finding = await _finding(sources, signature_sample_lines=500)  # 3,140 lines: 1 minute in 7
+    [workload] = finding.signatures
+    assert workload.sampled_every == 7
+    assert workload.capped  # a sample's distinct shapes are "at least"
+    minutes = sampled_minutes(WINDOW, 7)
+    assert [start for start, _ in minutes][:2] == [int(START.timestamp()) + 180, int(START.timestamp()) + 600]
+    # What the sample holds, counted directly per minute in the backend: each shape's lines are 7 × its share of it.
+    rows = await sources.logs.count(
+        LineCount(window=WINDOW, scope=Is("pod", POD), columns=(("lines", EVERY_LINE),), by=(), bucket_seconds=60)
+    )
+    in_sample = sum(row.counts.get("lines", 0.0) for row in rows if (row.bucket, row.bucket + 60) in minutes)
+    assert sum(one.lines for one in workload.signatures) <= 7 * in_sample
+    assert workload.signatures[0].text == "payment <N> failed after <N>ms token=<secret> user=<email>"
+    # 2,000 of the hour's 3,140 error lines: the estimate from 1 minute in 7 is within 15 %.
+    assert abs(workload.signatures[0].lines - 2_000) <= 300
+    digest = grade("c", WINDOW, [finding], (), Policy())
+    text = Renderer().render(digest, "text")
+    assert "read from 1 minute in 7" in text
+    assert "• ≈" in text
 
 
 async def test_no_planted_secret_reaches_text_html_json_or_logs(
