@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import subprocess
-import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from digest import __version__
 from testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, run_digest
 
@@ -175,10 +175,9 @@ def test_image_is_small_non_root_and_holds_no_build_leftovers(image: Image) -> N
 
 def test_version_runs_as_user_10001(image: Image, state: Path) -> None:
     """`digest --version` inside the image prints the project's version; its processes run as user 10001 only."""
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     result = image.run("--version", env={}, state=state)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"digest {version}"
+    assert result.stdout.strip() == f"digest {__version__}"  # written once, in digest/__init__.py
     ids = image.run("/usr/bin/id", env={}, state=state, entrypoint=False)
     assert ids.returncode == 0, ids.stderr
     assert ids.stdout.strip() == "uid=10001(digest) gid=10001(digest) groups=10001(digest)"
