@@ -223,17 +223,16 @@ class RecordedLogs:
         return await self.inner.shapes(question)
 
     async def count(self, question: LineCount) -> list[CountRow]:
-        found = match(self.plan, question)
-        if found is None:
-            rows = await self.inner.count(question)
-            self.origins[question] = CountedFrom(0.0, float(question.window.seconds))
-            return rows
-        return await self._answer(question, found)
+        return await self._counted(question)
 
     async def peak(self, question: PeakCount) -> list[CountRow]:
+        return await self._counted(question)
+
+    async def _counted(self, question: LineCount | PeakCount) -> list[CountRow]:
+        """From the records where a family answers the question, else scanned as without them."""
         found = match(self.plan, question)
         if found is None:
-            rows = await self.inner.peak(question)
+            rows = await self._scan(question, question.window)
             self.origins[question] = CountedFrom(0.0, float(question.window.seconds))
             return rows
         return await self._answer(question, found)
