@@ -292,7 +292,7 @@ def _rules(args: argparse.Namespace, config: Config) -> int:
         return _fail("--replay goes with --for vmalert (Loki's ruler cannot evaluate the past)")
     settings, policy = config.settings, config.policy
     fields = policy.logs.role_fields()
-    plan = recording_plan(policy, fields, settings.logs_scope)
+    plan = recording_plan(policy, settings.logs_scope)
     if not plan.families:
         return _fail("no log check is enabled in the policy: there is nothing to record")
     if args.evaluator == "vmalert":

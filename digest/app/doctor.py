@@ -296,7 +296,7 @@ async def _records(config: Config, tls: ssl.SSLContext, window: Window, digest: 
     Information, never a failure: without records the checks scan the logs, as they always could.
     """
     settings = config.settings
-    plan = recording_plan(config.policy, config.policy.logs.role_fields(), settings.logs_scope)
+    plan = recording_plan(config.policy, settings.logs_scope)
     endpoint = settings.records_endpoint() or settings.vm_endpoint()
     source = PrometheusSource(endpoint, tls=tls, scope=settings.metrics_scope)
     found: list[str] = []

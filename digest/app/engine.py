@@ -89,7 +89,7 @@ async def open_sources(settings: Settings, policy: Policy | None = None) -> Asyn
     records = metrics if elsewhere is None else PrometheusSource(elsewhere, tls=tls, scope=settings.metrics_scope)
     if settings.recorded_counts is RecordedCounts.AUTO:
         # Counts recorded by vmalert or Loki's ruler where they cover the window; the logs scanned for the rest.
-        counted = RecordedLogs(logs, records, recording_plan(policy or Policy(), fields, settings.logs_scope))
+        counted = RecordedLogs(logs, records, recording_plan(policy or Policy(), settings.logs_scope))
     try:
         yield Sources(metrics=metrics, logs=counted)
     finally:

@@ -388,6 +388,11 @@ class RecordedLogs:
         window = question.window
         labels = [label_of(one) for one in found.by]
         named = {label_of(one): field_label(one) for one in found.by}
+
+        def group(series: Mapping[str, str]) -> dict[str, str]:
+            """A recorded series' labels as a `CountRow` group, keyed as the question's fields are."""
+            return {named[label]: series.get(label, "") for label in labels}
+
         mine = [slot for slot, kind in recorded.items() if kind == stamp]
         shift = SLOT_MS if stamp == "end" else 0
         # Exactly this stamp's samples of the window: (first - 1 ms, last] in sample time.
@@ -407,15 +412,14 @@ class RecordedLogs:
             rows: list[CountRow] = []
             for column, answer in (("peak", peaks), ("lines", sums)):
                 for sample in answer:
-                    group = {named[label]: sample.labels.get(label, "") for label in labels}
-                    rows.append(CountRow(group, {column: _signed(sample.labels, sample.value)}))
+                    rows.append(CountRow(group(sample.labels), {column: _signed(sample.labels, sample.value)}))
             return rows
         bucket = question.bucket_seconds
         if bucket is None:
             answer = await self.metrics.instant(f"sum by ({by}) (sum_over_time({selector}{span}))", at, cache=False)
             return [
                 CountRow(
-                    {named[label]: sample.labels.get(label, "") for label in labels},
+                    group(sample.labels),
                     {by_family[sample.labels.get(COLUMN_LABEL, "")]: _signed(sample.labels, sample.value)},
                 )
                 for sample in answer
@@ -436,9 +440,9 @@ class RecordedLogs:
             name = by_family.get(one.labels.get(COLUMN_LABEL, ""))
             if name is None:
                 continue
-            group = {named[label]: one.labels.get(label, "") for label in labels}
+            of = group(one.labels)
             for moment, value in one.points:
-                rows.append(CountRow(group, {name: _signed(one.labels, value)}, float(moment) - bucket))
+                rows.append(CountRow(of, {name: _signed(one.labels, value)}, float(moment) - bucket))
         return rows
 
 

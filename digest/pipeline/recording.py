@@ -18,13 +18,13 @@ cluster's log scope (`RecordingPlan.identity`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from checks.contract import Window
 from checks.envoy_flags import EnvoyFlagsCheck
 from checks.error_lines import ErrorLinesCheck
-from checks.log_questions import EVERY_LINE, AllOf, Filter, Role, every
+from checks.log_questions import EVERY_LINE, AllOf, Filter, every
 from checks.log_storms import LogStormsCheck
 from digest.backends.recorded import Family, RecordingPlan
 from digest.backends.scope import Matcher, render
@@ -43,10 +43,8 @@ def _rest(scope: Filter, whole: Filter) -> Filter | None:
     return None
 
 
-def recording_plan(
-    policy: Policy, fields: Mapping[Role, str] | None = None, logs_scope: Sequence[Matcher] = ()
-) -> RecordingPlan:
-    """The families the enabled checks read, named for this policy's fields and this cluster's log scope."""
+def recording_plan(policy: Policy, logs_scope: Sequence[Matcher] = ()) -> RecordingPlan:
+    """The families the enabled checks read, named for this policy's log field names and this cluster's log scope."""
     families: list[Family] = []
     errors = ErrorLinesCheck(policy.error_lines) if policy.enabled("error_lines") else None
     storms = LogStormsCheck(policy.log_storms) if policy.enabled("log_storms") else None
@@ -65,5 +63,5 @@ def recording_plan(
         envoy = EnvoyFlagsCheck(policy.envoy_flags)
         question = envoy.log_question(_ANY_WINDOW)
         families.append(Family("access_lines", question.scope, question.by, question.columns))
-    identity = repr((sorted((fields or {}).items()), render(logs_scope)))
+    identity = repr((sorted(policy.logs.role_fields().items()), render(logs_scope)))
     return RecordingPlan(tuple(families), identity)
