@@ -1,11 +1,10 @@
 """deploy/helm/digest: `helm lint`, and `helm template` of every preset validated strictly against Kubernetes' schemas.
 
-The monitoring objects (ServiceMonitor, PrometheusRule, VMServiceScrape, VMRule) are checked for what their operators
-select and load: the release label kube-prometheus-stack selects on, and the rule groups of deploy/alerts.yaml. The
-ServiceMonitor and the PrometheusRule are also validated strictly against their CRDs' schemas, vendored with their
-attribution in tests/fixtures/crd-schemas/ (scripts/vendor-crd-schemas). No package on PyPI, Debian or the npm registry
-carries the VictoriaMetrics operator's CRDs, so VMServiceScrape and VMRule are not validated field by field yet
-(tests/fixtures/crd-schemas/README.md says what was tried).
+The monitoring objects (ServiceMonitor, PrometheusRule, VMServiceScrape, VMRule) are validated strictly against their
+CRDs' schemas, vendored with their attribution in tests/fixtures/crd-schemas/ (scripts/vendor-crd-schemas, from a clone
+of github.com/VictoriaMetrics/operator: prometheus-operator 0.74.0's CRDs and the VictoriaMetrics operator v0.68.1's),
+and their metadata against Kubernetes' ObjectMeta; they are also checked for what their operators select and load: the
+release label kube-prometheus-stack selects on, and the rule groups of deploy/alerts.yaml.
 """
 
 from __future__ import annotations
@@ -40,9 +39,9 @@ CRD_SCHEMAS = REPO / "tests" / "fixtures" / "crd-schemas"
 VENDORED_SCHEMAS = {
     "ServiceMonitor": "servicemonitor-monitoring.coreos.com-v1.json",
     "PrometheusRule": "prometheusrule-monitoring.coreos.com-v1.json",
+    "VMServiceScrape": "vmservicescrape-operator.victoriametrics.com-v1beta1.json",
+    "VMRule": "vmrule-operator.victoriametrics.com-v1beta1.json",
 }
-# Rendered but not validated field by field: no reachable registry ships the VictoriaMetrics operator's CRDs.
-UNVENDORED_KINDS = {"VMServiceScrape", "VMRule"}
 
 
 def _helm(*arguments: str) -> subprocess.CompletedProcess[str]:
@@ -84,8 +83,18 @@ CASES = {
         "recordingRules.loki.enabled=true",
     ),
 }
-# The cases that turn a monitoring stack on: both presets, and the defaults with both toggles.
-MONITORING_CASES = ["kube-prometheus-stack", "victoria-metrics-k8s-stack", "defaults-with-both-monitoring-stacks"]
+# case -> the monitoring objects it renders (kind, name); the other cases render none.
+MONITORING_CASES = {
+    "kube-prometheus-stack": {("ServiceMonitor", "digest"), ("PrometheusRule", "digest")},
+    "victoria-metrics-k8s-stack": {("VMServiceScrape", "digest"), ("VMRule", "digest")},
+    "defaults-with-both-monitoring-stacks": {
+        ("ServiceMonitor", "digest"),
+        ("PrometheusRule", "digest"),
+        ("VMServiceScrape", "digest"),
+        ("VMRule", "digest"),
+    },
+    "recording-rules-for-vmalert-and-loki": {("VMRule", "digest-log-counts")},  # type: vlogs groups
+}
 
 
 def _crd_validator(kind: str) -> Validator:
@@ -145,16 +154,20 @@ def test_every_preset_renders_objects_that_validate_strictly(case: str) -> None:
                 pytest.fail(f"{case}: {obj['kind']}/{obj['metadata']['name']} for {version}: {path}: {exc.message}")
 
 
-@pytest.mark.parametrize("case", MONITORING_CASES)
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_every_preset_renders_monitoring_objects_that_match_their_crd_schemas(case: str) -> None:
-    """Each preset's ServiceMonitor and PrometheusRule match their vendored CRD schemas, unknown fields refused."""
+    """Each preset's ServiceMonitor, PrometheusRule, VMServiceScrape and VMRule match their CRD schemas, strictly."""
+    assert VENDORED_SCHEMAS.keys() == MONITORING_KINDS
     objects = [obj for obj in _render(*CASES[case]) if obj["kind"] in MONITORING_KINDS]
-    assert objects
-    assert {obj["kind"] for obj in objects} <= VENDORED_SCHEMAS.keys() | UNVENDORED_KINDS
+    assert {(obj["kind"], obj["metadata"]["name"]) for obj in objects} == MONITORING_CASES.get(case, set())
     for obj in objects:
-        if obj["kind"] in VENDORED_SCHEMAS:
-            errors = _crd_errors(obj)
-            assert not errors, f"{case}: {obj['kind']}/{obj['metadata']['name']}: " + "; ".join(errors)
+        errors = _crd_errors(obj)
+        assert not errors, f"{case}: {obj['kind']}/{obj['metadata']['name']}: " + "; ".join(errors)
+
+
+def test_the_presets_render_every_monitoring_kind() -> None:
+    """Between them, the cases render all four monitoring kinds, so each one's schema is exercised above."""
+    assert {kind for objects in MONITORING_CASES.values() for kind, _ in objects} == MONITORING_KINDS
 
 
 def _misspell_endpoints(spec: dict[str, Any]) -> None:
@@ -173,19 +186,74 @@ def _misspell_a_group_field(spec: dict[str, Any]) -> None:
     spec["groups"][0]["rule"] = spec["groups"][0].pop("rules")
 
 
+def _misspell_a_group_type(spec: dict[str, Any]) -> None:
+    spec["groups"][0]["typ"] = spec["groups"][0].pop("type")
+
+
+# name -> (case rendered, kind, misspelling, what the error says)
 TYPOS = {
-    "spec.endpoint": ("ServiceMonitor", _misspell_endpoints, "'endpoint' was unexpected"),
-    "spec.endpoints[].intervall": ("ServiceMonitor", _misspell_an_endpoint_field, "'intervall' was unexpected"),
-    "spec.groups[].rules[].annotation": ("PrometheusRule", _misspell_a_rule_field, "'annotation' was unexpected"),
-    "spec.groups[].rule": ("PrometheusRule", _misspell_a_group_field, "'rules' is a required property"),
+    "ServiceMonitor spec.endpoint": (
+        "kube-prometheus-stack",
+        "ServiceMonitor",
+        _misspell_endpoints,
+        "'endpoint' was unexpected",
+    ),
+    "ServiceMonitor spec.endpoints[].intervall": (
+        "kube-prometheus-stack",
+        "ServiceMonitor",
+        _misspell_an_endpoint_field,
+        "'intervall' was unexpected",
+    ),
+    "PrometheusRule spec.groups[].rules[].annotation": (
+        "kube-prometheus-stack",
+        "PrometheusRule",
+        _misspell_a_rule_field,
+        "'annotation' was unexpected",
+    ),
+    "PrometheusRule spec.groups[].rule": (
+        "kube-prometheus-stack",
+        "PrometheusRule",
+        _misspell_a_group_field,
+        "'rule' was unexpected",
+    ),
+    "VMServiceScrape spec.endpoint": (
+        "victoria-metrics-k8s-stack",
+        "VMServiceScrape",
+        _misspell_endpoints,
+        "'endpoint' was unexpected",
+    ),
+    "VMServiceScrape spec.endpoints[].intervall": (
+        "victoria-metrics-k8s-stack",
+        "VMServiceScrape",
+        _misspell_an_endpoint_field,
+        "'intervall' was unexpected",
+    ),
+    "VMRule spec.groups[].rules[].annotation": (
+        "victoria-metrics-k8s-stack",
+        "VMRule",
+        _misspell_a_rule_field,
+        "'annotation' was unexpected",
+    ),
+    "VMRule spec.groups[].rule": (
+        "victoria-metrics-k8s-stack",
+        "VMRule",
+        _misspell_a_group_field,
+        "'rule' was unexpected",
+    ),
+    "VMRule (recording, vlogs) spec.groups[].typ": (
+        "recording-rules-for-vmalert-and-loki",
+        "VMRule",
+        _misspell_a_group_type,
+        "'typ' was unexpected",
+    ),
 }
 
 
 @pytest.mark.parametrize("typo", sorted(TYPOS))
 def test_a_misspelled_monitoring_field_is_refused(typo: str) -> None:
-    """A misspelled field in a rendered ServiceMonitor or PrometheusRule fails the CRD validation, naming the field."""
-    kind, misspell, expected = TYPOS[typo]
-    [obj] = [obj for obj in _render(*CASES["kube-prometheus-stack"]) if obj["kind"] == kind]
+    """A misspelled field in any of the four rendered monitoring kinds fails the CRD validation, naming the field."""
+    case, kind, misspell, expected = TYPOS[typo]
+    [obj] = [obj for obj in _render(*CASES[case]) if obj["kind"] == kind]
     assert not _crd_errors(obj)
     broken = copy.deepcopy(obj)
     misspell(broken["spec"])
