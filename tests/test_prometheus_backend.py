@@ -11,6 +11,7 @@ from datetime import UTC, date
 from checks.restarts import LIVENESS_FAILED, RestartsCheck, RestartsPolicy
 from digest.app.engine import Config, open_sources
 from digest.app.settings import load_settings
+from digest.backends.http import Endpoint, HttpSource
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import day_window
 from testbed.embedded import EmbeddedBackends
@@ -38,3 +39,15 @@ async def test_failed_liveness_probes_are_an_exact_integer_on_prometheus(
         assert [row.value for row in counted] == [5.0]
         finding = await check(sources, window)
     assert "failed liveness probes: feeds/feed-aggregator-npps2xwfrl-zwkbv/backend 5" in finding.evidence
+
+
+async def test_prometheus_and_victoriametrics_are_told_apart(
+    corpus_backends: EmbeddedBackends, prometheus_corpus: PrometheusServer
+) -> None:
+    """Prometheus 2.42 reports its revision: "a Prometheus"; the suite's VictoriaMetrics is "a VictoriaMetrics"."""
+    for url, expected in ((prometheus_corpus.url, "a Prometheus"), (corpus_backends.metrics.url, "a VictoriaMetrics")):
+        source = HttpSource(Endpoint("VictoriaMetrics", url))
+        try:
+            assert await source.what_answers() == expected
+        finally:
+            await source.aclose()

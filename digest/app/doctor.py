@@ -1,16 +1,18 @@
 """`digest doctor`: what answers at each URL, the usual mistakes with their fix, and what each check will find.
 
 The first thing to run after pointing the digest at a cluster. For the metrics and the log backend: what kind of
-server answers at the configured URL (VictoriaMetrics or Prometheus, VictoriaLogs, Loki, something else or nothing),
-and the usual mistakes named with their fix (an API path copied into the base URL: ``/api/v1``, ``/loki/api/v1``,
-``/select/logsql``; a multi-tenant Loki asked without a tenant). On a shared store, the scope
-(`digest.backends.scope`): what the metrics and logs selectors find, the clusters the store holds, and a store holding
-several clusters read unscoped, which would count them all as one. Then the digest of the last 24 hours, read check
-by check: which checks can run and what they read, which cannot and why, with the hint that names the policy key or
-setting to change, and the sources never seen. Under each check, what it reads (`checks.registry`'s ``inputs``),
-looked for in the same 24 h: per metric family how many series and which ``job`` values carry them (one PromQL
-query per family, shared by the checks that read it), per log field how many lines of the check's scope carry a
-value (one count per scope, a column per field), and for each input not found the policy key or setting to change.
+server answers at the configured URL (VictoriaMetrics, a VictoriaMetrics cluster's vmselect, vminsert or vmstorage,
+Prometheus, VictoriaLogs, Loki, something else or nothing), and the usual mistakes named with their fix (an API path
+copied into the base URL: ``/api/v1``, ``/loki/api/v1``, ``/select/logsql``; a multi-tenant Loki asked without a
+tenant; a vmselect asked without a tenant, or with one that holds no data, named with the tenants that do). On a
+shared store, the scope (`digest.backends.scope`): what the metrics and logs selectors find, the clusters the store
+holds, and a store holding several clusters read unscoped, which would count them all as one. Then the digest of the
+last 24 hours, read check by check: which checks can run and what they read, which cannot and why, with the hint
+that names the policy key or setting to change, and the sources never seen. Under each check, what it reads
+(`checks.registry`'s ``inputs``), looked for in the same 24 h: per metric family how many series and which ``job``
+values carry them (one PromQL query per family, shared by the checks that read it), per log field how many lines of
+the check's scope carry a value (one count per scope, a column per field), and for each input not found the policy
+key or setting to change.
 
 Exit 0 when both URLs are right and every graded check could run; 2 otherwise (someone must change a setting or the
 policy first), like every other configuration problem.
@@ -34,7 +36,15 @@ from digest import __version__
 from digest.app.engine import Config, make_digest, open_sources
 from digest.app.exit_codes import EXIT_OK, EXIT_USAGE
 from digest.app.settings import LogBackend
-from digest.backends.http import Endpoint, HttpSource, tls_context, url_fix
+from digest.backends.http import (
+    Endpoint,
+    HttpSource,
+    cluster_fix,
+    same_tenant,
+    tls_context,
+    url_fix,
+    vm_tenant_of,
+)
 from digest.backends.loki import DEFAULT_LABELS
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.scope import render
@@ -46,7 +56,7 @@ from digest.pipeline.window import last_window
 
 # What may answer at each kind of URL for the digest to work.
 _EXPECTED = {
-    "VictoriaMetrics": ("a VictoriaMetrics", "a Prometheus"),
+    "VictoriaMetrics": ("a VictoriaMetrics", "a vmselect", "a Prometheus"),
     "VictoriaLogs": ("a VictoriaLogs",),
     "Loki": ("a Loki",),
 }
@@ -74,7 +84,7 @@ class UrlReport:
         return self.answers in _EXPECTED[self.kind] and self.fix is None
 
 
-async def _probe(source: HttpSource, endpoint: Endpoint) -> UrlReport:
+async def _probe(source: HttpSource, endpoint: Endpoint, now: datetime) -> UrlReport:
     fix = url_fix(endpoint.name, endpoint.url)
     try:
         answers = await source.what_answers()
@@ -83,9 +93,26 @@ async def _probe(source: HttpSource, endpoint: Endpoint) -> UrlReport:
             status, text = await source.probe("/loki/api/v1/labels")
             if status == 401 and "no org id" in text.lower():
                 fix = "Loki is multi-tenant: set DIGEST_LOKI_TENANT (sent as X-Scope-OrgID)"
+        if answers == "a vmselect" and fix is None:
+            fix = await _tenant_fix(source, endpoint, now)
+        elif endpoint.name == "VictoriaMetrics" and fix is None:
+            fix = cluster_fix(answers, endpoint.url)
     finally:
         await source.aclose()
     return UrlReport(endpoint.name, endpoint.setting, endpoint.display_url, answers, fix)
+
+
+async def _tenant_fix(source: HttpSource, endpoint: Endpoint, now: datetime) -> str | None:
+    """A vmselect's URL without a tenant, or with one that holds no data in the 24 h: the fix, naming the tenants."""
+    tenants = await source.vm_tenants((now - timedelta(days=1)).timestamp(), now.timestamp())
+    tenant = vm_tenant_of(endpoint.url)
+    if tenant is None:
+        return cluster_fix("a vmselect", endpoint.url, tenants)
+    if tenants and tenant != "multitenant" and not any(same_tenant(tenant, listed) for listed in tenants):
+        return (
+            f"tenant {tenant} holds no data in the 24 h: set DIGEST_VM_TENANT to one that does ({', '.join(tenants)})"
+        )
+    return None
 
 
 # Labels that tell clusters apart on a shared store, by convention (kube-prometheus-stack's and Thanos' external
@@ -195,7 +222,9 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
     metrics_endpoint, logs_endpoint = settings.vm_endpoint(), settings.logs_endpoint()
     tls = tls_context([metrics_endpoint.url, logs_endpoint.url])
     # The probes are the same requests for every kind of URL: the plain HTTP source asks them.
-    urls = [await _probe(HttpSource(endpoint, tls=tls), endpoint) for endpoint in (metrics_endpoint, logs_endpoint)]
+    urls = [
+        await _probe(HttpSource(endpoint, tls=tls), endpoint, now) for endpoint in (metrics_endpoint, logs_endpoint)
+    ]
     scopes = [
         report
         for report in (

@@ -127,6 +127,48 @@ def url_fix(kind: str, url: str) -> str | None:
     return None
 
 
+# The components of a VictoriaMetrics cluster each serve a root page that starts "vmselect - a component of
+# VictoriaMetrics cluster". It is the only thing a vmselect asked without a tenant says about itself: every API path
+# answers 400 "auth error: cannot parse authToken", and a vminsert or vmstorage answers "unsupported path".
+_CLUSTER_COMPONENTS = ("vmselect", "vminsert", "vmstorage")
+_CLUSTER_PAGE = " - a component of VictoriaMetrics cluster"
+# vmselect's per-tenant prefix, and the tenant written in it ("0", "7:3", "multitenant").
+_TENANT_PATH = re.compile(r"/select/(?P<tenant>[^/]+)/prometheus$")
+# What vmselect answers when the first path segment after /select/ is not a tenant (no tenant in the URL).
+_NO_TENANT = "cannot parse authtoken"
+_MAX_TENANTS_NAMED = 20
+
+
+def vm_tenant_of(url: str) -> str | None:
+    """The VictoriaMetrics cluster tenant written in a vmselect URL's ``/select/<tenant>/prometheus``, else None."""
+    found = _TENANT_PATH.search(urlsplit(url).path.rstrip("/"))
+    return found["tenant"] if found else None
+
+
+def same_tenant(written: str, listed: str) -> bool:
+    """Whether a tenant as configured ("7", "7:0") is one vmselect lists ("7:0"): a missing projectID is 0."""
+
+    def full(tenant: str) -> str:
+        return tenant if ":" in tenant else f"{tenant}:0"
+
+    return full(written.strip()) == full(listed.strip())
+
+
+def cluster_fix(answers: str | None, url: str, tenants: Iterable[str] = ()) -> str | None:
+    """The fix when a VictoriaMetrics URL is the wrong part of a VictoriaMetrics cluster, else None.
+
+    A vmselect needs a tenant in its path; a vminsert only writes and a vmstorage only stores. ``tenants`` are those
+    the vmselect holds data for, named so the reader can pick one.
+    """
+    held = f" (tenants with data here: {', '.join(tenants)})" if tenants else ""
+    if answers == "a vmselect" and vm_tenant_of(url) is None:
+        return f"vmselect reads one tenant per URL: set DIGEST_VM_TENANT, e.g. 0 for the default tenant{held}"
+    if answers in ("a vminsert", "a vmstorage"):
+        component = answers.removeprefix("a ")
+        return f"{component} answers no queries: point DIGEST_VM_URL at vmselect (port 8481), set DIGEST_VM_TENANT"
+    return None
+
+
 def without_userinfo(url: str) -> str:
     """``url`` without its ``user:password@`` part, query and fragment; the host keeps its IPv6 brackets and port."""
     parts = urlsplit(url)
@@ -236,19 +278,54 @@ class HttpSource:
         found = await self.what_answers(skip_own=True)
         setting = f" (check {self._endpoint.setting})" if self._endpoint.setting else ""
         url = self._endpoint.display_url
-        fix = url_fix(self._endpoint.name, self._endpoint.url)
+        tenants = await self.vm_tenants() if found == "a vmselect" else []
+        fix = url_fix(self._endpoint.name, self._endpoint.url) or (
+            cluster_fix(found, self._endpoint.url, tenants) if self._endpoint.name == "VictoriaMetrics" else None
+        )
         said = f"; {fix}" if fix else ""
+        if found == "a vmselect" and vm_tenant_of(self._endpoint.url) is None:
+            return f"{url} is a vmselect (a VictoriaMetrics cluster's query side) asked without a tenant{setting}{said}"
         if found:
             return f"{url} is {found}, not the {self._endpoint.name} API{setting}{said}"
         return f"{url} does not serve the {self._endpoint.name} API (HTTP 404 or unsupported path){setting}{said}"
 
-    async def _quick(self, method: str, path: str, form: dict[str, str] | None = None) -> httpx.Response | None:
+    async def _quick(
+        self, method: str, path: str, form: dict[str, str] | None = None, *, base: str | None = None
+    ) -> httpx.Response | None:
         """One request of a probe, bounded by 5 s (or the query timeout if shorter); None when nothing answered."""
         try:
             async with asyncio.timeout(min(5.0, self._endpoint.timeout_seconds)):
-                return await self._client.request(method, self._base + path, data=form)
+                return await self._client.request(method, (self._base if base is None else base) + path, data=form)
         except (httpx.HTTPError, TimeoutError):
             return None
+
+    @property
+    def _server_root(self) -> str:
+        """The base URL without vmselect's ``/select/<tenant>/prometheus``: where a cluster component's pages are."""
+        parts = urlsplit(self._base)
+        path = _TENANT_PATH.sub("", parts.path.rstrip("/"))
+        return urlunsplit(parts._replace(path=path))
+
+    async def _cluster_component(self) -> str | None:
+        """The VictoriaMetrics cluster component serving this URL ("vmselect"…), from its root page; else None."""
+        response = await self._quick("GET", "/", base=self._server_root)
+        if response is None or response.status_code != 200:
+            return None
+        head = response.text[:200].lstrip()
+        return next((name for name in _CLUSTER_COMPONENTS if head.startswith(name + _CLUSTER_PAGE)), None)
+
+    async def vm_tenants(self, start: float | None = None, end: float | None = None) -> list[str]:
+        """The tenants a vmselect holds data for (``/admin/tenants``, between ``start`` and ``end``); [] if unknown."""
+        window = f"?start={start:.0f}&end={end:.0f}" if start is not None and end is not None else ""
+        response = await self._quick("GET", "/admin/tenants" + window, base=self._server_root)
+        try:
+            payload = response.json() if response is not None and response.status_code == 200 else None
+        except ValueError:
+            return []
+        tenants = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(tenants, list):
+            return []
+        return [tenant for tenant in tenants if isinstance(tenant, str)][:_MAX_TENANTS_NAMED]
 
     async def probe(self, path: str) -> tuple[int, str]:
         """GET ``path`` once with this source's headers: the status and the start of the body (0, "" on no answer)."""
@@ -259,7 +336,9 @@ class HttpSource:
         """What kind of backend answers at this URL ("a VictoriaMetrics", "a Loki"…), or None when none is known.
 
         Cheap probes, each a known endpoint of one kind of backend: VictoriaLogs' stats query, Loki's build info, the
-        Prometheus API's build info (VictoriaMetrics answers it with no version, Prometheus with one). With
+        Prometheus API's build info (Prometheus and Thanos report their revision and Go version; VictoriaMetrics
+        reports nothing, or since 1.8x only the Prometheus version it mimics, "2.24.0"), and last the root page, where
+        the parts of a VictoriaMetrics cluster say which they are ("a vmselect", "a vminsert", "a vmstorage"). With
         ``skip_own``, the probe of this source's own kind is left out (its API already failed).
         """
         probes: tuple[tuple[str, str, dict[str, str] | None, str], ...] = (
@@ -280,12 +359,15 @@ class HttpSource:
                 continue
             if name == "Prometheus" and payload.get("status") == "success":
                 data = payload.get("data")
-                return "a Prometheus" if isinstance(data, dict) and data.get("version") else "a VictoriaMetrics"
+                if isinstance(data, dict) and ("revision" in data or "goVersion" in data):
+                    return "a Prometheus"
+                return "a vmselect" if await self._cluster_component() == "vmselect" else "a VictoriaMetrics"
             if name == "Loki" and "version" in payload:
                 return "a Loki"
             if name == "VictoriaLogs" and payload.get("status") == "success":
                 return "a VictoriaLogs"
-        return None
+        component = await self._cluster_component()
+        return f"a {component}" if component else None
 
     async def _exchange_once(self, path: str, form: Mapping[str, str]) -> Any:
         """One question's answer: attempts while a transient failure leaves time for another, within its deadline.
@@ -430,9 +512,12 @@ class HttpSource:
 
     def _decode(self, response: httpx.Response, text: str) -> Any:
         content_type = response.headers.get("content-type", "")
-        if response.status_code == 404 or (response.status_code == 400 and "unsupported path" in text):
+        if response.status_code == 404 or (
+            response.status_code == 400 and ("unsupported path" in text or _NO_TENANT in text.lower())
+        ):
             # Another kind of backend (VictoriaMetrics and VictoriaLogs answer 400 "unsupported path", Loki and
-            # Prometheus 404): not a failed query, a wrong URL — `_exchange` names what answered.
+            # Prometheus 404), or a vmselect asked without a tenant (400 "auth error: cannot parse authToken"): not a
+            # failed query, a wrong URL — `_exchange` names what answered.
             raise WrongApiError(self._endpoint.name, SourceErrorKind.HTTP, "wrong API")
         if response.status_code in (400, 422):
             raise self._error(SourceErrorKind.QUERY, f"query rejected: {_short_error(text)}")
