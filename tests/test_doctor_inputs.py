@@ -2,8 +2,9 @@
 
 The declarations (each check module's ``INPUTS``, through `checks.registry`) are kept honest here against the
 checks' own code and questions; the doctor's report is tested on the real backends: the corpus day 2026-07-20 (every
-graded check's required input found, with its jobs), a policy that names fields the logs do not have, and a store of
-its own holding one calm day without the kernel's OOM counter and with kube-state-metrics under another job.
+graded check's required input found, with its jobs), a policy that names fields the logs do not have — both on
+VictoriaLogs and on Loki, whose field counts must find what VictoriaLogs' find — and a store of its own holding one
+calm day without the kernel's OOM counter and with kube-state-metrics under another job.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from checks.log_questions import ROLES, AllOf, AnyOf, Empty, Filter, Is, Json, L
 from digest.pipeline.policy import Policy
 from testbed.corpus.model import Series
 from testbed.embedded import EmbeddedBackends
+from testbed.loki_server import LokiServer
 from tests.command import backend_env, run_digest
 from tests.test_coverage_ablations import Ablation, Copy, _keep_line, _lines, _series
 
@@ -140,8 +142,13 @@ def test_every_family_and_field_a_check_asks_is_declared(entry: registry.Entry) 
 # The doctor on the backends ---------------------------------------------------------------------------------------
 
 
-def _doctor(backends: EmbeddedBackends, at: str, **variables: str) -> tuple[int, str, dict[str, Any]]:
+def _doctor(
+    backends: EmbeddedBackends, at: str, loki: LokiServer | None = None, **variables: str
+) -> tuple[int, str, dict[str, Any]]:
     env = backend_env(backends, **variables)
+    if loki is not None:  # the logs from Loki instead of VictoriaLogs
+        del env["DIGEST_VL_URL"]
+        env["DIGEST_LOKI_URL"] = loki.url
     text = run_digest("doctor", "--at", at, env=env, timeout=300)
     payload = run_digest("doctor", "--at", at, "--format", "json", env=env, timeout=300)
     assert text.returncode == payload.returncode, text.stderr + payload.stderr
@@ -196,6 +203,42 @@ def test_fields_the_logs_do_not_have_are_named_with_their_policy_key(
     assert f"✗ not found response_flags (flags): in none of {access:,.0f} lines" in text
     assert text.count("(which workload) → logs.fields.pod") == 1
     assert "✗ not found pod (pod_name): in none of " in text
+
+
+def test_on_loki_the_log_fields_are_counted_as_on_victorialogs(
+    corpus_backends: EmbeddedBackends, loki_corpus: LokiServer
+) -> None:
+    """07-20 on Loki: each log input found or not as on VictoriaLogs, found with lines, flags on each access line."""
+    code, text, payload = _doctor(corpus_backends, AT, loki=loki_corpus)
+    assert code == 0, text
+    _, _, on_victorialogs = _doctor(corpus_backends, AT)
+    for check in ("error_lines", "envoy_flags", "log_storms"):
+        loki_inputs, victoria_inputs = _inputs(payload, check), _inputs(on_victorialogs, check)
+        assert loki_inputs.keys() == victoria_inputs.keys(), check
+        for name, one in loki_inputs.items():
+            assert one["found"] == victoria_inputs[name]["found"], (check, name, one)
+            if "lines" in one and one["found"]:
+                assert one["lines"] > 0, (check, name, one)
+    envoy = _inputs(payload, "envoy_flags")
+    # The Loki corpus is the VictoriaLogs one at a smaller scale: the same share of lines carries each field.
+    assert envoy["response_flags"]["lines"] == envoy["access log"]["lines"] > 0
+    assert "      found pod: in " in text  # a stream label on Loki, named as the role
+
+
+def test_on_loki_fields_the_logs_do_not_have_are_named_with_their_policy_key(
+    corpus_backends: EmbeddedBackends, loki_corpus: LokiServer, tmp_path: Path
+) -> None:
+    """On Loki too, a pod field and a flags key the logs lack are each ✗ not found, with the key that names it."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[logs.fields]\npod = "pod_name"\n\n[checks.envoy_flags]\nflags_field = "flags"\n')
+    _, text, payload = _doctor(corpus_backends, AT, loki=loki_corpus, DIGEST_POLICY_FILE=str(policy))
+    pod = _inputs(payload, "error_lines")["pod"]
+    assert (pod["found"], pod["field"], pod["policy_key"]) == (False, "pod_name", "logs.fields.pod")
+    flags = _inputs(payload, "envoy_flags")["response_flags"]
+    assert (flags["found"], flags["field"], flags["policy_key"]) == (False, "flags", "envoy_flags.flags_field")
+    access = _inputs(payload, "envoy_flags")["access log"]["lines"]
+    assert access > 0
+    assert f"✗ not found response_flags (flags): in none of {access:,.0f} lines" in text
 
 
 def _calm_without_kernel_counter(one: Series, _start: int, _node: str) -> Series | None:
