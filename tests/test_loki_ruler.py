@@ -1,16 +1,21 @@
-"""Loki's ruler as the recorder: it evaluates `digest rules --for loki` live and remote-writes into VictoriaMetrics.
+"""Recorders live: Loki's ruler and vmalert evaluate the digest's rules as the minutes pass; the digest reads them.
 
 A real Loki 3.5.12 with its ruler on (rules from local storage, remote write to a VictoriaMetrics of the test's own)
 takes lines stamped around now, since a ruler only evaluates the present. Once it has recorded a few minutes, the
 digest of a window around them reads those minutes from the records and scans the rest: the same digest as the
 scanned one. The ruler evaluates its group at an offset of its own within the minute, so the per-minute peaks are
 scanned, and said to be.
+
+In the same minutes (the wait is the cost of this module, so both recorders share it), a real vmalert evaluates
+`digest rules --for vmalert` — the live rules, ``_time:1m`` — against a VictoriaLogs holding the same lines and writes
+into a VictoriaMetrics of its own: vmalert evaluates on the minute, so its minutes give the peaks too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,9 +31,10 @@ from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
 from digest.output.render import to_json
 from digest.pipeline.policy import Policy
-from testbed.embedded import Server, free_port
+from testbed.embedded import EmbeddedBackends, Server, free_port, log_tail
 from testbed.loki_server import LokiServer, loki_binary_or_skip
 from tests.command import clean_env, run_digest
+from tests.test_recorded_counts import vmalert_binary
 
 PODS = ("api-7c9d8f6b5d-x2x9k", "feed-aggregator-lc5zrwsjcm-gkcjb", "redis-0")
 # Lines from this long before the ruler starts until this long after: the ruler records the minutes as they pass.
@@ -39,12 +45,15 @@ RECORDED_SLOTS = 2
 
 @dataclass(frozen=True)
 class Ruled:
-    """The Loki (with its ruler) and the VictoriaMetrics it writes into, and the lines' span."""
+    """The Loki (with its ruler) and the VictoriaMetrics it writes into, and the lines' span; the same for vmalert."""
 
     loki: LokiServer
     records: Server
     first: datetime
     heartbeat: str
+    # vmalert's side: the VictoriaLogs it reads (``victoria.logs``), the VictoriaMetrics it writes (``.metrics``).
+    victoria: EmbeddedBackends
+    vmalert_heartbeat: str
 
 
 def records_around(now: datetime) -> list[str]:
@@ -105,21 +114,57 @@ def ruled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ruled]:
             "wal": {"dir": str(root / "ruler-wal")},
         }
     }
+    vmalert_rules = run_digest("rules", "--for", "vmalert", env=clean_env())
+    assert vmalert_rules.returncode == 0, vmalert_rules.stderr
+    (root / "vmalert.yaml").write_text(vmalert_rules.stdout)
+    vmalert_heartbeat = yaml.safe_load(vmalert_rules.stdout)["groups"][0]["rules"][-1]["record"]
     loki = LokiServer(config_overrides=ruler, binary=binary)
+    victoria = EmbeddedBackends()
+    vmalert: subprocess.Popen[bytes] | None = None
     try:
         loki.start()
+        victoria.start()
         now = datetime.now(UTC)
         lines = records_around(now)
-        summary = loki.push_records([("\n".join(lines) + "\n").encode()])
+        text = ("\n".join(lines) + "\n").encode()
+        summary = loki.push_records([text])
         assert summary.lines == len(lines)
-        # Bounded: the ruler evaluates once a minute; RECORDED_SLOTS evaluations take at most that many and one more.
+        victoria.ingest_logs([text])
+        victoria.wait_for_logs(now - BEFORE - timedelta(minutes=1), now + AFTER + timedelta(minutes=1), len(lines))
+        with (root / "vmalert.log").open("ab") as log:
+            vmalert = subprocess.Popen(  # the binary was resolved on PATH, the arguments are ours
+                [
+                    vmalert_binary(),
+                    f"-rule={root / 'vmalert.yaml'}",
+                    f"-datasource.url={victoria.logs.url}",
+                    f"-remoteWrite.url={victoria.metrics.url}",
+                    "-remoteWrite.flushInterval=1s",
+                    f"-httpListenAddr=127.0.0.1:{free_port()}",
+                    "-loggerLevel=WARN",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        # Bounded: each recorder evaluates once a minute; RECORDED_SLOTS evaluations take at most that many and one
+        # more (vmalert waits up to a minute to start its group on the minute).
         deadline = time.monotonic() + 60 * (RECORDED_SLOTS + 1) + 30
-        while len(heartbeats(records, heartbeat)) < RECORDED_SLOTS:
+        while (
+            len(heartbeats(records, heartbeat)) < RECORDED_SLOTS
+            or len(heartbeats(victoria.metrics, vmalert_heartbeat)) < RECORDED_SLOTS
+        ):
             if time.monotonic() > deadline:
-                pytest.fail(f"the ruler wrote {len(heartbeats(records, heartbeat))} heartbeats: {loki.tail_log()}")
+                pytest.fail(
+                    f"the ruler wrote {len(heartbeats(records, heartbeat))} heartbeats ({loki.tail_log()}), vmalert "
+                    f"{len(heartbeats(victoria.metrics, vmalert_heartbeat))} ({log_tail(root / 'vmalert.log')})"
+                )
             time.sleep(2)
-        yield Ruled(loki, records, now - BEFORE, heartbeat)
+        yield Ruled(loki, records, now - BEFORE, heartbeat, victoria, vmalert_heartbeat)
     finally:
+        if vmalert is not None:
+            vmalert.terminate()
+            vmalert.wait(timeout=10)
+        victoria.stop()
         loki.stop()
         records.stop()
 
@@ -177,3 +222,40 @@ def test_minutes_the_ruler_recorded_are_read_and_the_rest_scanned(ruled: Ruled) 
     assert origins["log_storms"] is not None
     assert origins["log_storms"]["source"] == "scanned"
     assert "not on the window's minute grid" in origins["log_storms"]["note"]
+
+
+def vmalert_digest_json(ruled: Ruled, start: datetime, end: datetime, recorded: bool) -> dict[str, Any]:
+    """The window's digest from VictoriaLogs, reading vmalert's records or not."""
+    settings = load_settings(
+        vm_url=ruled.victoria.metrics.url,
+        vl_url=ruled.victoria.logs.url,
+        recorded_counts="auto" if recorded else "off",
+        cluster="vmalert",
+        timezone="UTC",
+        policy_file=None,
+    )
+    window = Window(start, end, UTC, "vmalert")
+    return to_json(asyncio.run(make_digest(Config(settings=settings, policy=Policy()), window)))
+
+
+def test_minutes_vmalert_recorded_live_are_read_peaks_included(ruled: Ruled) -> None:
+    """The minutes vmalert recorded live are read, busiest minutes too (on the grid), the rest scanned: same digest."""
+    beats = heartbeats(ruled.victoria.metrics, ruled.vmalert_heartbeat)
+    assert all(moment % 60 == 0 for moment in beats), beats  # on the minute: each stamps the end of its minute
+    start = ruled.first.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    end = datetime.fromtimestamp(int(beats[-1]), UTC) + timedelta(seconds=30)
+    inside = [moment for moment in beats if start.timestamp() <= moment - 60 and moment <= end.timestamp()]
+    assert len(inside) >= RECORDED_SLOTS - 1
+    scanned = vmalert_digest_json(ruled, start, end, recorded=False)
+    recorded = vmalert_digest_json(ruled, start, end, recorded=True)
+    assert without_origin(recorded) == without_origin(scanned)
+    origins = {check["name"]: check["counted_from"] for check in recorded["checks"]}
+    seconds = (end - start).total_seconds()
+    both = {
+        "source": "both",
+        "recorded_seconds": 60.0 * len(inside),
+        "scanned_seconds": seconds - 60.0 * len(inside),
+        "note": None,
+    }
+    assert origins["error_lines"] == both
+    assert origins["log_storms"] == both
