@@ -9,7 +9,15 @@ times ``digest run --date … --format json`` through counting proxies, ``--repe
 * **recorded**: ``DIGEST_RECORDED_COUNTS=auto`` (the default) with the records present;
 * **scanned**: ``DIGEST_RECORDED_COUNTS=off``, today's figures for contrast;
 * **no shapes**: recorded, with a policy that asks for no shapes (``signatures: 0``): the difference with the first
-  is what "what the errors said" adds (a bounded sample on a flood).
+  is what "what the errors said" adds (a bounded sample on a flood);
+* **outage**: a recorder outage in the middle of the day: the records read from another VictoriaMetrics
+  (``DIGEST_RECORDS_URL``, proxied and counted with the metrics) into which vmalert replayed the day but for
+  09:00-13:00, so the digest reads 20 hours from records and scans 4; its verdict and error count must be the
+  recorded run's.
+
+Beside each recorded and scanned digest, its **recorded floor**: the exact requests the last proxied run sent,
+replayed directly and concurrently (at most ``DIGEST_MAX_CONCURRENCY`` per backend, `bench.floor.run_floor`) after
+each run, median of as many: how close ``digest run`` comes to the time its own queries take.
 
 Each run's digest is checked: no check UNKNOWN (every check checked with the default timeouts), the error lines
 counted equal to those generated, and each log check's ``counted_from`` what the mode says. On Loki the records are
@@ -22,6 +30,7 @@ Also ``python -X importtime`` of the CLI: what a ``digest run`` pays before its 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import re
@@ -39,23 +48,29 @@ from pathlib import Path
 
 import httpx
 
+from bench.floor import run_floor
 from bench.generate import DAY, build_cluster, day_facts
 from bench.pairs import ALL_PAIRS, LOKI, REFERENCE, VICTORIALOGS, VICTORIAMETRICS, Pair
 from bench.proxy import CountingProxy
 from bench.runner import (
     FULL,
+    MAX_CONCURRENCY,
     _stop_on_sigterm,
     digest_command,
     digest_env,
     machine,
     measured,
+    recorded_queries,
     revision,
     say,
     servers_loaded,
     settle,
 )
+from testbed.embedded import Server, free_port
 
 LOG_CHECKS = ("error_lines", "log_storms", "envoy_flags")
+# The recorder's outage in the "outage" mode: vmalert replays the day but for these hours.
+OUTAGE_HOURS = (9, 13)
 
 
 @dataclass
@@ -72,15 +87,22 @@ class Timed:
     unknown: list[str] = field(default_factory=list)
     errors_counted: float = 0.0
     origins: dict[str, str] = field(default_factory=dict)
+    floors: list[float] = field(default_factory=list)  # the recorded floor after each run (recorded, scanned)
+    error_origin: dict[str, object] = field(default_factory=dict)  # error_lines' counted_from, whole
 
     @property
     def median(self) -> float:
         return statistics.median(self.seconds) if self.seconds else float("nan")
 
+    @property
+    def floor(self) -> float:
+        return statistics.median(self.floors) if self.floors else float("nan")
 
-def replay(rules: Path, logs_url: str, metrics_url: str) -> float:
-    """``vmalert -replay`` of the day, one minute per request; its seconds."""
-    start = datetime.combine(DAY, datetime.min.time(), UTC)
+
+def replay(rules: Path, logs_url: str, metrics_url: str, span: tuple[datetime, datetime] | None = None) -> float:
+    """``vmalert -replay`` of the day (or of ``span``), one minute per request; its seconds."""
+    day_start = datetime.combine(DAY, datetime.min.time(), UTC)
+    start, end = span or (day_start, day_start + timedelta(days=1))
     binary = shutil.which("vmalert")
     if binary is None:
         raise RuntimeError("vmalert is not on PATH: run scripts/install-backends")
@@ -90,7 +112,7 @@ def replay(rules: Path, logs_url: str, metrics_url: str) -> float:
         f"-datasource.url={logs_url}",
         f"-remoteWrite.url={metrics_url}",
         f"-replay.timeFrom={start.isoformat().replace('+00:00', 'Z')}",
-        f"-replay.timeTo={(start + timedelta(days=1)).isoformat().replace('+00:00', 'Z')}",
+        f"-replay.timeTo={end.isoformat().replace('+00:00', 'Z')}",
         "-replay.maxDatapointsPerQuery=1",
         "-replay.rulesDelay=0s",
         "-replay.disableProgressBar",
@@ -106,19 +128,50 @@ def replay(rules: Path, logs_url: str, metrics_url: str) -> float:
 
 
 def digest_runs(
-    pair: Pair, day: str, mode: str, metrics_url: str, logs_url: str, repeats: int, no_shapes: Path
+    pair: Pair,
+    day: str,
+    mode: str,
+    metrics_url: str,
+    logs_url: str,
+    repeats: int,
+    no_shapes: Path,
+    records_url: str | None = None,
 ) -> Timed:
-    """``repeats`` proxied digests of the day in ``mode`` (recorded, scanned, no shapes), each checked."""
+    """``repeats`` timed digests of the day in ``mode`` (recorded, scanned, no shapes, outage), each checked.
+
+    One proxied run first counts the requests and captures them (a Python proxy on the path adds its own latency to
+    every request, so the timed runs go to the backends directly); after each timed recorded or scanned run, its
+    recorded floor: the captured requests, replayed directly.
+    """
     timed = Timed(pair=pair, day=day, mode=mode)
     command = [*digest_command(), "run", "--date", DAY.isoformat(), "--format", "json"]
+
+    def environment(metrics: str, logs: str, records: str | None) -> dict[str, str]:
+        env = digest_env(metrics, logs, pair)
+        env["DIGEST_RECORDED_COUNTS"] = "off" if mode == "scanned" else "auto"
+        if mode == "no shapes":
+            env["DIGEST_POLICY_FILE"] = str(no_shapes)
+        if records is not None:
+            env["DIGEST_RECORDS_URL"] = records
+        return env
+
+    with (
+        CountingProxy(metrics_url) as metrics_proxy,
+        CountingProxy(logs_url) as logs_proxy,
+        CountingProxy(records_url or metrics_url) as records_proxy,
+    ):
+        counted = measured(
+            command, environment(metrics_proxy.url, logs_proxy.url, records_proxy.url if records_url else None)
+        )
+        metrics_counts, logs_counts = metrics_proxy.reset(), logs_proxy.reset()
+        timed.requests = (metrics_counts.requests + records_proxy.reset().requests, logs_counts.requests)
+    if counted.code != 0:
+        raise RuntimeError(f"digest run ({pair.key}, {day}, {mode}) exited {counted.code}: {counted.stderr[-600:]}")
+    replayed = recorded_queries(metrics_counts, logs_counts)
     for _ in range(repeats):
-        with CountingProxy(metrics_url) as metrics_proxy, CountingProxy(logs_url) as logs_proxy:
-            env = digest_env(metrics_proxy.url, logs_proxy.url, pair)
-            env["DIGEST_RECORDED_COUNTS"] = "off" if mode == "scanned" else "auto"
-            if mode == "no shapes":
-                env["DIGEST_POLICY_FILE"] = str(no_shapes)
-            run = measured(command, env)
-            timed.requests = (metrics_proxy.reset().requests, logs_proxy.reset().requests)
+        run = measured(command, environment(metrics_url, logs_url, records_url))
+        if mode in ("recorded", "scanned"):
+            timed.floors.append(asyncio.run(run_floor(replayed, metrics_url, logs_url, MAX_CONCURRENCY)).seconds)
         if run.code != 0:
             raise RuntimeError(f"digest run ({pair.key}, {day}, {mode}) exited {run.code}: {run.stderr[-600:]}")
         verdict = json.loads(run.stdout)
@@ -135,7 +188,12 @@ def digest_runs(
         timed.origins = {
             name: (checks[name]["counted_from"] or {}).get("source", "?") for name in LOG_CHECKS if name in checks
         }
-    say(f"{pair.short} {day} {mode}: {timed.median:.2f} s median of {timed.seconds}; {timed.headline}; {timed.origins}")
+        timed.error_origin = dict(checks["error_lines"]["counted_from"] or {})
+    floor = f"; recorded floor {timed.floor:.2f} s" if timed.floors else ""
+    say(
+        f"{pair.short} {day} {mode}: {timed.median:.2f} s median of {timed.seconds}{floor}; {timed.headline}; "
+        f"{timed.origins}"
+    )
     return timed
 
 
@@ -167,20 +225,34 @@ def import_seconds() -> tuple[float, list[tuple[float, str]]]:
 def table(results: Sequence[Timed], replays: dict[str, float]) -> str:
     """A Markdown table: per pair and day, the two modes side by side."""
     lines = [
-        "| pair | day | `digest run`, recorded counts | scanned | requests (metrics + logs), recorded / scanned "
-        "| log checks' counts, recorded run | verdict | vmalert replay of the day | recorded, no shapes asked |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| pair | day | `digest run`, recorded counts | its recorded floor; ratio | scanned | its recorded floor; "
+        "ratio | requests (metrics + logs), recorded / scanned | log checks' counts, recorded run | verdict "
+        "| vmalert replay of the day | recorded, no shapes asked | recorder outage 09-13 h: time; error_lines "
+        "counted from; same verdict and errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_key = {(one.pair.key, one.day, one.mode): one for one in results}
     for pair_key, day in dict.fromkeys((one.pair.key, one.day) for one in results):
         recorded, scanned = by_key[(pair_key, day, "recorded")], by_key[(pair_key, day, "scanned")]
         bare = by_key.get((pair_key, day, "no shapes"))
+        outage = by_key.get((pair_key, day, "outage"))
+        outage_cell = "not run"
+        if outage is not None:
+            origin = outage.error_origin
+            same = outage.headline == recorded.headline and outage.errors_counted == recorded.errors_counted
+            outage_cell = (
+                f"{outage.median:.2f} s; {origin.get('source')} ({origin.get('recorded_seconds', 0):,.0f} s "
+                f"recorded, {origin.get('scanned_seconds', 0):,.0f} s scanned); {'yes' if same else 'NO'}"
+            )
         lines.append(
-            f"| {recorded.pair.label} | {day} | {recorded.median:.2f} s | {scanned.median:.2f} s "
+            f"| {recorded.pair.label} | {day} | {recorded.median:.2f} s "
+            f"| {recorded.floor:.2f} s; {recorded.median / recorded.floor:.2f}× "
+            f"| {scanned.median:.2f} s | {scanned.floor:.2f} s; {scanned.median / scanned.floor:.2f}× "
             f"| {recorded.requests[0]} + {recorded.requests[1]} / {scanned.requests[0]} + {scanned.requests[1]} "
             f"| {', '.join(f'{name}: {source}' for name, source in recorded.origins.items())} "
             f"| {recorded.headline}{' (UNKNOWN: ' + ', '.join(recorded.unknown) + ')' if recorded.unknown else ''} "
-            f"| {replays.get(day, float('nan')):.1f} s | {bare.median if bare else float('nan'):.2f} s |"
+            f"| {replays.get(day, float('nan')):.1f} s | {bare.median if bare else float('nan'):.2f} s "
+            f"| {outage_cell} |"
         )
     return "\n".join(lines)
 
@@ -193,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--loki", action="store_true", help="also VictoriaMetrics + Loki (loading Loki is slow)")
     parser.add_argument("--days", default="small,big", help="which days: small, big or both (default)")
     parser.add_argument("--output", type=Path, help="also write the table (with the run's header) to this file")
+    parser.add_argument("--no-outage", action="store_true", help="skip the recorder-outage mode")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     started = time.monotonic()
@@ -225,17 +298,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                 metrics_url, logs_url, _ = loaded.of(REFERENCE)
                 replays[day] = replay(rules, logs_url, metrics_url)
                 say(f"{day}: vmalert replay {replays[day]:.1f} s")
+                outage_store = None
+                if not args.no_outage:
+                    # Another store holding the day's records but for the outage's hours.
+                    outage_store = Server("records-outage", "victoria-metrics", free_port(), Path(folder) / day)
+                    outage_store.start(["-search.latencyOffset=0s"])
+                    day_start = datetime.combine(DAY, datetime.min.time(), UTC)
+                    down, up = (day_start + timedelta(hours=hour) for hour in OUTAGE_HOURS)
+                    for span in ((day_start, down), (up, day_start + timedelta(days=1))):
+                        replay(rules, logs_url, outage_store.url, span)
+                modes = ("recorded", "scanned", "no shapes", *(("outage",) if outage_store else ()))
                 for pair in pairs:
                     metrics_url, logs_url, _ = loaded.of(pair)
-                    for mode in ("recorded", "scanned", "no shapes"):
-                        timed = digest_runs(pair, day, mode, metrics_url, logs_url, args.repeats, no_shapes)
-                        expected = "scanned" if mode == "scanned" else "recorded"
+                    for mode in modes:
+                        records_url = outage_store.url if mode == "outage" and outage_store else None
+                        timed = digest_runs(
+                            pair, day, mode, metrics_url, logs_url, args.repeats, no_shapes, records_url
+                        )
+                        expected = {"scanned": "scanned", "outage": "both"}.get(mode, "recorded")
                         if timed.unknown:
                             say(f"  UNKNOWN checks: {timed.unknown}")
                         if any(source != expected for name, source in timed.origins.items() if name != "envoy_flags"):
                             say(f"  counted_from is not {expected}: {timed.origins}")
                         say(f"  error lines generated {facts.flood_error_lines:,}")
                         results.append(timed)
+                if outage_store is not None:
+                    outage_store.stop()
     total, heaviest = import_seconds()
     info = machine()
     header = (
