@@ -11,6 +11,11 @@ waits until the patterns are mined, then measures, three times each, with the di
 * the workload's error lines counted alone (the error rule's metric queries: what error_lines asks anyway);
 * ``LokiSource.shapes`` for the workload: the patterns request, each counted pattern and the rest, the first and
   last line of each shown shape;
+* the same shapes read from 1 minute in N (``--sample-every N``; by default the N error_lines asks for these lines,
+  ``ceil(lines / signature_sample_lines)``, at least 2; Loki reads 1 in more past 64 minutes): each count reads
+  only the sampled minutes, and each shown shape's first and last line are read in its first and last sampled minute;
+* the first and last line of each shape shown, read over the whole window instead (six log queries of limit 1, each
+  with its own pattern filter only): what the sample does not send.
 
 with their requests and the Loki process's CPU seconds. Loki is started on a loopback port in a temporary directory
 and stopped by its PID at the end. It prints a Markdown table.
@@ -25,6 +30,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -32,8 +38,9 @@ import httpx
 from bench.runner import _process_cpu, revision, say
 from checks.contract import Window
 from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from checks.log_questions import every as every_of
 from digest.backends.http import Endpoint
-from digest.backends.loki import LokiSource
+from digest.backends.loki import LokiSource, pattern_filter
 from testbed.loki_server import LokiServer
 
 PATTERN_FLAGS = ("-pattern-ingester.enabled=true", "-pattern-ingester.min-ready-duration=0s")
@@ -87,26 +94,44 @@ def mined(url: str, window: Window) -> int:
     return len(answer.get("data") or [])
 
 
-async def measure(url: str, pid: int, window: Window) -> list[tuple[str, float, int, float, str]]:
+def sample_every(lines: int, asked: int) -> int:
+    """One minute in how many the sampled shapes read: ``asked``, else error_lines' choice for ``lines``, at least 2."""
+    return asked if asked > 0 else max(2, ErrorLinesCheck(ErrorLinesPolicy()).sample_every(lines))
+
+
+async def measure(url: str, pid: int, window: Window, every: int) -> list[tuple[str, float, int, float, str]]:
     """(what, median seconds, requests, Loki CPU seconds per round, answer) for the count and the shapes."""
     check = ErrorLinesCheck(ErrorLinesPolicy())
     rule = check.shape_question(window, NAMESPACE, {POD})
     source = LokiSource(Endpoint(name="Loki", url=url, timeout_seconds=600))
     rows = []
+    shown: list[str] = []
     try:
-        for what in ("count", "shapes"):
+        for what in ("count", "shapes", "shapes sampled", "whole-window first and last lines"):
             times, cpu, sent, answer = [], [], 0, ""
             for _ in range(ROUNDS):
                 before_cpu, before_sent, started = _process_cpu(pid), source.queries_sent, time.perf_counter()
                 if what == "count":
                     answer = f"{await source.total(window, rule.lines):,.0f} error lines"
-                else:
-                    shapes = await source.shapes(rule)
-                    top = shapes.top[0]
-                    answer = (
-                        f"{shapes.distinct} shapes, top {top.lines:,.0f} ({top.text[:50]}…), "
-                        f"{shapes.unshaped:,.0f} unshaped"
+                elif what == "whole-window first and last lines":
+                    # The log queries of limit 1 that `shapes` sends for its shown shapes, sent alone (each with its
+                    # own pattern filter: `shapes` also excludes the patterns ranked before it).
+                    await asyncio.gather(
+                        *(
+                            source._edge(window, every_of(rule.lines, pattern_filter(pattern)), direction)
+                            for pattern in shown
+                            for direction in ("forward", "backward")
+                        )
                     )
+                    answer = f"{len(shown)} shapes × first and last line, over the whole window"
+                else:
+                    sampled = what == "shapes sampled"
+                    shapes = await source.shapes(replace(rule, sample_every=every if sampled else 1))
+                    shown = [shape.key for shape in shapes.top]
+                    top = f"top {shapes.top[0].lines:,.0f} ({shapes.top[0].text[:50]}…)" if shapes.top else "no top"
+                    answer = f"{shapes.distinct} shapes, {top}, {shapes.unshaped:,.0f} unshaped"
+                    if sampled:
+                        answer = f"1 minute in {shapes.sampled_every}: " + answer
                 times.append(time.perf_counter() - started)
                 cpu.append(_process_cpu(pid) - before_cpu)
                 sent = source.queries_sent - before_sent
@@ -121,7 +146,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=1_000_000, help="error lines of the workload (default 1,000,000)")
     parser.add_argument("--tail", type=int, default=40, help="shapes of the tail (default 40)")
+    parser.add_argument(
+        "--sample-every",
+        type=int,
+        default=0,
+        help="the sampled shapes read 1 minute in N (default: error_lines' N for these lines, at least 2)",
+    )
     args = parser.parse_args(argv)
+    every = sample_every(args.lines, args.sample_every)
     with LokiServer(extra_args=PATTERN_FLAGS) as server:
         now = datetime.now(UTC).replace(microsecond=0)
         start = now - SPAN - timedelta(minutes=1)
@@ -138,8 +170,11 @@ def main(argv: list[str] | None = None) -> int:
                 say("the pattern ingester mined fewer than 5 patterns in 600 s")
                 return 1
             time.sleep(1)
-        rows = asyncio.run(measure(server.url, server.pid, window))
-    print(f"Loki patterns at {revision()}: {args.lines:,} error lines (+ as many info), tail of {args.tail} shapes")
+        rows = asyncio.run(measure(server.url, server.pid, window, every))
+    print(
+        f"Loki patterns at {revision()}: {args.lines:,} error lines (+ as many info), tail of {args.tail} shapes, "
+        f"the sample asked 1 minute in {every} of the 3-hour window (the row says what Loki read)"
+    )
     print("| question | median of 3 | requests | Loki CPU s | answer |")
     print("|---|---|---|---|---|")
     for what, seconds, sent, cpu, answer in rows:

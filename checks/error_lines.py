@@ -36,8 +36,9 @@ with a note saying so, and the count stands.
 
 A flood's shapes cost a bounded amount: a workload with more than ``signature_sample_lines`` error lines in the
 window (200,000 by default) has its shapes read from one minute in ``ceil(lines / signature_sample_lines)`` — a
-systematic sample of the window's minutes, which VictoriaLogs reads without touching the other minutes' blocks —
-and each shape's count is the sample's times that factor: an estimate, shown with "≈" and the sample named. On the
+systematic sample of the window's minutes, which VictoriaLogs reads without touching the other minutes' blocks and
+Loki counts with one leg per sampled minute — and each shape's count (and the lines of no shape Loki names) is the
+sample's times that factor: an estimate, shown with "≈" and the sample named. On the
 2026-07-20 flood (4.5 M error lines of one workload) that is one minute in 23: 63 minutes instead of 1,440.
 """
 
@@ -455,10 +456,13 @@ class ErrorLinesCheck:
                 for shape in answer.top
             )
             labels = {"namespace": key[0], "workload": key[1]}
-            if answer.unshaped > 0 and every == 1:
+            if answer.unshaped > 0:
+                # A sample's unshaped lines are an estimate too, said as one (Loki samples and names only some).
+                unshaped = fmt_int(answer.unshaped) if every == 1 else f"≈{fmt_int(answer.unshaped * every)}"
+                sample = "" if every == 1 else f" (read from 1 minute in {every})"
                 notes.append(
-                    f"what the errors said: {fmt_int(answer.unshaped)} of {key[0]}/{key[1]}'s {fmt_int(errors[key])} "
-                    f"error lines are of no shape named here ({answer.unshaped_why or 'the backend named only some'})"
+                    f"what the errors said: {unshaped} of {key[0]}/{key[1]}'s {fmt_int(errors[key])} error lines"
+                    f"{sample} are of no shape named here ({answer.unshaped_why or 'the backend named only some'})"
                 )
             keys = frozenset(signature_key(key[0], key[1], shape) for shape in answer.keys)
             said.append(

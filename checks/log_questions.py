@@ -335,8 +335,9 @@ class Shapes:
     keys: tuple[str, ...] = ()
     unshaped: float = 0.0
     unshaped_why: str = ""
-    # One minute in this many was read (the question's ``sample_every``, if the backend could sample): each shape's
-    # ``lines`` are those of the sampled minutes, its first and last times the sample's.
+    # One minute in this many was read (the question's ``sample_every`` if the backend could sample, or more where it
+    # bounds the minutes it reads: Loki, 64): each shape's ``lines`` are those of the sampled minutes, its first and
+    # last times the sample's.
     sampled_every: int = 1
 
 

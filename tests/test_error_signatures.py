@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -301,6 +301,25 @@ async def test_shapes_that_fail_leave_a_note_and_the_grade(sources: Sources, kin
     assert finding.signatures_note.startswith(note)
     text = Renderer().render(grade("prod", WINDOW, [finding], [], Policy()), "text")
     assert f"? {finding.signatures_note}" in text
+
+
+class UnshapedLogs(ShapelessLogs):
+    """The real VictoriaLogs, whose shapes answer also counts 7 lines of no shape (as Loki's patterns leave some)."""
+
+    async def shapes(self, question: ShapeCount) -> Shapes:
+        answer = await self.inner.shapes(question)
+        return replace(answer, unshaped=7.0, unshaped_why="the test's backend names only some")
+
+
+async def test_a_sample_s_lines_of_no_shape_are_said_as_an_estimate(sources: Sources) -> None:
+    """A sampled answer's unshaped lines are said too: N × the sample's, with the sample named, not hidden."""
+    assert isinstance(sources.logs, VictoriaLogsSource)
+    unshaped = Sources(metrics=sources.metrics, logs=UnshapedLogs(sources.logs, SourceErrorKind.UNSUPPORTED))
+    finding = await _finding(unshaped, signature_sample_lines=500)  # 3,140 lines: 1 minute in 7
+    assert (
+        f"what the errors said: ≈49 of {NAMESPACE}/checkout's 3,140 error lines (read from 1 minute in 7) are of no "
+        "shape named here (the test's backend names only some)"
+    ) in finding.signatures_note
 
 
 class HoldingTransport(httpx.AsyncBaseTransport):

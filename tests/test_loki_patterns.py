@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ import pytest
 
 from checks.contract import Finding, Sources, Window, WorkloadSignatures
 from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from checks.log_questions import sampled_minutes
 from digest.backends.http import Endpoint
 from digest.backends.loki import PATTERN_CANDIDATES, LokiSource, usable_pattern
 from digest.backends.prometheus import PrometheusSource
@@ -273,6 +275,82 @@ async def test_requests_do_not_grow_with_the_lines(pushed: Pushed, sources: Sour
     assert logs.queries_sent - before <= 2 + (PATTERN_CANDIDATES + 1) * terms + 2 * len(answer.top)
 
 
+def _sampled(moments: list[datetime], minutes: list[tuple[int, int]]) -> list[int]:
+    """The indexes of the lines stamped in the sampled minutes."""
+    return [index for index, moment in enumerate(moments) if any(a <= moment.timestamp() < b for a, b in minutes)]
+
+
+def _in_sample(moments: list[datetime], minutes: list[tuple[int, int]]) -> int:
+    return len(_sampled(moments, minutes))
+
+
+def _day_with_a_sampled_minute_in(pushed: Pushed, every: int) -> Window:
+    """A day ending at or after the hour's end, moved by whole minutes until a sampled minute holds relay lines."""
+    for shift in range(every):
+        end = pushed.window.end + timedelta(minutes=shift)
+        day = Window(start=end - timedelta(days=1), end=end, zone=UTC, label="the last day")
+        if _in_sample(_spread(pushed.start, 400, 1), sampled_minutes(day, every)) >= 10:
+            return day
+    raise AssertionError("no shift puts a sampled minute among the relay's lines")  # pragma: no cover
+
+
+@pytest.mark.parametrize(("span", "asked", "every"), [("hour", 3, 3), ("day", 23, 23), ("day", 11, 23)])
+async def test_a_sample_s_shapes_are_the_lines_of_its_minutes_exactly(
+    pushed: Pushed, sources: Sources, span: str, asked: int, every: int
+) -> None:
+    """Shapes of 1 minute in N: said so; each shape's lines, first, last and example, and the unshaped, the sample's.
+
+    A day in 23 is error_lines' sample of the 07-20 flood: 63 minutes or one fewer, one query per count. A day in 11
+    would be 131 minutes: Loki reads at most 64, 1 in 23, and says so.
+    """
+    logs = sources.logs
+    assert isinstance(logs, LokiSource)
+    window = pushed.window if span == "hour" else _day_with_a_sampled_minute_in(pushed, every)
+    question = replace(ErrorLinesCheck(POLICY).shape_question(window, "feeds", {RELAY}), sample_every=asked)
+    minutes = sampled_minutes(window, every)
+    assert logs.writer.sampled_query(window, question.lines, every).count("count_over_time") == len(minutes)
+    answer = await logs.shapes(question)
+    assert answer.sampled_every == every
+    storm, disk, login = (_spread(pushed.start, count, offset) for count, offset in ((400, 1), (60, 2), (50, 3)))
+    in_storm, in_disk, in_login = _sampled(storm, minutes), _sampled(disk, minutes), _sampled(login, minutes)
+    by_example = {one.example: (one.lines, one.first, one.last) for one in answer.top}
+    assert by_example == {
+        STORM.format(i=in_storm[0] % 250, ms=in_storm[0] * 7 % 999): (
+            len(in_storm),
+            pytest.approx(storm[in_storm[0]].timestamp(), abs=1e-6),
+            pytest.approx(storm[in_storm[-1]].timestamp(), abs=1e-6),
+        ),
+        DISK.format(i=in_disk[0]): (
+            len(in_disk),
+            pytest.approx(disk[in_disk[0]].timestamp(), abs=1e-6),
+            pytest.approx(disk[in_disk[-1]].timestamp(), abs=1e-6),
+        ),
+        LOGIN.format(i=in_login[0]): (
+            len(in_login),
+            pytest.approx(login[in_login[0]].timestamp(), abs=1e-6),
+            pytest.approx(login[in_login[-1]].timestamp(), abs=1e-6),
+        ),
+    }
+    assert answer.unshaped == _in_sample(_spread(pushed.start, 5, 4), minutes)
+
+
+async def test_a_flood_s_signatures_on_loki_are_estimates_from_the_sample(pushed: Pushed, sources: Sources) -> None:
+    """Over the sample budget, the check's relay signatures are N × the sample's lines, and its unshaped lines said."""
+    finding = await ErrorLinesCheck(replace(POLICY, signature_sample_lines=200))(sources, pushed.window)
+    relay = _workload(finding, "feeds", "relay")
+    minutes = sampled_minutes(pushed.window, 3)  # 515 error lines over 200: 1 minute in 3
+    assert (relay.sampled_every, relay.capped) == (3, True)
+    assert [one.lines for one in relay.signatures] == [
+        3 * _in_sample(_spread(pushed.start, count, offset), minutes) for count, offset in ((400, 1), (60, 2), (50, 3))
+    ]
+    rare = _in_sample(_spread(pushed.start, 5, 4), minutes)
+    said = (
+        f"what the errors said: ≈{3 * rare} of feeds/relay's 515 error lines (read from 1 minute in 3) are of no shape "
+        "named here"
+    )
+    assert (said in finding.signatures_note) == (rare > 0)
+
+
 async def test_errors_the_ingester_never_mined_have_no_shape(pushed: Pushed, sources: Sources) -> None:
     """The trace workload's lines are too long to mine: no signature, a note that says Loki holds no pattern."""
     finding = await ErrorLinesCheck(POLICY)(sources, pushed.window)
@@ -335,3 +413,5 @@ def test_the_loki_patterns_benchmark_runs_and_names_its_storm() -> None:
     assert "| count |" in result.stdout
     assert "4,000 error lines |" in result.stdout
     assert "6 shapes, top 3,600 (ERROR feeds.ws relay: connect ETIMEDOUT <_> after …), 0 unshaped" in result.stdout
+    assert "| shapes sampled |" in result.stdout
+    assert "1 minute in 3: " in result.stdout  # 1 in 2 asked: Loki reads at most 64 of the 3 hours' minutes

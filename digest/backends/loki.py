@@ -62,7 +62,11 @@ own, Loki not ready yet (HTTP 503), and an address that is not a Loki API at all
 
 **Shapes** (`LokiSource.shapes`) come from Loki's patterns API when its pattern ingester is on (`PATTERNS_PATH` says
 what it answers and keeps): the patterns name the shapes, and each is counted in the window by a metric query with
-Loki's ``|>`` pattern filter. Lines of no counted pattern are counted too and reported, never dropped.
+Loki's ``|>`` pattern filter. Lines of no counted pattern are counted too and reported, never dropped. A flood's
+shapes (`ShapeCount.sample_every` > 1) are counted in the sampled minutes only, one leg of the query per minute
+(`LogqlWriter.sampled_query`), so that their cost is the sample's; so are the first and last line of each shape
+shown, read in the first and last sampled minute that holds it. Loki reads at most `SAMPLE_MINUTES` minutes, one in
+more than asked if need be (`loki_sample_every`), and says which.
 
 Groups with no line in any column are absent from the answer (Loki has no series for them), where VictoriaLogs can
 answer a row of zeros when no column counts every line; a row's missing column is a zero.
@@ -75,7 +79,7 @@ import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -106,6 +110,7 @@ from checks.log_questions import (
     every,
     field_label,
     json_keys,
+    sampled_minutes,
     series_column,
     series_of,
 )
@@ -373,8 +378,18 @@ class LogqlWriter:
         by: Sequence[LogField],
         bucket_seconds: int | None,
         offset_seconds: int = 0,
+        sample_every: int = 1,
     ) -> list[LokiRequest]:
-        """The requests that count one column: an instant query per clipped bucket, range queries for the rest."""
+        """The requests that count one column: an instant query per clipped bucket, range queries for the rest.
+
+        ``sample_every`` > 1 counts only the sampled minutes of the window (`sampled_query`), per minute, no group.
+        """
+        if sample_every > 1:
+            if bucket_seconds is not None or by:
+                raise UnplaceableFilterError("a sample of minutes is counted per minute, without groups or buckets")
+            query = self.sampled_query(window, lines, sample_every)
+            at = rfc3339_nanos(unix_nanos(window.end) - 1)
+            return [LokiRequest(INSTANT_PATH, {"query": query, "time": at}, None)] if query else []
         if bucket_seconds is None:
             return [self._instant_request(lines, by, window.start, window.end, None)]
         plan = bucket_plan(window, bucket_seconds, offset_seconds)
@@ -393,6 +408,34 @@ class LogqlWriter:
                 }
                 asked.append(LokiRequest(RANGE_PATH, form, None, first, last, shift))
         return asked
+
+    def sampled_query(self, window: Window, lines: Filter, sample_every: int) -> str:
+        """The lines of each sampled minute (`sampled_minutes`), asked at ``window.end − 1 ns``; "" when no minute.
+
+        One leg per minute, each reading that minute alone and naming it in `MINUTE_LABEL` (its unix start)::
+
+            label_replace(sum(count_over_time(<lines> [60s] offset D)), "digest_minute", "<m>", "digest_minute", "")
+            or label_replace(…)
+
+        with ``D = end − (m + 60 s)``, so the leg holds ``(m − 1 ns, m + 60 s − 1 ns]`` = ``[m, m + 60 s)``, the
+        window's own edges (measured on Loki 3.5.12: a line on a minute's first nanosecond counts in that minute, not
+        the one before). A minute without a line is no series, not a zero. Per minute rather than one ``+`` sum (which
+        needs ``or vector(0)`` on every leg: an empty side empties the sum): the first and last sampled minute of a
+        shape are then known, and its first and last line are read there. At most `SAMPLE_MINUTES` legs
+        (`loki_sample_every`): each costs Loki a few milliseconds of its own, whatever it reads.
+        """
+        minutes = sampled_minutes(window, sample_every)
+        if len(minutes) > SAMPLE_MINUTES:
+            raise UnplaceableFilterError(
+                f"a sample of {len(minutes)} minutes is more than the {SAMPLE_MINUTES} one query reads (one leg each)"
+            )
+        legs = []
+        for minute, minute_end in minutes:
+            moved = window.end - (_EPOCH + timedelta(seconds=minute_end))
+            offset = duration(moved) if moved > timedelta(0) else ""
+            counted = self.count_query(lines, (), timedelta(minutes=1), offset)
+            legs.append(f'label_replace({counted}, "{MINUTE_LABEL}", "{minute}", "{MINUTE_LABEL}", "")')
+        return " or ".join(legs)
 
     def _instant_request(
         self, lines: Filter, by: Sequence[LogField], start: datetime, end: datetime, bucket: float | None
@@ -573,16 +616,32 @@ RANGE_PATH = "/loki/api/v1/query_range"
 # and forgets them when it restarts; it does not mine lines longer than its max_allowed_line_length (3,000), and does
 # not answer its rarest patterns (tests/test_loki_patterns.py: five lines of a shape are not answered, 40 are); with
 # the ingester off the path answers 404. A pattern writes each variable part as ``<_>``, which is also what Loki's
-# ``|>`` line filter reads: the digest counts each pattern's error lines in the whole window with a metric query,
-# exactly, so the patterns only have to *name* the shapes.
+# ``|>`` line filter reads: the digest counts each pattern's error lines in the whole window (or in its sampled
+# minutes, for a flood) with a metric query, exactly, so the patterns only have to *name* the shapes.
 PATTERNS_PATH = "/loki/api/v1/patterns"
 PATTERN_RETENTION = "about the last 3 hours"
-# The patterns counted, the largest first: each is a count of the window (times the error rule's inclusion–exclusion
-# terms), so the bound keeps a digest's requests constant; lines of the others are counted together as unshaped.
+# The patterns counted, the largest first: each is a count of the window or its sample (times the error rule's
+# inclusion–exclusion terms), so the bound keeps a digest's requests constant; lines of the others are counted
+# together as unshaped.
 PATTERN_CANDIDATES = 8
+# The most minutes a sample reads (`loki_sample_every`), one leg each of one query per count: a leg costs Loki a few
+# milliseconds however few lines it reads (measured: 90 legs of a 200,000-line hour made the shapes 2.6 times slower
+# than reading every line), so a sample asked of more minutes reads fewer, one in more. A day is then read from 1
+# minute in 23 at least, the sample error_lines asks of the 07-20 flood anyway (4.5 M lines).
+SAMPLE_MINUTES = 64
+MINUTE_LABEL = "digest_minute"
+
 # The patterns' volume only ranks them: a few dozen samples per pattern are enough.
 PATTERN_SAMPLES = 24
 PATTERN_MIN_STEP_SECONDS = 10
+
+
+def loki_sample_every(window: Window, asked: int) -> int:
+    """One minute in how many Loki reads for a sample of 1 in ``asked``: ``asked``, or more past `SAMPLE_MINUTES`."""
+    if asked <= 1:
+        return 1
+    minutes = -((unix_nanos(window.start) - unix_nanos(window.end)) // (60 * _NANOS))  # started minutes, rounded up
+    return max(asked, -(-minutes // SAMPLE_MINUTES))
 
 
 @dataclass(frozen=True)
@@ -699,8 +758,11 @@ class LokiSource(HttpSource):
         """The shapes Loki's pattern ingester mined from these lines' streams, each counted exactly in the window.
 
         See `PATTERNS_PATH`: the patterns name the shapes, metric queries count them (each line once, for the
-        first pattern in rank order it matches), and the lines of no counted pattern are `Shapes.unshaped`. Every
-        request of the question shares its clock.
+        first pattern in rank order it matches), and the lines of no counted pattern are `Shapes.unshaped`. With
+        ``sample_every`` > 1 the counts, unshaped included, are those of the sampled minutes alone
+        (`sampled_minutes`), each shown shape's first and last line those of the sample, and the answer says
+        ``sampled_every``: as asked, or one minute in more where the window holds more than `SAMPLE_MINUTES` sampled
+        minutes (`loki_sample_every`). Every request of the question shares its clock.
         """
         with answering_within(question.clock):
             return await self._shapes(question)
@@ -710,6 +772,9 @@ class LokiSource(HttpSource):
         mined = await self._patterns(question)
         candidates = mined[:PATTERN_CANDIDATES]
         window = question.window
+        # A flood's counts read only the sampled minutes: each count otherwise reads every line of the window, and
+        # nine of them took 20 s of a million lines (docs/benchmarks.md).
+        sample = loki_sample_every(window, question.sample_every)
         # Each candidate's lines: those of its pattern and of none before it, so that every line counts once.
         partition = [
             every(question.lines, pattern_filter(pattern, candidates[:index]))
@@ -717,19 +782,19 @@ class LokiSource(HttpSource):
         ]
         counted = (
             await asyncio.gather(
-                *(self.total(window, lines) for lines in partition),
-                self.total(window, every(question.lines, none_of_patterns(candidates))),
+                *(self._minutes(window, lines, sample) for lines in partition),
+                self._minutes(window, every(question.lines, none_of_patterns(candidates)), sample),
             )
             if candidates
-            else [0.0]
+            else [{}]
         )
-        *per_pattern, unshaped = counted
+        *per_pattern, unshaped = (sum(minutes.values(), 0.0) for minutes in counted)
         if not any(per_pattern):
             # No pattern of the lines asked (none at all, or only of other levels or hours). Lines without a name
             # are not "no shapes"; no line at all is (a day the workload was quiet, for the history).
-            lines = unshaped if candidates else await self.total(window, question.lines)
+            lines = unshaped if candidates else await self.total(window, question.lines, sample)
             if not lines:
-                return Shapes(top=(), distinct=0)
+                return Shapes(top=(), distinct=0, sampled_every=sample)
             if len(mined) > len(candidates):
                 raise self._error(
                     SourceErrorKind.UNSUPPORTED,
@@ -752,7 +817,7 @@ class LokiSource(HttpSource):
         shown = found[: question.top]
         edges = await asyncio.gather(
             *(
-                self._edge(window, partition[index], direction)
+                self._edge(self._edge_window(window, counted[index], direction), partition[index], direction)
                 for _, _, index in shown
                 for direction in ("forward", "backward")
             )
@@ -776,6 +841,7 @@ class LokiSource(HttpSource):
             keys=tuple(pattern for _, pattern, _ in found),
             unshaped=unshaped,
             unshaped_why=why,
+            sampled_every=sample,
         )
 
     async def _patterns(self, question: ShapeCount) -> list[str]:
@@ -815,9 +881,36 @@ class LokiSource(HttpSource):
                 volume[usable] = volume.get(usable, 0.0) + sum(parse_value(pair, self) for pair in samples)
         return sorted(volume, key=lambda pattern: (not says_any(pattern, words), -volume[pattern], pattern))
 
-    async def total(self, window: Window, lines: Filter) -> float:
-        """All lines of ``window`` that ``lines`` selects, as one number."""
-        return sum((value for _, _, value in await self._column(window, lines, (), None)), 0.0)
+    async def total(self, window: Window, lines: Filter, sample_every: int = 1) -> float:
+        """The lines of ``window`` that ``lines`` selects, one number (the sampled minutes if ``sample_every`` > 1)."""
+        return sum((await self._minutes(window, lines, sample_every)).values(), 0.0)
+
+    async def _minutes(self, window: Window, lines: Filter, sample_every: int) -> dict[float | None, float]:
+        """The lines ``lines`` selects per sampled minute (unix start), or under None for the whole window.
+
+        A sample is read by one instant query per inclusion–exclusion term (`LogqlWriter.sampled_query`), each leg
+        reading only its minute: the cost is the sample's, not the window's.
+        """
+        counted = await self._column(window, lines, (), None, sample_every=sample_every)
+        per_minute: dict[float | None, float] = {}
+        for _, minute, value in counted:
+            per_minute[minute] = per_minute.get(minute, 0.0) + value
+        return per_minute
+
+    @staticmethod
+    def _edge_window(window: Window, minutes: Mapping[float | None, float], direction: str) -> Window:
+        """Where a shape's first (``forward``) or last line is read: a sample's first or last minute holding it.
+
+        A log query of limit 1 reads until it finds a line: over the whole window, a shape that starts late read
+        every line before it (5 to 7.5 s for 3 shapes of the 1 M-line benchmark, docs/benchmarks.md). In the sample it
+        reads one minute at most, and the times are the sample's, as `Shapes.sampled_every` says.
+        """
+        held = [minute for minute, lines in minutes.items() if minute is not None and lines > 0]
+        if not held:
+            return window
+        minute = min(held) if direction == "forward" else max(held)
+        start = _EPOCH + timedelta(seconds=minute)
+        return replace(window, start=max(window.start, start), end=min(window.end, start + timedelta(minutes=1)))
 
     async def _edge(self, window: Window, lines: Filter, direction: str) -> tuple[float, str]:
         """The first (``forward``) or last (``backward``) line ``lines`` selects in ``window``: its time and text.
@@ -863,6 +956,7 @@ class LokiSource(HttpSource):
         by: Sequence[LogField],
         bucket_seconds: int | None,
         offset_seconds: int = 0,
+        sample_every: int = 1,
     ) -> _Counted:
         """One column's counts per group and bucket: the sum of its inclusion–exclusion terms (`counted_terms`)."""
         # Every query is written before any is sent: a question Loki cannot be asked is refused whole.
@@ -871,7 +965,7 @@ class LokiSource(HttpSource):
                 (
                     sign,
                     self.writer.aliases(term, by),
-                    self.writer.column_requests(window, term, by, bucket_seconds, offset_seconds),
+                    self.writer.column_requests(window, term, by, bucket_seconds, offset_seconds, sample_every),
                 )
                 for sign, term in counted_terms(lines)
             ]
@@ -905,8 +999,16 @@ class LokiSource(HttpSource):
         counted: _Counted = []
         for sample in samples:
             self._check_count(sample.value)
-            counted.append((self.writer.group_of(sample.labels, by, aliases), bucket, sample.value))
+            # A sampled count's series are its minutes (`LogqlWriter.sampled_queries`).
+            minute = sample.labels.get(MINUTE_LABEL)
+            at = bucket if minute is None else self._minute(minute)
+            counted.append((self.writer.group_of(sample.labels, by, aliases), at, sample.value))
         return counted
+
+    def _minute(self, label: str) -> float:
+        if not label.isdigit():
+            raise self._error(SourceErrorKind.BAD_RESPONSE, f"a sampled minute that is not unix seconds: {label!r}")
+        return float(label)
 
     async def _range(
         self, request: LokiRequest, by: Sequence[LogField], aliases: Mapping[str, str], step: int
