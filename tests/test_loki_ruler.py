@@ -169,17 +169,22 @@ def ruled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ruled]:
         records.stop()
 
 
-def digest_json(ruled: Ruled, start: datetime, end: datetime, recorded: bool) -> dict[str, Any]:
-    """The window's digest from Loki, reading the ruler's records or not."""
+def digest_json(
+    ruled: Ruled, start: datetime, end: datetime, recorded: bool, recorder: str = "ruler"
+) -> dict[str, Any]:
+    """The window's digest, reading the recorder's records or not: Loki's ruler's (from Loki) or vmalert's."""
+    if recorder == "ruler":
+        urls = {"vm_url": ruled.records.url, "loki_url": ruled.loki.url}
+    else:
+        urls = {"vm_url": ruled.victoria.metrics.url, "vl_url": ruled.victoria.logs.url}
     settings = load_settings(
-        vm_url=ruled.records.url,
-        loki_url=ruled.loki.url,
+        **urls,
         recorded_counts="auto" if recorded else "off",
-        cluster="ruler",
+        cluster=recorder,
         timezone="UTC",
         policy_file=None,
     )
-    window = Window(start, end, UTC, "ruler")
+    window = Window(start, end, UTC, recorder)
     return to_json(asyncio.run(make_digest(Config(settings=settings, policy=Policy()), window)))
 
 
@@ -224,20 +229,6 @@ def test_minutes_the_ruler_recorded_are_read_and_the_rest_scanned(ruled: Ruled) 
     assert "not on the window's minute grid" in origins["log_storms"]["note"]
 
 
-def vmalert_digest_json(ruled: Ruled, start: datetime, end: datetime, recorded: bool) -> dict[str, Any]:
-    """The window's digest from VictoriaLogs, reading vmalert's records or not."""
-    settings = load_settings(
-        vm_url=ruled.victoria.metrics.url,
-        vl_url=ruled.victoria.logs.url,
-        recorded_counts="auto" if recorded else "off",
-        cluster="vmalert",
-        timezone="UTC",
-        policy_file=None,
-    )
-    window = Window(start, end, UTC, "vmalert")
-    return to_json(asyncio.run(make_digest(Config(settings=settings, policy=Policy()), window)))
-
-
 def test_minutes_vmalert_recorded_live_are_read_peaks_included(ruled: Ruled) -> None:
     """The minutes vmalert recorded live are read, busiest minutes too (on the grid), the rest scanned: same digest."""
     beats = heartbeats(ruled.victoria.metrics, ruled.vmalert_heartbeat)
@@ -246,8 +237,8 @@ def test_minutes_vmalert_recorded_live_are_read_peaks_included(ruled: Ruled) -> 
     end = datetime.fromtimestamp(int(beats[-1]), UTC) + timedelta(seconds=30)
     inside = [moment for moment in beats if start.timestamp() <= moment - 60 and moment <= end.timestamp()]
     assert len(inside) >= RECORDED_SLOTS - 1
-    scanned = vmalert_digest_json(ruled, start, end, recorded=False)
-    recorded = vmalert_digest_json(ruled, start, end, recorded=True)
+    scanned = digest_json(ruled, start, end, recorded=False, recorder="vmalert")
+    recorded = digest_json(ruled, start, end, recorded=True, recorder="vmalert")
     assert without_origin(recorded) == without_origin(scanned)
     origins = {check["name"]: check["counted_from"] for check in recorded["checks"]}
     seconds = (end - start).total_seconds()
