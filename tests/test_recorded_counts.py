@@ -4,7 +4,8 @@ A real vmalert (built from Debian trixie's source, the same as VictoriaLogs) rep
 --replay` over every corpus day, reading the suite's VictoriaLogs and writing into a VictoriaMetrics of its own
 (``DIGEST_RECORDS_URL``), so that the rest of the suite keeps scanning. Each day's digest from the records must be
 the scanned digest, check for check; one day has a recorder outage in the middle, one has counts that contradict
-the recorder's heartbeat, and a policy whose error rule changed must not read the old rule's series.
+the recorder's heartbeat, one an hour written twice (the same samples again, as two recorders write into a store
+that does not deduplicate), and a policy whose error rule changed must not read the old rule's series.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ OUTAGE_DAY = date(2026, 8, 17)
 OUTAGE = (time(9), time(13))
 # On this day one minute's recorded count is made wrong after the replay: the records must not be trusted.
 TAMPERED_DAY = date(2026, 10, 5)
+# On this day an hour of records is written twice, the same samples again (two recorders, a store that does not
+# deduplicate): a sum over the day would count that hour twice, in the heartbeat and the families alike.
+TWICE_DAY = date(2026, 11, 12)
+TWICE = (time(5), time(6))
 
 
 def vmalert_binary() -> str:
@@ -145,6 +150,21 @@ def load_records(store: Server, rule_file: Path, logs_url: str, folder: Path) ->
         "timestamps": [int((start + timedelta(hours=5)).timestamp() * 1000)],
     }
     httpx.post(f"{store.url}/api/v1/import", content=json.dumps(bogus) + "\n", timeout=30).raise_for_status()
+    # The hour written twice: every record series of it exported and imported again, samples unchanged.
+    httpx.get(f"{store.url}/internal/force_flush", timeout=30)
+    first, last = (datetime.combine(TWICE_DAY, moment, UTC) for moment in TWICE)
+    exported = httpx.post(
+        f"{store.url}/api/v1/export",
+        data={
+            "match[]": '{__name__=~"digest:.+"}',
+            "start": rfc3339(first),
+            "end": rfc3339(last - timedelta(seconds=1)),
+        },
+        timeout=60,
+    )
+    exported.raise_for_status()
+    assert exported.text.strip()
+    httpx.post(f"{store.url}/api/v1/import", content=exported.content, timeout=60).raise_for_status()
 
 
 def family_of(rule_file: Path) -> str:
@@ -159,11 +179,15 @@ def verify_records(store: Server, rule_file: Path) -> None:
         flush_and_wait(store.url, f'last_over_time({{__name__="{heartbeat}"}}[1d])', day_bounds(day)[1], 2)
     selector = f'last_over_time({{__name__="{family_of(rule_file)}", namespace="x"}}[1d])'
     flush_and_wait(store.url, selector, day_bounds(TAMPERED_DAY)[1], 1)
+    # The hour written twice: two heartbeat samples a minute (per column) in it.
+    last = datetime.combine(TWICE_DAY, TWICE[1], UTC)
+    doubled = f'count_over_time({{__name__="{heartbeat}", stats_result="pod_lines"}}[1h]) >= 120'
+    flush_and_wait(store.url, doubled, last - timedelta(milliseconds=1), 1)
 
 
 @pytest.fixture(scope="module")
 def records(corpus_backends: EmbeddedBackends, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Records]:
-    """Every corpus day replayed by vmalert into a VictoriaMetrics of its own, with an outage and a tampered day.
+    """Every corpus day replayed by vmalert into a VictoriaMetrics of its own: an outage, a tampered day, an hour twice.
 
     Kept as a snapshot between runs (`testbed.snapshots`), keyed by the rules, this module and the binaries.
     """
@@ -250,6 +274,12 @@ def test_recorded_digest_is_the_scanned_digest(records: Records, day: date) -> N
                 origin["note"]
                 == "recorded counts not used (1 minutes' counts disagree with the recorder's heartbeat): scanned"
             )
+        elif day == TWICE_DAY:
+            assert origin["source"] == "scanned", name
+            assert origin["note"] == (
+                "recorded counts not used (60 minutes were recorded twice (live and replayed, or by two recorders)):"
+                " scanned"
+            ), name
         elif day == OUTAGE_DAY:
             assert origin == {
                 "source": "both",

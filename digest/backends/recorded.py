@@ -22,8 +22,9 @@ that changes the error rule reads and writes new names, and old and new counts n
 store down) cost nothing but the saving: the logs are scanned and the note says why. Minutes not recorded — the
 recorder down, late, or started after the window began — are *scanned* directly in the log backend and added, so a
 count is never silently short; the `CountedFrom` of each question says how many seconds came from where. Counts that
-contradict their heartbeat, or minutes recorded twice (live and replayed), are not trusted at all: the whole window
-is scanned and the note says why.
+contradict their heartbeat, or minutes recorded twice (live and replayed, or twice with the same stamp: two recorders
+writing into a store that does not deduplicate, where a sum would count them twice), are not trusted at all: the
+whole window is scanned and the note says why.
 
 **Two stamps, any phase.** Evaluated live, a rule's sample at ``t`` counts the minute before ``t`` (vmalert
 evaluates LogsQL with ``_time:1m`` at ``t``; Loki's ruler ``[1m] offset 1ns``); replayed (``vmalert -replay``),
@@ -261,14 +262,22 @@ class RecordedLogs:
         # One request for both stamps (a window without any record, every earlier day's, costs just this one).
         beats = await self.metrics.samples(self.plan.heartbeat, window.end, end - start + SLOT_MS)
         heartbeat: dict[tuple[str, Stamp], dict[int, float]] = {}
+        # Slots the heartbeat has more than one sample of: the same minute written twice with the same stamp (two
+        # recorders without deduplication in the store, a replay run twice). The store keeps both, and a sum over
+        # the window would count that minute's lines twice, in the heartbeat and the families alike, where a
+        # comparison of the two cannot see it.
+        repeated: dict[str, set[int]] = {}
         for series in beats:
             stamp = _stamp_of(series.labels.get(STAMP_LABEL, ""))
             if stamp is None:
                 continue
-            kept = heartbeat.setdefault((series.labels.get(COLUMN_LABEL, ""), stamp), {})
+            column = series.labels.get(COLUMN_LABEL, "")
+            kept = heartbeat.setdefault((column, stamp), {})
             for moment, value in series.points:
                 slot = _slot(round(moment * 1000), stamp)
                 if start <= slot and slot + SLOT_MS <= end:
+                    if slot in kept:
+                        repeated.setdefault(column, set()).add(slot)
                     kept[slot] = value
         pairs = [
             (family, stamp) for family in self.plan.families for stamp in STAMPS if heartbeat.get((family.name, stamp))
@@ -286,10 +295,13 @@ class RecordedLogs:
             slots: dict[int, Stamp] = {}
             why: list[str] = []
             wrong = twice = 0
+            doubled = repeated.get(family.name, set())
             for stamp in STAMPS:
                 beat = heartbeat.get((family.name, stamp), {})
                 total = found.get((family.name, stamp), {})
                 for slot in set(beat) | set(total):
+                    if slot in doubled:
+                        continue  # its totals are twice one heartbeat sample: said once, as recorded twice
                     if slot not in beat or total.get(slot, 0.0) != beat[slot]:
                         wrong += 1
                     elif slot in slots:
@@ -299,6 +311,7 @@ class RecordedLogs:
             if wrong:
                 why.append(f"{wrong} minutes' counts disagree with the recorder's heartbeat")
             starts = sorted(slots)
+            twice += len(doubled)
             overlaps = twice + sum(1 for one, two in pairwise(starts) if two - one < SLOT_MS)
             if overlaps:
                 why.append(f"{overlaps} minutes were recorded twice (live and replayed, or by two recorders)")
@@ -314,9 +327,10 @@ class RecordedLogs:
         selector = _selector(self.plan.record(family), **{COLUMN_LABEL: family.total_column, STAMP_LABEL: stamp})
         first, last = min(beat), max(beat)
         shift = SLOT_MS if stamp == "end" else 0
-        # Points on the samples' own times: each reads the one sample of its slot (a range open on the left).
+        # Points on the samples' own times: each reads the one sample of its slot (a range open on the left). A sum
+        # rather than the last: a family's minute written twice is then twice its heartbeat, and not trusted.
         answer = await self.metrics.range(
-            f"sum(last_over_time({selector}[{MINUTE}s]))",
+            f"sum(sum_over_time({selector}[{MINUTE}s]))",
             _utc_ms(first + shift),
             _utc_ms(last + shift),
             MINUTE,
