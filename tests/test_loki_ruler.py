@@ -8,7 +8,9 @@ scanned, and said to be.
 
 In the same minutes (the wait is the cost of this module, so both recorders share it), a real vmalert evaluates
 `digest rules --for vmalert` — the live rules, ``_time:1m`` — against a VictoriaLogs holding the same lines and writes
-into a VictoriaMetrics of its own: vmalert evaluates on the minute, so its minutes give the peaks too.
+into a VictoriaMetrics of its own: vmalert evaluates on the minute, so its minutes give the peaks too. A second
+vmalert evaluates the Loki rules themselves against Loki's API (LogQL passed through unparsed), on the minute as well:
+the way to Loki records that give the peaks too.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class Ruled:
     # vmalert's side: the VictoriaLogs it reads (``victoria.logs``), the VictoriaMetrics it writes (``.metrics``).
     victoria: EmbeddedBackends
     vmalert_heartbeat: str
+    # A second vmalert evaluating the Loki rules against Loki's own API, into a VictoriaMetrics of its own.
+    loki_records: Server
 
 
 def records_around(now: datetime) -> list[str]:
@@ -120,10 +124,12 @@ def ruled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ruled]:
     vmalert_heartbeat = yaml.safe_load(vmalert_rules.stdout)["groups"][0]["rules"][-1]["record"]
     loki = LokiServer(config_overrides=ruler, binary=binary)
     victoria = EmbeddedBackends()
-    vmalert: subprocess.Popen[bytes] | None = None
+    loki_records = Server("victoria-metrics", "victoria-metrics", free_port(), root / "vm-loki")
+    recorders: list[subprocess.Popen[bytes]] = []
     try:
         loki.start()
         victoria.start()
+        loki_records.start(["-search.latencyOffset=0s"])
         now = datetime.now(UTC)
         lines = records_around(now)
         text = ("\n".join(lines) + "\n").encode()
@@ -131,50 +137,71 @@ def ruled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ruled]:
         assert summary.lines == len(lines)
         victoria.ingest_logs([text])
         victoria.wait_for_logs(now - BEFORE - timedelta(minutes=1), now + AFTER + timedelta(minutes=1), len(lines))
-        with (root / "vmalert.log").open("ab") as log:
-            vmalert = subprocess.Popen(  # the binary was resolved on PATH, the arguments are ours
-                [
-                    vmalert_binary(),
-                    f"-rule={root / 'vmalert.yaml'}",
-                    f"-datasource.url={victoria.logs.url}",
-                    f"-remoteWrite.url={victoria.metrics.url}",
-                    "-remoteWrite.flushInterval=1s",
-                    f"-httpListenAddr=127.0.0.1:{free_port()}",
-                    "-loggerLevel=WARN",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
+        # vmalert on VictoriaLogs (the live rules), and vmalert on Loki's API (`digest rules --for loki`: LogQL, which
+        # vmalert passes through unparsed, asked at the minute itself).
+        for name, datasource, rule_file, written, extra in (
+            ("vmalert", victoria.logs.url, root / "vmalert.yaml", victoria.metrics.url, []),
+            (
+                "vmalert-loki",
+                f"{loki.url}/loki",
+                root / "rules" / "fake" / "digest.yaml",
+                loki_records.url,
+                ["-rule.validateExpressions=false", "-rule.evalDelay=0s"],
+            ),
+        ):
+            with (root / f"{name}.log").open("ab") as log:
+                recorders.append(
+                    subprocess.Popen(  # the binary was resolved on PATH, the arguments are ours
+                        [
+                            vmalert_binary(),
+                            f"-rule={rule_file}",
+                            f"-datasource.url={datasource}",
+                            f"-remoteWrite.url={written}",
+                            "-remoteWrite.flushInterval=1s",
+                            f"-httpListenAddr=127.0.0.1:{free_port()}",
+                            "-loggerLevel=WARN",
+                            *extra,
+                        ],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                    )
+                )
         # Bounded: each recorder evaluates once a minute; RECORDED_SLOTS evaluations take at most that many and one
         # more (vmalert waits up to a minute to start its group on the minute).
         deadline = time.monotonic() + 60 * (RECORDED_SLOTS + 1) + 30
         while (
             len(heartbeats(records, heartbeat)) < RECORDED_SLOTS
             or len(heartbeats(victoria.metrics, vmalert_heartbeat)) < RECORDED_SLOTS
+            or len(heartbeats(loki_records, heartbeat)) < RECORDED_SLOTS
         ):
             if time.monotonic() > deadline:
                 pytest.fail(
                     f"the ruler wrote {len(heartbeats(records, heartbeat))} heartbeats ({loki.tail_log()}), vmalert "
-                    f"{len(heartbeats(victoria.metrics, vmalert_heartbeat))} ({log_tail(root / 'vmalert.log')})"
+                    f"{len(heartbeats(victoria.metrics, vmalert_heartbeat))} ({log_tail(root / 'vmalert.log')}), "
+                    f"vmalert on Loki {len(heartbeats(loki_records, heartbeat))} "
+                    f"({log_tail(root / 'vmalert-loki.log')})"
                 )
             time.sleep(2)
-        yield Ruled(loki, records, now - BEFORE, heartbeat, victoria, vmalert_heartbeat)
+        yield Ruled(loki, records, now - BEFORE, heartbeat, victoria, vmalert_heartbeat, loki_records)
     finally:
-        if vmalert is not None:
-            vmalert.terminate()
-            vmalert.wait(timeout=10)
+        for recorder in recorders:
+            recorder.terminate()
+            recorder.wait(timeout=10)
         victoria.stop()
         loki.stop()
+        loki_records.stop()
         records.stop()
 
 
 def digest_json(
     ruled: Ruled, start: datetime, end: datetime, recorded: bool, recorder: str = "ruler"
 ) -> dict[str, Any]:
-    """The window's digest, reading the recorder's records or not: Loki's ruler's (from Loki) or vmalert's."""
+    """The window's digest, reading the recorder's records or not: Loki's ruler's or vmalert's on Loki, or vmalert's."""
     if recorder == "ruler":
         urls = {"vm_url": ruled.records.url, "loki_url": ruled.loki.url}
+    elif recorder == "vmalert-loki":
+        urls = {"vm_url": ruled.loki_records.url, "loki_url": ruled.loki.url}
     else:
         urls = {"vm_url": ruled.victoria.metrics.url, "vl_url": ruled.victoria.logs.url}
     settings = load_settings(
@@ -250,3 +277,26 @@ def test_minutes_vmalert_recorded_live_are_read_peaks_included(ruled: Ruled) -> 
     }
     assert origins["error_lines"] == both
     assert origins["log_storms"] == both
+
+
+def test_vmalert_on_lokis_api_records_on_the_minute_peaks_included(ruled: Ruled) -> None:
+    """The Loki rules evaluated by vmalert land on the minute: busiest minutes read too, the same digest as scanned."""
+    beats = heartbeats(ruled.loki_records, ruled.heartbeat)
+    assert all(moment % 60 == 0 for moment in beats), beats
+    start = ruled.first.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    end = datetime.fromtimestamp(int(beats[-1]), UTC) + timedelta(seconds=30)
+    inside = [moment for moment in beats if start.timestamp() <= moment - 60 and moment <= end.timestamp()]
+    assert len(inside) >= RECORDED_SLOTS - 1
+    scanned = digest_json(ruled, start, end, recorded=False, recorder="vmalert-loki")
+    recorded = digest_json(ruled, start, end, recorded=True, recorder="vmalert-loki")
+    assert without_origin(recorded) == without_origin(scanned)
+    origins = {check["name"]: check["counted_from"] for check in recorded["checks"]}
+    seconds = (end - start).total_seconds()
+    both = {
+        "source": "both",
+        "recorded_seconds": 60.0 * len(inside),
+        "scanned_seconds": seconds - 60.0 * len(inside),
+        "note": None,
+    }
+    assert origins["error_lines"] == both
+    assert origins["log_storms"] == both  # the ruler's own records, off the minute, leave these scanned
