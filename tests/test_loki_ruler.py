@@ -256,16 +256,20 @@ def test_minutes_the_ruler_recorded_are_read_and_the_rest_scanned(ruled: Ruled) 
     assert "not on the window's minute grid" in origins["log_storms"]["note"]
 
 
-def test_minutes_vmalert_recorded_live_are_read_peaks_included(ruled: Ruled) -> None:
-    """The minutes vmalert recorded live are read, busiest minutes too (on the grid), the rest scanned: same digest."""
-    beats = heartbeats(ruled.victoria.metrics, ruled.vmalert_heartbeat)
+@pytest.mark.parametrize("recorder", ["vmalert", "vmalert-loki"])
+def test_minutes_vmalert_recorded_live_are_read_peaks_included(ruled: Ruled, recorder: str) -> None:
+    """Minutes vmalert recorded live (on VictoriaLogs, or the Loki rules on Loki's API) are read, busiest too."""
+    if recorder == "vmalert":
+        beats = heartbeats(ruled.victoria.metrics, ruled.vmalert_heartbeat)
+    else:
+        beats = heartbeats(ruled.loki_records, ruled.heartbeat)
     assert all(moment % 60 == 0 for moment in beats), beats  # on the minute: each stamps the end of its minute
     start = ruled.first.replace(second=0, microsecond=0) + timedelta(minutes=1)
     end = datetime.fromtimestamp(int(beats[-1]), UTC) + timedelta(seconds=30)
     inside = [moment for moment in beats if start.timestamp() <= moment - 60 and moment <= end.timestamp()]
     assert len(inside) >= RECORDED_SLOTS - 1
-    scanned = digest_json(ruled, start, end, recorded=False, recorder="vmalert")
-    recorded = digest_json(ruled, start, end, recorded=True, recorder="vmalert")
+    scanned = digest_json(ruled, start, end, recorded=False, recorder=recorder)
+    recorded = digest_json(ruled, start, end, recorded=True, recorder=recorder)
     assert without_origin(recorded) == without_origin(scanned)
     origins = {check["name"]: check["counted_from"] for check in recorded["checks"]}
     seconds = (end - start).total_seconds()
@@ -276,27 +280,4 @@ def test_minutes_vmalert_recorded_live_are_read_peaks_included(ruled: Ruled) -> 
         "note": None,
     }
     assert origins["error_lines"] == both
-    assert origins["log_storms"] == both
-
-
-def test_vmalert_on_lokis_api_records_on_the_minute_peaks_included(ruled: Ruled) -> None:
-    """The Loki rules evaluated by vmalert land on the minute: busiest minutes read too, the same digest as scanned."""
-    beats = heartbeats(ruled.loki_records, ruled.heartbeat)
-    assert all(moment % 60 == 0 for moment in beats), beats
-    start = ruled.first.replace(second=0, microsecond=0) + timedelta(minutes=1)
-    end = datetime.fromtimestamp(int(beats[-1]), UTC) + timedelta(seconds=30)
-    inside = [moment for moment in beats if start.timestamp() <= moment - 60 and moment <= end.timestamp()]
-    assert len(inside) >= RECORDED_SLOTS - 1
-    scanned = digest_json(ruled, start, end, recorded=False, recorder="vmalert-loki")
-    recorded = digest_json(ruled, start, end, recorded=True, recorder="vmalert-loki")
-    assert without_origin(recorded) == without_origin(scanned)
-    origins = {check["name"]: check["counted_from"] for check in recorded["checks"]}
-    seconds = (end - start).total_seconds()
-    both = {
-        "source": "both",
-        "recorded_seconds": 60.0 * len(inside),
-        "scanned_seconds": seconds - 60.0 * len(inside),
-        "note": None,
-    }
-    assert origins["error_lines"] == both
-    assert origins["log_storms"] == both  # the ruler's own records, off the minute, leave these scanned
+    assert origins["log_storms"] == both  # on the minute: Loki's ruler's own records, off it, leave these scanned

@@ -36,15 +36,7 @@ from digest import __version__
 from digest.app.engine import Config, make_digest, open_sources
 from digest.app.exit_codes import EXIT_OK, EXIT_USAGE
 from digest.app.settings import LogBackend
-from digest.backends.http import (
-    Endpoint,
-    HttpSource,
-    cluster_fix,
-    same_tenant,
-    tls_context,
-    url_fix,
-    vm_tenant_of,
-)
+from digest.backends.http import Endpoint, HttpSource, tls_context, url_fix
 from digest.backends.loki import DEFAULT_LABELS
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.scope import render
@@ -93,26 +85,11 @@ async def _probe(source: HttpSource, endpoint: Endpoint, now: datetime) -> UrlRe
             status, text = await source.probe("/loki/api/v1/labels")
             if status == 401 and "no org id" in text.lower():
                 fix = "Loki is multi-tenant: set DIGEST_LOKI_TENANT (sent as X-Scope-OrgID)"
-        if answers == "a vmselect" and fix is None:
-            fix = await _tenant_fix(source, endpoint, now)
-        elif endpoint.name == "VictoriaMetrics" and fix is None:
-            fix = cluster_fix(answers, endpoint.url)
+        if fix is None:
+            fix = await source.cluster_fix(answers, (now - timedelta(days=1)).timestamp(), now.timestamp())
     finally:
         await source.aclose()
     return UrlReport(endpoint.name, endpoint.setting, endpoint.display_url, answers, fix)
-
-
-async def _tenant_fix(source: HttpSource, endpoint: Endpoint, now: datetime) -> str | None:
-    """A vmselect's URL without a tenant, or with one that holds no data in the 24 h: the fix, naming the tenants."""
-    tenants = await source.vm_tenants((now - timedelta(days=1)).timestamp(), now.timestamp())
-    tenant = vm_tenant_of(endpoint.url)
-    if tenant is None:
-        return cluster_fix("a vmselect", endpoint.url, tenants)
-    if tenants and tenant != "multitenant" and not any(same_tenant(tenant, listed) for listed in tenants):
-        return (
-            f"tenant {tenant} holds no data in the 24 h: set DIGEST_VM_TENANT to one that does ({', '.join(tenants)})"
-        )
-    return None
 
 
 # Labels that tell clusters apart on a shared store, by convention (kube-prometheus-stack's and Thanos' external

@@ -47,7 +47,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
-from checks.contract import RangeSeries, Sample, SourceError, SourceErrorKind
+from checks.contract import RangeSeries, Sample, SourceError, SourceErrorKind, fmt_duration
 from checks.log_questions import AnswerClock
 
 log = logging.getLogger(__name__)
@@ -278,10 +278,7 @@ class HttpSource:
         found = await self.what_answers(skip_own=True)
         setting = f" (check {self._endpoint.setting})" if self._endpoint.setting else ""
         url = self._endpoint.display_url
-        tenants = await self.vm_tenants() if found == "a vmselect" else []
-        fix = url_fix(self._endpoint.name, self._endpoint.url) or (
-            cluster_fix(found, self._endpoint.url, tenants) if self._endpoint.name == "VictoriaMetrics" else None
-        )
+        fix = url_fix(self._endpoint.name, self._endpoint.url) or await self.cluster_fix(found)
         said = f"; {fix}" if fix else ""
         if found == "a vmselect" and vm_tenant_of(self._endpoint.url) is None:
             return f"{url} is a vmselect (a VictoriaMetrics cluster's query side) asked without a tenant{setting}{said}"
@@ -313,6 +310,27 @@ class HttpSource:
             return None
         head = response.text[:200].lstrip()
         return next((name for name in _CLUSTER_COMPONENTS if head.startswith(name + _CLUSTER_PAGE)), None)
+
+    async def cluster_fix(self, found: str | None, start: float | None = None, end: float | None = None) -> str | None:
+        """The fix when this metrics URL is the wrong part of a VictoriaMetrics cluster (`cluster_fix`), else None.
+
+        At a vmselect, the tenants holding data (between ``start`` and ``end``, when given) are named: with no tenant
+        in the URL, to pick one; with a tenant that is not among them, as the fix itself.
+        """
+        if self._endpoint.name != "VictoriaMetrics":
+            return None
+        if found != "a vmselect":
+            return cluster_fix(found, self._endpoint.url)
+        tenants = await self.vm_tenants(start, end)
+        tenant = vm_tenant_of(self._endpoint.url)
+        if tenant is None:
+            return cluster_fix(found, self._endpoint.url, tenants)
+        if tenants and tenant != "multitenant" and not any(same_tenant(tenant, listed) for listed in tenants):
+            during = f" in the {fmt_duration(end - start)}" if start is not None and end is not None else ""
+            return (
+                f"tenant {tenant} holds no data{during}: set DIGEST_VM_TENANT to one that does ({', '.join(tenants)})"
+            )
+        return None
 
     async def vm_tenants(self, start: float | None = None, end: float | None = None) -> list[str]:
         """The tenants a vmselect holds data for (``/admin/tenants``, between ``start`` and ``end``); [] if unknown."""

@@ -999,7 +999,7 @@ class LokiSource(HttpSource):
         counted: _Counted = []
         for sample in samples:
             self._check_count(sample.value)
-            # A sampled count's series are its minutes (`LogqlWriter.sampled_queries`).
+            # A sampled count's series are its minutes (`LogqlWriter.sampled_query`).
             minute = sample.labels.get(MINUTE_LABEL)
             at = bucket if minute is None else self._minute(minute)
             counted.append((self.writer.group_of(sample.labels, by, aliases), at, sample.value))
