@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
+from pathlib import Path
 from types import ModuleType
 
 import httpx
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 class _CountingFinder:
@@ -62,13 +66,39 @@ async def test_requests_do_not_search_for_modules() -> None:
 
 
 def test_digest_process_collects_young_garbage_rarely_and_freezes_its_imports() -> None:
-    """`digest`'s entry tunes the cyclic collector before any work: young generation at 10,000, imports frozen."""
+    """`digest`'s entry tunes the cyclic collector before any work: young generation at 100,000, imports frozen."""
     probe = (
         "import gc, sys\n"
-        "from digest.app.cli import GC_YOUNG_THRESHOLD, main\n"
+        "from digest.app.cli import main\n"
+        "from digest.app.console_script import GC_YOUNG_THRESHOLD\n"
         "assert gc.get_threshold()[0] == 700 and gc.get_freeze_count() == 0\n"
         "code = main(['run', '--at', '12:00', '--date', '2026-07-20'])\n"  # a usage error: no config, no backend
         "print(code, gc.get_threshold()[0] == GC_YOUNG_THRESHOLD, gc.get_freeze_count() > 1000)\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
     assert done.stdout.split() == ["2", "True", "True"], done.stderr
+
+
+def test_console_script_raises_the_young_threshold_before_the_cli_is_imported() -> None:
+    """The `digest` script's entry imports nothing of the CLI before the collector's setting, which its imports see."""
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert scripts["digest"] == "digest.app.console_script:main"
+    probe = (
+        "import gc, sys\n"
+        "from digest.app.console_script import GC_YOUNG_THRESHOLD, main\n"
+        "assert 'digest.app.cli' not in sys.modules and 'digest.app.engine' not in sys.modules\n"
+        "seen = []\n"
+        "class Watch:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'digest.app.engine':\n"
+        "            seen.append(gc.get_threshold()[0])\n"
+        "sys.meta_path.insert(0, Watch())\n"
+        "sys.argv = ['digest', '--version']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(seen == [GC_YOUNG_THRESHOLD], gc.get_freeze_count() > 1000)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.split()[-2:] == ["True", "True"], done.stderr

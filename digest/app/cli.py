@@ -21,6 +21,7 @@ from pathlib import Path
 
 from checks.contract import Window
 from digest import __version__
+from digest.app.console_script import raise_young_threshold
 from digest.app.engine import Config, load_config, make_chart, make_digest, open_history_store, stored_history
 from digest.app.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
 from digest.app.logs import configure_logging
@@ -181,10 +182,6 @@ def _fail(message: str) -> int:
     return EXIT_USAGE
 
 
-# The collector's first generation is collected after this many allocations (CPython's default: 700).
-GC_YOUNG_THRESHOLD = 100_000
-
-
 def tune_garbage_collection() -> None:
     """Make the cyclic garbage collector cheap for a process that parses large answers.
 
@@ -199,8 +196,7 @@ def tune_garbage_collection() -> None:
     acyclic (freed by reference counting), so memory stays where it was (93 MB peak in both).
     """
     gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+    raise_young_threshold()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
