@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, date, datetime, timedelta
@@ -23,8 +25,9 @@ from checks.promql import open_range
 from digest.app.engine import open_sources
 from digest.app.settings import load_settings
 from digest.backends.victorialogs import LogsqlWriter, time_filter
-from digest.output.chart import CAPTION_LIMIT, chart_caption, chart_figure, render_chart, time_ticks
+from digest.output.chart import CAPTION_LIMIT, chart_caption, chart_drawing, render_chart, time_ticks
 from digest.output.chart_data import ChartData, ConntrackFill, Counts, HourlyPanel, collect_chart_data
+from digest.output.drawing import nice_ticks
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import day_window, last_window
 from testbed.embedded import EmbeddedBackends, free_port
@@ -366,9 +369,6 @@ async def test_unseen_spans_are_shaded_on_the_chart(corpus_backends: EmbeddedBac
 
 def test_a_long_not_seen_title_wraps_on_real_lines_inside_the_figure(tmp_path: Path) -> None:
     """A long headline, panel message and "most said" line break on real lines, and no text leaves the figure."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.text import Text
-
     window = day_window(date(2026, 7, 25), UTC_ZONE)
     data = ChartData(
         window=window,
@@ -389,31 +389,60 @@ def test_a_long_not_seen_title_wraps_on_real_lines_inside_the_figure(tmp_path: P
         "Most said: feeds/feed-aggregator · 92 % of its errors · new today · ERROR feeds.ws relay: connect "
         "ETIMEDOUT <IP4>:<N> while resolving upstream relay-backup-east.feeds.svc.cluster.local after 3 retries"
     )
-    figure = chart_figure(data, title, (), said)
-    try:
-        canvas = figure.canvas
-        assert isinstance(canvas, FigureCanvasAgg)
-        canvas.draw()
-        renderer = canvas.get_renderer()
-        texts = [
-            text
-            for text in figure.findobj(Text)
-            if isinstance(text, Text) and text.get_visible() and text.get_text().strip()
-        ]
-        heading = figure.get_suptitle()
-        assert heading.count("\n") >= 2, heading  # wrapped, the unseen parts on lines of their own
-        assert any("not seen: cAdvisor" in line for line in heading.split("\n"))
-        assert [text.get_text() for text in texts if "\\n" in text.get_text()] == []
-        [note] = [text.get_text() for text in texts if text.get_text().startswith("Most said")]
-        assert note.count("\n") == 1  # wrapped on two lines, the rest left out
-        assert note.endswith("…")
-        outside = []
-        for text in texts:
-            box = text.get_window_extent(renderer)
-            if box.x0 < 0 or box.y0 < 0 or box.x1 > figure.bbox.width or box.y1 > figure.bbox.height:
-                outside.append((text.get_text(), box.bounds))
-        assert outside == []
-    finally:
-        figure.clear()
+    drawing = chart_drawing(data, title, (), said)
+    texts = [text.text for text in drawing.texts if text.text.strip()]
+    [heading] = [text for text in texts if text.startswith("WARNING 7/10")]
+    assert heading.count("\n") >= 2, heading  # wrapped, the unseen parts on lines of their own
+    assert any(line.startswith("not seen: cAdvisor") for line in heading.split("\n"))
+    assert [text for text in texts if "\\n" in text] == []
+    [note] = [text for text in texts if text.startswith("Most said")]
+    assert note.count("\n") == 1  # wrapped on two lines, the rest left out
+    assert note.endswith("…")
+    assert sum(text.startswith("not available:") for text in texts) == 3
+    width, height = drawing.image.size
+    outside = [
+        (text.text, text.box)
+        for text in drawing.texts
+        if text.box[0] < 0 or text.box[1] < 0 or text.box[2] > width or text.box[3] > height
+    ]
+    assert outside == []
     render_chart(data, tmp_path / "long-title.png", title)
     assert _png_size(tmp_path / "long-title.png") == (1080, 1350)
+
+
+def test_count_axes_get_three_to_five_round_ticks() -> None:
+    """A count axis ticks at round whole steps from 0, as MaxNLocator chose: 07-20's by 300,000, a quiet day's by 1."""
+    # 07-20: a peak of 680,660 under three legend rows gives an axis up to 1,080,413.
+    assert nice_ticks(1_080_413, bins=4, integer=True, min_ticks=3) == [0, 300_000, 600_000, 900_000]
+    assert nice_ticks(4, bins=4, integer=True, min_ticks=3) == [0, 1, 2, 3, 4]
+    assert nice_ticks(9.3, bins=4, integer=True, min_ticks=3) == [0, 3, 6, 9]
+    assert nice_ticks(5.1, bins=4, integer=True, min_ticks=3) == [0, 2, 4]
+
+
+def test_rendering_never_imports_matplotlib(tmp_path: Path) -> None:
+    """Both charts are drawn with Pillow alone: matplotlib is never imported, even where it is installed."""
+    script = f"""
+import sys
+from datetime import date
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from digest.output.chart import render_chart
+from digest.output.chart_data import ChartData
+from digest.output.week_chart import render_week_chart
+from digest.pipeline.week import DayResult, Week, week_days
+from digest.pipeline.score import DigestStatus
+from digest.pipeline.window import day_window
+
+window = day_window(date(2026, 7, 20), ZoneInfo("UTC"))
+data = ChartData(window, 3600, (window.start.timestamp(),), None, "down", None, "down", None, "down")
+render_chart(data, Path({str(tmp_path / "day.png")!r}), "UNKNOWN · homelab")
+days = tuple(DayResult(day, DigestStatus.OK, 10, 10, "calm") for day in week_days(2026, 33))
+render_week_chart(Week("homelab", 2026, 33, days=days), Path({str(tmp_path / "week.png")!r}))
+assert "matplotlib" not in sys.modules, "matplotlib was imported"
+assert "numpy" not in sys.modules, "numpy was imported"
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert _png_size(tmp_path / "day.png") == (1080, 1350)
+    assert _png_size(tmp_path / "week.png") == (1080, 1080)

@@ -162,9 +162,7 @@ async def test_no_planted_secret_reaches_text_html_json_or_logs(
     sources: Sources, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Tokens, a JWT, an e-mail address, a password and URL credentials appear in no output, chart or log record."""
-    from matplotlib.text import Text
-
-    from digest.output.chart import chart_caption, chart_figure
+    from digest.output.chart import chart_caption, chart_drawing
     from digest.output.chart_data import collect_chart_data
     from digest.output.render import most_said
 
@@ -179,8 +177,8 @@ async def test_no_planted_secret_reaches_text_html_json_or_logs(
     data = await collect_chart_data(sources, WINDOW, Policy())
     outputs["caption"] = chart_caption("WARNING 9/10 · prod", data, said)
     assert outputs["caption"].split("\n")[2] == said  # the photo's caption gains the line under its panels
-    figure = chart_figure(data, "WARNING 9/10 · prod", (), said)
-    outputs["chart"] = "\n".join(text.get_text() for text in figure.findobj(Text))
+    drawing = chart_drawing(data, "WARNING 9/10 · prod", (), said)
+    outputs["chart"] = "\n".join(text.text for text in drawing.texts)
     assert "payment <N> failed" in outputs["chart"]
     assert "What the errors said" in outputs["text"]
     assert "payments/checkout · 3 of its 7 error signatures" in outputs["text"]

@@ -19,7 +19,6 @@ from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from checks.conntrack import ConntrackCheck, ConntrackPolicy
 from checks.contract import Finding, Sources, Status, Window
@@ -30,10 +29,10 @@ from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
 from digest.channels.telegram.text import MAX_TEXT, split_html, visible_length
-from digest.output.chart import LEGEND_LABEL_LIMIT, chart_caption, chart_figure, legend_label, render_chart
+from digest.output.chart import LEGEND_LABEL_LIMIT, chart_caption, chart_drawing, legend_label, render_chart
 from digest.output.chart_data import ChartData, Counts, HourlyPanel, collect_chart_data
 from digest.output.render import Renderer, headline, unseen_spans
-from digest.output.safe_text import escape_json, for_matplotlib, visible
+from digest.output.safe_text import escape_json, for_drawing, visible
 from digest.pipeline.explain import Explanation
 from digest.pipeline.policy import Policy
 from digest.pipeline.score import Digest, grade
@@ -217,37 +216,32 @@ def test_logsql_quoting_is_go_syntax() -> None:
     assert quoted("ünï 🚀 |) (") == '"ünï 🚀 |) ("'
 
 
-# The test's font has no rocket emoji: matplotlib draws a box and warns, which is not what is tested here.
-@pytest.mark.filterwarnings("ignore:Glyph .* missing from font")
 async def test_chart_of_hostile_labels_is_escaped_and_its_legend_fits(sources: Sources, tmp_path: Path) -> None:
     """Legend, titles and caption carry no raw control or bidi character, and the 300-char pod's legend fits."""
     digest = await _digest(sources)
     data = await collect_chart_data(sources, WINDOW, Policy())
     assert data.errors is not None
     assert data.conntrack is not None
-    figure = chart_figure(data, headline(digest) + f" · {NAMESPACE}", unseen_spans(digest))
-    try:
-        canvas = figure.canvas
-        assert isinstance(canvas, FigureCanvasAgg)
-        canvas.draw()
-        renderer = canvas.get_renderer()
-        shown = [figure.get_suptitle()] + [ax.get_title(loc="left") for ax in figure.axes]
-        shown += [text.get_text() for ax in figure.axes for text in ax.texts]
-        legends: list[str] = []
-        for ax in figure.axes:
-            legend = ax.get_legend()
-            if legend is None:
-                continue
-            legends += [text.get_text() for text in legend.get_texts()]
-            box = legend.get_window_extent(renderer)
-            assert box.x0 >= 0, "the legend runs off the figure"
-            assert box.x1 <= figure.bbox.width, "the legend runs off the figure"
-        shown += legends
-        assert [text for text in shown if FORBIDDEN.search(text)] == []
-        assert any("\\u202e" in text for text in shown)
-        assert any(text.startswith("pay ") and "…" in text for text in legends)
-    finally:
-        figure.clear()
+    drawing = chart_drawing(data, headline(digest) + f" · {NAMESPACE}", unseen_spans(digest))
+    width, height = drawing.image.size
+    shown = [text.text for text in drawing.texts]
+    assert drawing.legends, "the error panel has a legend"
+    legends: list[str] = []
+    for left, top, right, bottom in drawing.legends:
+        assert left >= 0, "the legend runs off the figure"
+        assert right <= width, "the legend runs off the figure"
+        legends += [
+            text.text
+            for text in drawing.texts
+            if left <= text.box[0] and text.box[2] <= right and top <= text.box[1] and text.box[3] <= bottom
+        ]
+    assert [text for text in shown if FORBIDDEN.search(text)] == []
+    assert any("\\u202e" in text for text in shown)
+    assert any(text.startswith("pay ") and "…" in text for text in legends)
+    assert all(
+        text.box[0] >= 0 and text.box[2] <= width and text.box[1] >= 0 and text.box[3] <= height
+        for text in drawing.texts
+    )
     render_chart(data, tmp_path / "hostile.png", headline(digest), unseen_spans(digest))
     assert (tmp_path / "hostile.png").stat().st_size > 0
     caption = chart_caption(headline(digest), data)
@@ -266,9 +260,9 @@ def test_legend_label_keeps_start_and_end_of_a_long_pod_name() -> None:
     assert "…" in name
 
 
-def test_dollar_signs_in_a_label_do_not_turn_on_math_mode() -> None:
-    """``$x$`` in a workload name is drawn literally: escaped for matplotlib, so it cannot fail to parse as math."""
-    assert legend_label(Counts("ns/$\\frac{1}{$", (1,))) == "ns/\\$\\frac{1}{\\$ · 1"
+def test_dollar_signs_in_a_label_are_drawn_as_they_are() -> None:
+    """``$x$`` in a workload name is drawn literally: Pillow has no math mode, so nothing is escaped or parsed."""
+    assert legend_label(Counts("ns/$\\frac{1}{$", (1,))) == "ns/$\\frac{1}{$ · 1"
 
 
 def test_a_newline_in_a_label_never_splits_a_tag_across_lines() -> None:
@@ -319,7 +313,7 @@ def test_an_invisible_character_is_shown_as_an_escape(char: str, escape: str) ->
     """``visible`` writes each zero-width, BOM, U+180E and tag character as its escape, so "shop" has no twin."""
     assert visible(f"sh{char}op") == f"sh{escape}op"
     assert visible(f"sh{char}op") != visible("shop")
-    assert FORBIDDEN.search(for_matplotlib(f"sh{char}op $x$")) is None
+    assert FORBIDDEN.search(for_drawing(f"sh{char}op $x$")) is None
 
 
 @pytest.mark.parametrize(("char", "escape"), INVISIBLE)
@@ -333,9 +327,10 @@ def test_an_invisible_character_is_escaped_in_json_and_parses_back(char: str, es
 
 
 def test_wrapped_chart_text_breaks_lines_only_where_it_wraps() -> None:
-    r"""``for_matplotlib`` wraps after escaping: a label's newline stays ``\n``, its ``$`` is escaped on every line."""
-    shown = for_matplotlib("pod\nforged $a$ " + "$" * 30 + " tail", width=12)
+    r"""``for_drawing`` wraps after escaping: a label's newline stays ``\n``, its ``$`` are kept as they are."""
+    shown = for_drawing("pod\nforged $a$ " + "$" * 30 + " tail", width=12)
     lines = shown.split("\n")
     assert lines[0] == "pod\\nforged"
-    assert all(line.count("$") == line.count("\\$") for line in lines)
+    assert "\\$" not in shown
+    assert shown.count("$") == 32
     assert "tail" in lines[-1]

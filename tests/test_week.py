@@ -19,7 +19,7 @@ from digest.app.engine import Config, make_week
 from digest.app.replay import replay
 from digest.app.settings import load_settings
 from digest.output.render import Renderer, week_headline
-from digest.output.week_chart import render_week_chart, week_caption, week_figure
+from digest.output.week_chart import render_week_chart, week_caption, week_drawing
 from digest.pipeline.policy import Policy
 from digest.pipeline.score import DigestStatus
 from digest.pipeline.state import HistoryStore
@@ -116,8 +116,6 @@ def test_the_cli_prints_the_week_and_refuses_bad_or_unfinished_weeks(corpus_back
 
 def test_the_week_chart_marks_unscored_days(tmp_path: Path) -> None:
     """The weekly PNG is 1080 × 1080 and shows a "?" where a day has no score or no count, never an empty bar."""
-    from matplotlib.text import Text
-
     days = [
         _day(day, score, error_lines=lines)
         for day, score, lines in zip(
@@ -130,12 +128,12 @@ def test_the_week_chart_marks_unscored_days(tmp_path: Path) -> None:
     head = path.read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", head[16:24]) == (1080, 1080)
-    figure = week_figure(week)
-    try:
-        marks = [text for text in figure.findobj(Text) if text.get_text() == "?"]
-    finally:
-        figure.clear()
+    drawing = week_drawing(week)
+    marks = [text for text in drawing.texts if text.text == "?"]
     assert len(marks) == 4  # two days, two panels
+    assert all(  # every text inside the figure
+        text.box[0] >= 0 and text.box[2] <= 1080 and text.box[1] >= 0 and text.box[3] <= 1080 for text in drawing.texts
+    )
     assert week_caption(week) == f"{week_headline(week)}\nScores █?▆▇█?█"
 
 

@@ -238,7 +238,7 @@ async def make_chart(
     what the worst workload's errors said (`digest.output.render.most_said`), under the error panel's title and in
     the caption.
     """
-    # matplotlib costs every `digest run` its import time: only a chart pays it.
+    # Pillow and the fonts cost every `digest run` their import and load time: only a chart pays it.
     from digest.output.chart import chart_caption, render_chart
     from digest.output.chart_data import collect_chart_data
 

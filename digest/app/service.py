@@ -126,7 +126,7 @@ class DigestService:
         if not self.config.settings.telegram_chart:
             return None
         summary = await self.week(year, week)
-        # The drawing is matplotlib's: imported on first use, run off the event loop.
+        # The drawing (Pillow) is imported on first use and run off the event loop.
         from digest.output.week_chart import render_week_chart, week_caption
 
         try:

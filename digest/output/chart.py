@@ -15,15 +15,17 @@ to a deploy, a cron or a load test. One panel per incident shape of the post-mor
 What each panel counts, and how it is asked, is `digest.output.chart_data`'s.
 
 Every label- or log-derived string drawn or captioned (workload and flag labels, the node, the headline, a
-backend's error) goes through `digest.output.safe_text`: control and bidi characters become visible escapes and ``$``
-cannot switch on matplotlib's math mode. Text is wrapped *after* it is made visible (so the line breaks drawn are
-real ones, never a ``\n`` escape), and the title is wrapped until its drawn width fits the figure. A legend label
+backend's error) goes through `digest.output.safe_text`: control and bidi characters become visible escapes. Text
+is wrapped *after* it is made visible (so the line breaks drawn are real ones, never a ``\n`` escape), and the
+title is wrapped until its drawn width fits the figure. A legend label
 longer than `LEGEND_LABEL_LIMIT` characters (a 300-character pod name would run off the 1080 px figure) keeps
 its start and end around an ellipsis: ``payments-api-…-7d9f8``.
 
-Rendering uses matplotlib's object API on the Agg canvas (``Figure`` + ``FigureCanvasAgg``), matplotlib's recipe
-for servers: pyplot's global figure registry is never touched, so nothing is left open and it is safe to call from
-a worker thread (``asyncio.to_thread(render_chart, …)``) in the bot.
+The drawing is Pillow's (`digest.output.drawing`, which says why and how), laid out here the way matplotlib's
+constrained layout laid out the old chart: the title on top, three panels of heights 1.15 : 1 : 1 sharing the time
+axis, their left edge where the widest tick label ends. The same sizes in points at 150 dpi, the same colours and
+the same legend placement. `chart_drawing` returns the image with every text drawn and its box, for tests; it is
+a pure function of its arguments, safe in a worker thread (``asyncio.to_thread(render_chart, …)``) in the bot.
 """
 
 from __future__ import annotations
@@ -32,14 +34,9 @@ import itertools
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.layout_engine import ConstrainedLayoutEngine
-from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, PercentFormatter
 
 from checks.contract import (
     Window,
@@ -48,7 +45,8 @@ from checks.contract import (
     local_time,
 )
 from digest.output.chart_data import APP_5XX, CONNTRACK_STEP_SECONDS, ChartData, ConntrackFill, Counts, HourlyPanel
-from digest.output.safe_text import for_matplotlib, middle_ellipsis, visible
+from digest.output.drawing import Box, Canvas, Drawing, LegendEntry, Panel, nice_ticks, points
+from digest.output.safe_text import for_drawing, middle_ellipsis, visible
 
 CAPTION_LIMIT = 1024  # Telegram's limit for a photo caption
 
@@ -60,16 +58,16 @@ _CRIT_COLOUR = "#C0392B"
 _TEXT_COLOUR = "#222222"
 _MUTED_COLOUR = "#666666"
 
-_FIG_SIZE = (7.2, 9.0)  # inches: 1080 × 1350 px at 150 dpi, a phone's portrait screen
-_DPI = 150
-_TITLE_PT = 16
-_PANEL_TITLE_PT = 13
-_LABEL_PT = 12
-_TICK_PT = 12
-_SAID_PT = 11  # the line under the error panel's title: what the worst workload's errors said
+_WIDTH, _HEIGHT = 1080, 1350  # a phone's portrait screen (7.2 × 9 inches at 150 dpi before)
+# Font sizes in points at 150 dpi, the old chart's.
+_TITLE_SIZE = points(16)
+_PANEL_TITLE_SIZE = points(13)
+_LABEL_SIZE = points(12)
+_TICK_SIZE = points(12)
+_SAID_SIZE = points(11)  # the line under the error panel's title: what the worst workload's errors said
 _SAID_WIDTH = 80  # characters of it per line that fit the panel's width at that size
-_LEGEND_PT = 11
-_LINE_WIDTH = 2.8
+_LEGEND_SIZE = points(11)
+_LINE_WIDTH = points(2.8)
 # Characters of a series' name in a legend: the widest that fits beside its count at the legend's size.
 LEGEND_LABEL_LIMIT = 40
 _NODE_LIMIT = 24  # characters of the node's name in the conntrack panel's title
@@ -137,9 +135,24 @@ def chart_caption(headline: str, data: ChartData, said: str = "") -> str:
 
 # Rendering ----------------------------------------------------------------------------------------------------------
 
-
-def _thousands(value: float, _position: float | None = None) -> str:
-    return f"{value:,.0f}"
+# The old layout's measures, in points at 150 dpi: margins of 0.08 inch at the sides and 0.1 at top and bottom,
+# matplotlib's tick lengths and paddings, the panels' titles 8 points above their plots.
+_PAD_X = points(0.08 * 72)
+_PAD_Y = points(0.1 * 72)
+_TICK_PAD = points(3.5)
+_Y_TICK_LENGTH = points(3.5)
+_X_MAJOR_TICK = (points(6), points(1.2))  # length, width
+_X_MINOR_TICK = (points(2), points(0.6))
+_TITLE_PAD = points(8)
+_PANEL_GAP = points(10)  # between a panel's tick marks and the next panel's title
+_LABEL_PAD = points(4)  # between the time labels and the axis' name
+_HEIGHT_RATIOS = (1.15, 1.0, 1.0)  # the error panel is the story: a little taller
+_GRID_COLOUR = "#DDDDDD"
+_SPINE_COLOUR = "#000000"
+_BLIND_FILL, _BLIND_HATCH, _BLIND_SPACING = "#EEEEEE", "#BBBBBB", 18.0
+_UNSEEN_FILL, _UNSEEN_HATCH, _UNSEEN_SPACING = "#F6E0E0", "#C98C8C", 24.0
+_BAR_SHARE = 0.86  # of a bucket's width: the gaps tell the buckets apart
+_MESSAGE_BOX = ("#F4F4F4", "#DDDDDD")  # fill and edge of a "not available" message
 
 
 def _zone_name(window: Window) -> str:
@@ -148,75 +161,93 @@ def _zone_name(window: Window) -> str:
 
 
 def _bucket_edges(data: ChartData) -> list[float]:
-    """Bucket edges clipped to the window, as matplotlib dates."""
+    """Bucket edges clipped to the window (unix seconds)."""
     start, end = data.window.start.timestamp(), data.window.end.timestamp()
     edges = [min(max(moment, start), end) for moment in data.buckets]
     edges.append(min(data.buckets[-1] + data.bucket_seconds, end) if data.buckets else end)
     return edges
 
 
-def _drawn(values: Sequence[int | None]) -> list[float]:
-    """Counts for matplotlib: a bucket without any line becomes NaN, which leaves a gap."""
-    return [math.nan if value is None else float(value) for value in values]
+def _stairs(values: Sequence[int | None], edges: Sequence[float]) -> list[list[tuple[float, float]]]:
+    """The step outline of each run of counts, from the baseline and back to it; a bucket without lines is a gap."""
+    runs: list[list[tuple[float, float]]] = []
+    current: list[tuple[float, float]] = []
+    for index, value in enumerate(values):
+        if value is None:
+            if current:
+                runs.append([*current, (edges[index], 0.0)])
+                current = []
+            continue
+        if not current:
+            current = [(edges[index], 0.0)]
+        current += [(edges[index], float(value)), (edges[index + 1], float(value))]
+    if current:
+        runs.append([*current, (edges[len(values)], 0.0)])
+    return runs
 
 
 def _per_bucket(data: ChartData) -> str:
     return "hour" if data.bucket_seconds == 3600 else f"{data.bucket_seconds // 3600} h"
 
 
-def _panel_title(ax: Axes, text: str) -> None:
-    ax.set_title(text, loc="left", fontsize=_PANEL_TITLE_PT, fontweight="bold", color=_TEXT_COLOUR, pad=8)
+@dataclass(frozen=True)
+class _Plan:
+    """What a panel shows, known before the layout: the layout needs its tick labels and the lines over it."""
+
+    title: str
+    y_ticks: tuple[tuple[float, str], ...] = ()
+    y_top: float = 1.0
+    message: str | None = None  # a panel without a plot says this instead
+    muted: bool = True  # the message is a failure (grey box) rather than a finding (plain text)
+    said: str = ""  # the error panel's lines under its title, unwrapped
 
 
-def _message(ax: Axes, text: str, muted: bool = True) -> None:
-    """A panel without a plot: its message in the middle, no axes drawn."""
-    ax.text(
-        0.5,
-        0.5,
-        for_matplotlib(text, width=_MESSAGE_WIDTH, max_lines=_MESSAGE_LINES),
-        transform=ax.transAxes,
-        ha="center",
-        va="center",
-        fontsize=_LABEL_PT,
-        color=_MUTED_COLOUR if muted else _TEXT_COLOUR,
-        linespacing=1.4,
-        bbox={"boxstyle": "round,pad=0.6", "facecolor": "#F4F4F4", "edgecolor": "#DDDDDD"} if muted else None,
-    )
-    ax.set_yticks([])
-    ax.set_ylim(0, 1)
-    ax.tick_params(axis="x", which="both", length=0)
-    for side in ("left", "right", "top", "bottom"):
-        ax.spines[side].set_visible(False)
-
-
-def _style_counts_axis(ax: Axes, highest: float, legend_entries: int) -> None:
+def _counts_plan(title: str, highest: float, legend_entries: int, said: str = "") -> _Plan:
     # Head-room above the highest bar, as tall as the legend, so that the legend never has to cover data.
     legend_share = min(0.55, 0.1 + 0.09 * legend_entries)
-    ax.set_ylim(0, max(highest / (1 - legend_share), 4))
-    ax.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=True, min_n_ticks=3))
-    ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
-    ax.grid(axis="y", color="#DDDDDD", linewidth=0.8)
-    ax.set_axisbelow(True)
-    for side in ("right", "top"):
-        ax.spines[side].set_visible(False)
+    top = max(highest / (1 - legend_share), 4)
+    ticks = tuple((value, f"{value:,.0f}") for value in nice_ticks(top, bins=4, integer=True, min_ticks=3))
+    return _Plan(title, ticks, top, said=said)
 
 
-def _shade_gaps(ax: Axes, edges: Sequence[float], blind: Sequence[bool], label: str) -> None:
-    """Hatch the buckets in which the backend holds no line at all: blind, not quiet."""
-    labelled = False
-    for index, is_blind in enumerate(blind):
-        if is_blind:
-            ax.axvspan(
-                edges[index],
-                edges[index + 1],
-                facecolor="#EEEEEE",
-                edgecolor="#BBBBBB",
-                hatch="//",
-                linewidth=0,
-                label=None if labelled else label,
-                zorder=0,
-            )
-            labelled = True
+def _errors_plan(data: ChartData, said: str) -> _Plan:
+    title = f"Error lines per {_per_bucket(data)} · top workloads"
+    panel = data.errors
+    if panel is None:
+        return _Plan(title, message=f"not available: {data.errors_reason}", said=said)
+    if not panel.series:
+        message = "no error line in the window" + _blind_note(data, panel, "no log line at all")
+        return _Plan(title, message=message, muted=False, said=said)
+    return _counts_plan(title, max(counts.peak for counts in panel.series), len(panel.series) + any(panel.blind), said)
+
+
+def _flags_plan(data: ChartData) -> _Plan:
+    title = f"5xx per {_per_bucket(data)} by Envoy response flag"
+    panel = data.flags
+    if panel is None:
+        return _Plan(title, message=f"not available: {data.flags_reason}")
+    if not panel.series:
+        return _Plan(
+            title,
+            message="no 5xx answered through the gateway" + _blind_note(data, panel, "no access log"),
+            muted=False,
+        )
+    stacked = [sum(counts.values[index] or 0 for counts in panel.series) for index in range(len(data.buckets))]
+    return _counts_plan(title, max(stacked, default=0), len(panel.series) + any(panel.blind))
+
+
+def _conntrack_plan(data: ChartData) -> _Plan:
+    fill = data.conntrack
+    if fill is None:
+        return _Plan("Conntrack fill of the worst node", message=f"not available: {data.conntrack_reason}")
+    # The one line is named in the title and the policy's lines where they start: a legend box would hide either
+    # the data or the thresholds, since the fill can reach any height.
+    node = middle_ellipsis(visible(fill.node), _NODE_LIMIT)
+    title = f"Conntrack fill · {node}"
+    if fill.peak_at is not None:
+        title += f" · peak {fmt_percent(fill.peak)} at {local_time(fill.peak_at, data.window)}"
+    ticks = tuple((share / 4, f"{25 * share} %") for share in range(5))
+    return _Plan(for_drawing(title), ticks, 1.0)
 
 
 # Characters per title line at the title's size on the 1080 px wide figure, to start with: `_fit_title` narrows it
@@ -225,6 +256,7 @@ _TITLE_WIDTH = 52
 _TITLE_MIN_WIDTH = 16
 _TITLE_LINES = (3, 4)  # at most, for the status line and for the unseen parts: the panels keep their height
 _TITLE_MARGIN = 0.96  # share of the figure's width the title may take
+_TITLE_SPACING = 1.25  # baseline to baseline, in font sizes
 _NUMBER_AND_UNIT = re.compile(r"(\d) (h|min|%)(?!\w)")
 
 
@@ -237,135 +269,175 @@ def _wrapped(title: str, width: int) -> str:
     title = _NUMBER_AND_UNIT.sub("\\1\u00a0\\2", title)
     head, separator, unseen = title.partition(" · not seen: ")
     parts = [(head, _TITLE_LINES[0])] + ([(f"not seen: {unseen}", _TITLE_LINES[1])] if separator else [])
-    return "\n".join(for_matplotlib(part, width=width, max_lines=lines) for part, lines in parts)
+    return "\n".join(for_drawing(part, width=width, max_lines=lines) for part, lines in parts)
 
 
-def _fit_title(figure: Figure, title: str) -> None:
-    """Set the figure's title, wrapped narrower until its drawn width lies within the figure."""
+def _fit_title(canvas: Canvas, title: str) -> str:
+    """The title wrapped narrower until its drawn width lies within the figure's margin."""
+    heading = _wrapped(title, _TITLE_WIDTH)
     for width in range(_TITLE_WIDTH, _TITLE_MIN_WIDTH - 1, -4):
-        heading = figure.suptitle(
-            _wrapped(title, width), fontsize=_TITLE_PT, fontweight="bold", color=_TEXT_COLOUR, linespacing=1.25
-        )
-        if heading.get_window_extent().width <= figure.bbox.width * _TITLE_MARGIN:
-            return
+        heading = _wrapped(title, width)
+        if canvas.width_of(heading, _TITLE_SIZE, bold=True) <= _WIDTH * _TITLE_MARGIN:
+            break
+    return heading
 
 
-def _shade_unseen(ax: Axes, data: ChartData, unseen: Sequence[tuple[float, float]]) -> None:
-    """Cross-hatch the spans some source of the digest did not cover (before the panel draws, so its legend has it)."""
-    start, end = data.window.start.timestamp(), data.window.end.timestamp()
-    for index, (first, last) in enumerate(sorted(unseen)):
-        ax.axvspan(
-            max(first, start),
-            min(last, end),
-            facecolor="#F6E0E0",
-            edgecolor="#C98C8C",
-            hatch="xx",
-            linewidth=0,
-            label="not seen (coverage)" if index == 0 else None,
-            zorder=0,
+def _said_lines(canvas: Canvas, said: str, room: float) -> str:
+    """What the errors said on at most two lines, wrapped narrower until they fit ``room`` pixels."""
+    lines = for_drawing(said, width=_SAID_WIDTH, max_lines=2)
+    for width in range(_SAID_WIDTH, 20, -4):
+        lines = for_drawing(said, width=width, max_lines=2)
+        if canvas.width_of(lines, _SAID_SIZE) <= room:
+            break
+    return lines
+
+
+def _title_size(canvas: Canvas, title: str, room: float) -> float:
+    """The panel title's size: its own, or smaller when a long node name would run off the figure."""
+    size = _PANEL_TITLE_SIZE
+    while size > points(8) and canvas.width_of(title, size, bold=True) > room:
+        size -= 1
+    return size
+
+
+def _heading_room(said_lines: str) -> float:
+    """Pixels between a panel's plot and its title's baseline: the lines of what was said sit in between."""
+    if not said_lines:
+        return _TITLE_PAD
+    return points(10 + 11 * 1.35 * (said_lines.count("\n") + 1))
+
+
+def _horizontal(
+    canvas: Canvas, plans: Sequence[_Plan], x_range: tuple[float, float], major: Sequence[float], labels: Sequence[str]
+) -> tuple[float, float]:
+    """The plots' left and right edges: after the widest tick label, and where every time label fits the figure."""
+    widest = max((canvas.width_of(label, _TICK_SIZE) for plan in plans for _, label in plan.y_ticks), default=0.0)
+    left = _PAD_X + widest + _TICK_PAD + _Y_TICK_LENGTH
+    right = _WIDTH - _PAD_X
+    start, end = x_range
+    shares = [(moment - start) / (end - start) if end > start else 0.0 for moment in major]
+    for share, label in zip(shares, labels, strict=True):
+        # A label is centred on its tick: an early tick stands at least half the label's width from the edge (this
+        # matters when every panel is a message, without tick labels on the left to push the plots right).
+        if share < 0.5:
+            left = max(left, (_PAD_X + canvas.width_of(label, _TICK_SIZE) / 2 - share * right) / (1 - share))
+    for share, label in zip(shares, labels, strict=True):
+        if share > 0:
+            # The label is centred on its tick: the tick may stand no further right than half the label's width.
+            right = min(right, left + (_WIDTH - _PAD_X - canvas.width_of(label, _TICK_SIZE) / 2 - left) / share)
+    return left, right
+
+
+def _plot_boxes(canvas: Canvas, top: float, left: float, right: float, rooms: Sequence[float]) -> list[Box]:
+    """The three plots' boxes: the height left by the titles and the time axis, shared 1.15 : 1 : 1."""
+    title_ascent = canvas.font(_PANEL_TITLE_SIZE, bold=True).getmetrics()[0]
+    tick_ascent, tick_descent = canvas.font(_TICK_SIZE).getmetrics()
+    label_ascent, label_descent = canvas.font(_LABEL_SIZE).getmetrics()
+    headers = [
+        (_X_MAJOR_TICK[0] if index else 0.0) + _PANEL_GAP + title_ascent + room for index, room in enumerate(rooms)
+    ]
+    footer = _X_MAJOR_TICK[0] + _TICK_PAD + tick_ascent + tick_descent + _LABEL_PAD + label_ascent + label_descent
+    unit = (_HEIGHT - _PAD_Y - footer - top - sum(headers)) / sum(_HEIGHT_RATIOS)
+    boxes: list[Box] = []
+    y = top
+    for header, ratio in zip(headers, _HEIGHT_RATIOS, strict=True):
+        y += header
+        boxes.append((left, y, right, y + unit * ratio))
+        y += unit * ratio
+    return boxes
+
+
+def _message(canvas: Canvas, box: Box, text: str, muted: bool) -> None:
+    """A panel without a plot: its message in the middle, no axes drawn."""
+    lines = for_drawing(text, width=_MESSAGE_WIDTH, max_lines=_MESSAGE_LINES)
+    centre = ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
+    if muted:
+        left, top, right, bottom = canvas.text_box(centre, lines, _LABEL_SIZE, anchor=("m", "m"), spacing=1.4)
+        pad = 0.6 * _LABEL_SIZE
+        canvas.rectangle(
+            (left - pad, top - pad, right + pad, bottom + pad),
+            fill=_MESSAGE_BOX[0],
+            outline=_MESSAGE_BOX[1],
+            width=points(1),
+            radius=pad,
         )
+    canvas.text(centre, lines, _LABEL_SIZE, _MUTED_COLOUR if muted else _TEXT_COLOUR, anchor=("m", "m"), spacing=1.4)
+
+
+def _shade_gaps(panel: Panel, edges: Sequence[float], blind: Sequence[bool]) -> bool:
+    """Hatch the buckets in which the backend holds no line at all: blind, not quiet. Whether there was one."""
+    for index, is_blind in enumerate(blind):
+        if is_blind:
+            panel.span(edges[index], edges[index + 1], _BLIND_FILL, "/", _BLIND_HATCH, _BLIND_SPACING)
+    return any(blind)
+
+
+def _blind_entry(label: str) -> LegendEntry:
+    return LegendEntry(label, _BLIND_FILL, "hatch", hatch="/", hatch_colour=_BLIND_HATCH, hatch_spacing=_BLIND_SPACING)
+
+
+_UNSEEN_ENTRY = LegendEntry(
+    "not seen (coverage)", _UNSEEN_FILL, "hatch", hatch="x", hatch_colour=_UNSEEN_HATCH, hatch_spacing=_UNSEEN_SPACING
+)
 
 
 def legend_label(counts: Counts) -> str:
     """A series' legend entry: its name made visible and cut to `LEGEND_LABEL_LIMIT` around "…", then its total."""
     name = middle_ellipsis(visible(counts.label), LEGEND_LABEL_LIMIT)
-    return for_matplotlib(f"{name} · {fmt_int(counts.total)}")
+    return for_drawing(f"{name} · {fmt_int(counts.total)}")
 
 
-def _legend(ax: Axes) -> None:
-    # "best" places the legend where it covers the fewest bars, points and lines (the thresholds included).
-    ax.legend(loc="best", fontsize=_LEGEND_PT, frameon=True, framealpha=0.92, edgecolor="#CCCCCC", borderpad=0.5)
-
-
-def _draw_errors(ax: Axes, data: ChartData, said: str = "") -> None:
-    if said:
-        # The title is lifted by the lines of small text that sit between it and the plot; they are kept out of the
-        # layout (wrapped to the panel's width instead), which would otherwise narrow every panel to fit them.
-        lines = for_matplotlib(said, width=_SAID_WIDTH, max_lines=2)
-        ax.set_title(
-            f"Error lines per {_per_bucket(data)} · top workloads",
-            loc="left",
-            fontsize=_PANEL_TITLE_PT,
-            fontweight="bold",
-            color=_TEXT_COLOUR,
-            pad=10 + _SAID_PT * 1.35 * (lines.count("\n") + 1),
-        )
-        note = ax.annotate(
-            lines,
-            xy=(0, 1),
-            xycoords="axes fraction",
-            xytext=(0, 5),
-            textcoords="offset points",
-            ha="left",
-            va="bottom",
-            fontsize=_SAID_PT,
-            color=_TEXT_COLOUR,
-        )
-        note.set_in_layout(False)
-    else:
-        _panel_title(ax, f"Error lines per {_per_bucket(data)} · top workloads")
-    panel = data.errors
-    if panel is None:
-        _message(ax, f"not available: {data.errors_reason}")
-        return
-    if not panel.series:
-        _message(ax, "no error line in the window" + _blind_note(data, panel, "no log line at all"), muted=False)
+def _draw_errors(panel: Panel, data: ChartData, plan: _Plan, entries: list[LegendEntry]) -> None:
+    errors = data.errors
+    if errors is None:
         return
     edges = _bucket_edges(data)
-    for position, counts in enumerate(panel.series):
+    blind = _shade_gaps(panel, edges, errors.blind)
+    panel.y_axis(plan.y_ticks, _TICK_SIZE, _TEXT_COLOUR, _GRID_COLOUR)
+    for position, counts in enumerate(errors.series):
         colour = _SERIES_COLOURS[position % len(_SERIES_COLOURS)]
         # The worst workload is filled (it is the story); the next ones are outlines drawn over it.
-        ax.stairs(
-            _drawn(counts.values),
-            edges,
-            color=colour,
-            linewidth=_LINE_WIDTH,
-            baseline=0,
-            fill=position == 0,
-            alpha=0.85 if position == 0 else 1.0,
-            zorder=2 + position,
-            label=legend_label(counts),
+        for run in _stairs(counts.values, edges):
+            if position == 0:
+                panel.area(run, colour, 0.85)
+            else:
+                panel.path(run, colour, _LINE_WIDTH)
+        entries.append(
+            LegendEntry(legend_label(counts), colour, "patch", alpha=0.85)
+            if position == 0
+            else LegendEntry(legend_label(counts), colour, "line")
         )
-    _shade_gaps(ax, edges, panel.blind, "no log line")
-    _style_counts_axis(ax, max(counts.peak for counts in panel.series), len(panel.series) + any(panel.blind))
-    _legend(ax)
+    if blind:
+        entries.append(_blind_entry("no log line"))
+    panel.spines(_SPINE_COLOUR)
+    # Placed where it covers the fewest bars, steps and lines, as matplotlib's loc="best" did.
+    panel.legend(entries, _LEGEND_SIZE, _TEXT_COLOUR)
 
 
-def _draw_flags(ax: Axes, data: ChartData) -> None:
-    _panel_title(ax, f"5xx per {_per_bucket(data)} by Envoy response flag")
-    panel = data.flags
-    if panel is None:
-        _message(ax, f"not available: {data.flags_reason}")
-        return
-    if not panel.series:
-        _message(ax, "no 5xx answered through the gateway" + _blind_note(data, panel, "no access log"), muted=False)
+def _draw_flags(panel: Panel, data: ChartData, plan: _Plan, entries: list[LegendEntry]) -> None:
+    flags = data.flags
+    if flags is None:
         return
     edges = _bucket_edges(data)
-    lefts = edges[:-1]
-    widths = [(right - left) * 0.86 for left, right in itertools.pairwise(edges)]
-    bottoms = [0.0] * len(lefts)
+    if _shade_gaps(panel, edges, flags.blind):
+        entries.append(_blind_entry("no access log"))
+    panel.y_axis(plan.y_ticks, _TICK_SIZE, _TEXT_COLOUR, _GRID_COLOUR)
+    bottoms = [0.0] * (len(edges) - 1)
     flagged = 0
-    for counts in panel.series:
+    for counts in flags.series:
         if counts.label == APP_5XX:
             colour = _APP_COLOUR
         else:
             colour = _SERIES_COLOURS[flagged % len(_SERIES_COLOURS)]
             flagged += 1
-        heights = [float(value or 0) for value in counts.values]
-        ax.bar(
-            lefts,
-            heights,
-            width=widths,
-            bottom=bottoms,
-            align="edge",
-            color=colour,
-            zorder=2,
-            label=legend_label(counts),
-        )
-        bottoms = [bottom + height for bottom, height in zip(bottoms, heights, strict=True)]
-    _shade_gaps(ax, edges, panel.blind, "no access log")
-    _style_counts_axis(ax, max(bottoms), len(panel.series) + any(panel.blind))
-    _legend(ax)
+        for index, (left, right) in enumerate(itertools.pairwise(edges)):
+            height = float(counts.values[index] or 0)
+            if height > 0:
+                panel.bar(left, left + (right - left) * _BAR_SHARE, bottoms[index], bottoms[index] + height, colour)
+            bottoms[index] += height
+        entries.append(LegendEntry(legend_label(counts), colour))
+    panel.spines(_SPINE_COLOUR)
+    panel.legend(entries, _LEGEND_SIZE, _TEXT_COLOUR)
 
 
 def _conntrack_line(fill: ConntrackFill) -> tuple[list[float], list[float]]:
@@ -383,48 +455,45 @@ def _conntrack_line(fill: ConntrackFill) -> tuple[list[float], list[float]]:
     return times, values
 
 
-def _draw_conntrack(ax: Axes, data: ChartData) -> None:
+def _runs(times: Sequence[float], values: Sequence[float]) -> list[list[tuple[float, float]]]:
+    """The line's stretches between its NaN breaks."""
+    runs: list[list[tuple[float, float]]] = [[]]
+    for moment, value in zip(times, values, strict=True):
+        if math.isnan(value):
+            runs.append([])
+        else:
+            runs[-1].append((moment, value))
+    return [run for run in runs if run]
+
+
+def _draw_conntrack(panel: Panel, data: ChartData, plan: _Plan, entries: list[LegendEntry]) -> None:
+    del entries  # no legend: the node is named in the title, the policy's lines where they start
     fill = data.conntrack
     if fill is None:
-        _panel_title(ax, "Conntrack fill of the worst node")
-        _message(ax, f"not available: {data.conntrack_reason}")
         return
-    # The one line is named in the title and the policy's lines where they start: a legend box would hide either
-    # the data or the thresholds, since the fill can reach any height.
-    node = middle_ellipsis(visible(fill.node), _NODE_LIMIT)
-    title = f"Conntrack fill · {node}"
+    canvas = panel.canvas
+    panel.y_axis(plan.y_ticks, _TICK_SIZE, _TEXT_COLOUR, _GRID_COLOUR)
+    runs = _runs(*_conntrack_line(fill))
+    colour = _SERIES_COLOURS[1]
+    for run in runs:
+        panel.area([(run[0][0], 0.0), *run, (run[-1][0], 0.0)], colour, 0.15)
+    lines = ((fill.warn_ratio, _WARN_COLOUR, "warn"), (fill.crit_ratio, _CRIT_COLOUR, "crit"))
+    for ratio, line_colour, _ in lines:
+        panel.level(ratio, line_colour, points(2.2), (points(5 * 2.2), points(3 * 2.2)))
+    for run in runs:
+        panel.path(run, colour, _LINE_WIDTH)
     if fill.peak_at is not None:
-        title += f" · peak {fmt_percent(fill.peak)} at {local_time(fill.peak_at, data.window)}"
-    _panel_title(ax, for_matplotlib(title))
-    times, values = _conntrack_line(fill)
-    highest = max(value for _, value in fill.points)
-    ax.fill_between(times, values, color=_SERIES_COLOURS[1], alpha=0.15, linewidth=0)
-    ax.plot(times, values, color=_SERIES_COLOURS[1], linewidth=_LINE_WIDTH, zorder=4)
-    if fill.peak_at is not None:
-        ax.plot([fill.peak_at], [highest], marker="o", markersize=9, color=_SERIES_COLOURS[1], zorder=5, clip_on=False)
-    for ratio, colour, name in ((fill.warn_ratio, _WARN_COLOUR, "warn"), (fill.crit_ratio, _CRIT_COLOUR, "crit")):
-        ax.axhline(ratio, color=colour, linewidth=2.2, linestyle=(0, (5, 3)), zorder=3)
-        ax.annotate(
-            f"{name} {fmt_percent(ratio)}",
-            (0, ratio),
-            xycoords=("axes fraction", "data"),
-            xytext=(4, 2),
-            textcoords="offset points",
-            ha="left",
-            va="bottom",
-            fontsize=_LEGEND_PT,
-            fontweight="bold",
-            color=colour,
-            zorder=4,
-            bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.75},
-        )
-    ax.set_ylim(0, 1.0)
-    ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
-    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0, symbol=" %"))
-    ax.grid(axis="y", color="#DDDDDD", linewidth=0.8)
-    ax.set_axisbelow(True)
-    for side in ("right", "top"):
-        ax.spines[side].set_visible(False)
+        highest = max(value for _, value in fill.points)
+        canvas.circle((panel.x(fill.peak_at), panel.y(highest)), points(9) / 2, colour)
+    panel.spines(_SPINE_COLOUR)
+    for ratio, line_colour, name in lines:
+        # Over a white box, so that neither the fill nor the line under it blurs the label.
+        at = (panel.box[0] + points(4), panel.y(ratio) - points(2))
+        label = f"{name} {fmt_percent(ratio)}"
+        left, top, right, bottom = canvas.text_box(at, label, _LEGEND_SIZE, bold=True, anchor=("l", "b"))
+        pad = 0.1 * _LEGEND_SIZE
+        canvas.rectangle((left - pad, top - pad, right + pad, bottom + pad), fill="#FFFFFF", alpha=0.75)
+        canvas.text(at, label, _LEGEND_SIZE, line_colour, bold=True, anchor=("l", "b"))
 
 
 def time_ticks(window: Window) -> tuple[list[float], list[str], list[float]]:
@@ -457,15 +526,31 @@ def time_ticks(window: Window) -> tuple[list[float], list[str], list[float]]:
     return major, labels, minor
 
 
-def _time_axis(ax: Axes, data: ChartData) -> None:
-    window = data.window
-    ax.set_xlim(window.start.timestamp(), window.end.timestamp())
-    major, labels, minor = time_ticks(window)
-    ax.xaxis.set_major_locator(FixedLocator(major))
-    ax.xaxis.set_minor_locator(FixedLocator(minor))
-    names = dict(zip(major, labels, strict=True))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _position: names.get(value, "")))
-    ax.set_xlabel(f"time ({_zone_name(window)})", fontsize=_LABEL_PT, color=_MUTED_COLOUR)
+def _time_axis(panels: Sequence[Panel], plans: Sequence[_Plan], data: ChartData) -> None:
+    """Tick marks under every plotted panel; the labels and the axis' name under the last panel only."""
+    major, labels, minor = time_ticks(data.window)
+    for panel, plan in zip(panels, plans, strict=True):
+        if plan.message is None:  # a message panel has no axes to mark
+            panel.x_ticks(major, _TEXT_COLOUR, *_X_MAJOR_TICK)
+            panel.x_ticks(minor, _TEXT_COLOUR, *_X_MINOR_TICK)
+    bottom_panel = panels[-1]
+    canvas = bottom_panel.canvas
+    row = bottom_panel.box[3] + _X_MAJOR_TICK[0] + _TICK_PAD
+    lowest = row
+    for moment, label in zip(major, labels, strict=True):
+        box = canvas.text((bottom_panel.x(moment), row), label, _TICK_SIZE, _TEXT_COLOUR, anchor=("m", "t"))
+        lowest = max(lowest, box[3])
+    if not labels:
+        ascent, descent = canvas.font(_TICK_SIZE).getmetrics()
+        lowest = row + ascent + descent
+    left, _, right, _ = bottom_panel.box
+    canvas.text(
+        ((left + right) / 2, lowest + _LABEL_PAD),
+        f"time ({_zone_name(data.window)})",
+        _LABEL_SIZE,
+        _MUTED_COLOUR,
+        anchor=("m", "t"),
+    )
 
 
 # The sources each panel is drawn from: a panel shades only the unseen spans of its own sources.
@@ -482,34 +567,47 @@ def render_chart(
     as a calm one. A long title (the headline's unseen parts) is wrapped. ``said`` (what the worst workload's errors
     said) is written under the error panel's title.
     """
-    figure = chart_figure(data, title, unseen, said)
-    try:
-        figure.savefig(path, format="png", dpi=_DPI)
-    finally:
-        figure.clear()  # drop every artist now rather than at the next garbage collection
+    chart_drawing(data, title, unseen, said).image.save(path, format="PNG")
 
 
-def chart_figure(
+def chart_drawing(
     data: ChartData, title: str, unseen: Sequence[tuple[float, float, str]] = (), said: str = ""
-) -> Figure:
-    """The chart's figure on an Agg canvas, drawn but not saved (`render_chart` saves it; tests inspect it)."""
-    # Constrained layout (matplotlib's successor of tight_layout) fits titles, legends and tick labels.
-    layout = ConstrainedLayoutEngine(h_pad=0.1, hspace=0.07, w_pad=0.08)
-    figure = Figure(figsize=_FIG_SIZE, dpi=_DPI, layout=layout, facecolor="white")
-    FigureCanvasAgg(figure)  # attaches the Agg canvas to the figure; no window, no pyplot
-    try:
-        axes = figure.subplots(3, 1, sharex=True, height_ratios=(1.15, 1.0, 1.0))
-        _fit_title(figure, title)
-        for ax in axes:
-            ax.tick_params(labelsize=_TICK_PT, colors=_TEXT_COLOUR)
-            ax.tick_params(axis="x", which="major", length=6, width=1.2)
-        for ax, sources in zip(axes, PANEL_SOURCES, strict=True):
-            _shade_unseen(ax, data, [(first, last) for first, last, source in unseen if source in sources])
-        _draw_errors(axes[0], data, said)
-        _draw_flags(axes[1], data)
-        _draw_conntrack(axes[2], data)
-        _time_axis(axes[2], data)
-    except BaseException:
-        figure.clear()
-        raise
-    return figure
+) -> Drawing:
+    """The chart drawn, with every text and legend frame on it (`render_chart` saves its image; tests read it)."""
+    canvas = Canvas(_WIDTH, _HEIGHT)
+    heading = _fit_title(canvas, title)
+    title_box = canvas.text(
+        (_WIDTH / 2, _PAD_Y), heading, _TITLE_SIZE, _TEXT_COLOUR, bold=True, anchor=("m", "t"), spacing=_TITLE_SPACING
+    )
+    plans = (_errors_plan(data, said), _flags_plan(data), _conntrack_plan(data))
+    major, labels, _ = time_ticks(data.window)
+    window = data.window
+    x_range = (window.start.timestamp(), window.end.timestamp())
+    left, right = _horizontal(canvas, plans, x_range, major, labels)
+    # The lines of what was said are wrapped to the plot's width: they sit over it, between its title and the plot.
+    said_lines = [_said_lines(canvas, plan.said, _WIDTH - _PAD_X - left) if plan.said else "" for plan in plans]
+    boxes = _plot_boxes(canvas, title_box[3], left, right, [_heading_room(lines) for lines in said_lines])
+    panels = [Panel(canvas, box, x_range, (0.0, plan.y_top)) for plan, box in zip(plans, boxes, strict=True)]
+    draws = (_draw_errors, _draw_flags, _draw_conntrack)
+    for panel, plan, lines, sources, draw in zip(panels, plans, said_lines, PANEL_SOURCES, draws, strict=True):
+        box = panel.box
+        room = _heading_room(lines)
+        canvas.text(
+            (box[0], box[1] - room),
+            plan.title,
+            _title_size(canvas, plan.title, _WIDTH - _PAD_X - box[0]),
+            _TEXT_COLOUR,
+            bold=True,
+        )
+        if lines:
+            canvas.text((box[0], box[1] - points(5)), lines, _SAID_SIZE, _TEXT_COLOUR, anchor=("l", "b"))
+        # The spans some source of the digest did not cover, under everything else, in the legend first.
+        spans = sorted((first, last) for first, last, source in unseen if source in sources)
+        for first, last in spans:
+            panel.span(max(first, x_range[0]), min(last, x_range[1]), _UNSEEN_FILL, "x", _UNSEEN_HATCH, _UNSEEN_SPACING)
+        if plan.message is not None:
+            _message(canvas, box, plan.message, plan.muted)
+        else:
+            draw(panel, data, plan, [_UNSEEN_ENTRY] if spans else [])
+    _time_axis(panels, plans, data)
+    return canvas.finish()

@@ -27,9 +27,9 @@ Where it is applied, so that no dynamic string can be forgotten:
 * the JSON output keeps exact values but writes these characters as ``\uXXXX`` escapes (`escape_json`; beyond
   U+FFFF a surrogate pair ``\udb40\udc41``, the only JSON spelling): it is read by programs, which get the label
   back unchanged;
-* the chart (`digest.output.chart`) passes its title, legend labels, panel texts and caption through `visible` (and
-  `for_matplotlib`, which also escapes ``$`` so that a label cannot switch on matplotlib's math mode, and wraps
-  text to lines *after* making it visible, so that its own line breaks stay real ones).
+* the charts (`digest.output.chart`, `digest.output.week_chart`) pass their titles, legend labels, panel texts and
+  captions through `visible` (and `for_drawing`, which wraps text to lines *after* making it visible, so that its
+  own line breaks stay real ones). Pillow draws every character as it is: a ``$`` is just a dollar sign.
 
 Queries shown to the reader ("Where to look") quote values with `checks.logsql.quoted`, whose Go-style escapes are
 plain ASCII: `visible` leaves them alone, and the copied query still finds the odd label.
@@ -92,18 +92,17 @@ def escape_json(document: str) -> str:
     return _UNSAFE_IN_JSON.sub(_json_escape, document)
 
 
-def for_matplotlib(text: str, width: int | None = None, max_lines: int | None = None) -> str:
-    r"""`visible` text with ``$`` escaped: an even number of dollars would otherwise be parsed as math.
+def for_drawing(text: str, width: int | None = None, max_lines: int | None = None) -> str:
+    r"""`visible` text, wrapped on lines of at most ``width`` characters when ``width`` is given.
 
-    With ``width``, the text is wrapped on lines of at most ``width`` characters (a longer word is cut), at most
-    ``max_lines`` of them (the last one ending in "…" when text was left out). Wrapping comes after `visible`, so
-    the line breaks inserted are the only raw newlines (a newline of ``text`` stays a visible ``\n``), and before
-    the ``$`` escaping, so that a break never parts a ``\`` from its ``$``.
+    A longer word is cut; at most ``max_lines`` lines are kept, the last one ending in "…" when text was left out.
+    Wrapping comes after `visible`, so the line breaks inserted are the only raw newlines: a newline of ``text``
+    stays a visible ``\n``, and a chart draws each of the returned lines as a line.
     """
     shown = visible(text)
     if width is not None:
         shown = "\n".join(textwrap.wrap(shown, width, max_lines=max_lines, placeholder=" …"))
-    return shown.replace("$", r"\$")
+    return shown
 
 
 def middle_ellipsis(text: str, limit: int = 40) -> str:
