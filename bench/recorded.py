@@ -17,7 +17,9 @@ times ``digest run --date … --format json`` through counting proxies, ``--repe
 
 Beside each recorded and scanned digest, its **recorded floor**: the exact requests the last proxied run sent,
 replayed directly and concurrently (at most ``DIGEST_MAX_CONCURRENCY`` per backend, `bench.floor.run_floor`) after
-each run, median of as many: how close ``digest run`` comes to the time its own queries take.
+each run, median of as many: how close ``digest run`` comes to the time its own queries take. Beside the recorded
+run, the same digest computed ``--repeats`` times inside one running process (`bench.warm`), as the bot computes a
+``/digest``: what the digest costs once the interpreter has started and imported it.
 
 Each run's digest is checked: no check UNKNOWN (every check checked with the default timeouts), the error lines
 counted equal to those generated, and each log check's ``counted_from`` what the mode says. On Loki the records are
@@ -56,6 +58,7 @@ from bench.runner import (
     FULL,
     MAX_CONCURRENCY,
     _stop_on_sigterm,
+    checked,
     digest_command,
     digest_env,
     machine,
@@ -88,6 +91,7 @@ class Timed:
     errors_counted: float = 0.0
     origins: dict[str, str] = field(default_factory=dict)
     floors: list[float] = field(default_factory=list)  # the recorded floor after each run (recorded, scanned)
+    warm: list[float] = field(default_factory=list)  # recorded: the digest inside one running process (bench.warm)
     error_origin: dict[str, object] = field(default_factory=dict)  # error_lines' counted_from, whole
 
     @property
@@ -97,6 +101,10 @@ class Timed:
     @property
     def floor(self) -> float:
         return statistics.median(self.floors) if self.floors else float("nan")
+
+    @property
+    def warm_median(self) -> float:
+        return statistics.median(self.warm) if self.warm else float("nan")
 
 
 def replay(rules: Path, logs_url: str, metrics_url: str, span: tuple[datetime, datetime] | None = None) -> float:
@@ -189,7 +197,13 @@ def digest_runs(
             name: (checks[name]["counted_from"] or {}).get("source", "?") for name in LOG_CHECKS if name in checks
         }
         timed.error_origin = dict(checks["error_lines"]["counted_from"] or {})
+    if mode == "recorded":
+        # The same digest inside one running process, as the bot computes it: start-up paid once.
+        warm_command = [sys.executable, "-m", "bench.warm", "--date", DAY.isoformat(), "--repeats", str(repeats)]
+        warm = checked(measured(warm_command, environment(metrics_url, logs_url, records_url)), "warm digests")
+        timed.warm = [float(seconds) for seconds in json.loads(warm.stdout)["seconds"]]
     floor = f"; recorded floor {timed.floor:.2f} s" if timed.floors else ""
+    floor += f"; in a running process {timed.warm_median:.2f} s" if timed.warm else ""
     say(
         f"{pair.short} {day} {mode}: {timed.median:.2f} s median of {timed.seconds}{floor}; {timed.headline}; "
         f"{timed.origins}"
@@ -225,11 +239,12 @@ def import_seconds() -> tuple[float, list[tuple[float, str]]]:
 def table(results: Sequence[Timed], replays: dict[str, float]) -> str:
     """A Markdown table: per pair and day, the two modes side by side."""
     lines = [
-        "| pair | day | `digest run`, recorded counts | its recorded floor; ratio | scanned | its recorded floor; "
-        "ratio | requests (metrics + logs), recorded / scanned | log checks' counts, recorded run | verdict "
+        "| pair | day | `digest run`, recorded counts | its recorded floor; ratio | the same digest in a running "
+        "process (the bot); ratio to the floor | scanned | its recorded floor; ratio | requests (metrics + logs), "
+        "recorded / scanned | log checks' counts, recorded run | verdict "
         "| vmalert replay of the day | recorded, no shapes asked | recorder outage 09-13 h: time; error_lines "
         "counted from; same verdict and errors |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_key = {(one.pair.key, one.day, one.mode): one for one in results}
     for pair_key, day in dict.fromkeys((one.pair.key, one.day) for one in results):
@@ -247,6 +262,7 @@ def table(results: Sequence[Timed], replays: dict[str, float]) -> str:
         lines.append(
             f"| {recorded.pair.label} | {day} | {recorded.median:.2f} s "
             f"| {recorded.floor:.2f} s; {recorded.median / recorded.floor:.2f}× "
+            f"| {recorded.warm_median:.2f} s; {recorded.warm_median / recorded.floor:.2f}× "
             f"| {scanned.median:.2f} s | {scanned.floor:.2f} s; {scanned.median / scanned.floor:.2f}× "
             f"| {recorded.requests[0]} + {recorded.requests[1]} / {scanned.requests[0]} + {scanned.requests[1]} "
             f"| {', '.join(f'{name}: {source}' for name, source in recorded.origins.items())} "
