@@ -381,10 +381,10 @@ def test_doctor_says_where_the_counts_come_from(records: Records, tmp_path: Path
     assert "rules written for another policy or log scope — write them again with `digest rules`" in done.stdout
 
 
-def test_folding_records_into_series_sums_each_bucket_across_parts_as_merging_does() -> None:
-    """Series folded from the records' parts equal the merged rows' series: signs summed first, empties left out."""
+def test_records_parts_fold_into_series_as_their_merged_rows_do() -> None:
+    """Records' parts folded into series equal the merged rows' series: signs summed first, empties left out."""
     from checks.log_questions import CountRow, LineSeries, series_of
-    from digest.backends.recorded import _folded, _merged
+    from digest.backends.recorded import _merged
 
     first, second = {"node": "n1"}, {"node": "n2"}
     parts = [
@@ -392,12 +392,15 @@ def test_folding_records_into_series_sums_each_bucket_across_parts_as_merging_do
             CountRow(first, {"total": 5.0}, 0.0),
             CountRow(first, {"total": 3.0}, 600.0),
             CountRow(second, {"total": 2.0}, 0.0),
+            CountRow({"node": "n4", "zone": "z"}, {"total": 4.0}, 0.0),
         ],
-        # Another part (a scanned gap, another stamp): equal groups in other mappings, and subtracted families.
+        # Another part (a scanned gap, another stamp): equal groups in other mappings (their labels in another
+        # order, too), and subtracted families.
         [
             CountRow(dict(first), {"total": -3.0}, 600.0),
             CountRow(dict(second), {"total": -2.0}, 0.0),
             CountRow(second, {"total": 1.0}, 1200.0),
+            CountRow({"zone": "z", "node": "n4"}, {"total": -1.0}, 0.0),
         ],
         [CountRow({"node": "n3"}, {"total": -1.0}, 0.0), CountRow(first, {"other": 9.0}, 0.0)],
     ]
@@ -405,6 +408,10 @@ def test_folding_records_into_series_sums_each_bucket_across_parts_as_merging_do
     def by_group(series: list[LineSeries]) -> list[tuple[list[tuple[str, str]], dict[float, float]]]:
         return sorted((sorted(one.group.items()), dict(one.lines)) for one in series)
 
-    folded = by_group(_folded(parts, "total"))
+    folded = by_group(series_of([row for part in parts for row in part], "total"))
     assert folded == by_group(series_of(_merged(parts, peak=False), "total"))
-    assert folded == [([("node", "n1")], {0.0: 5.0}), ([("node", "n2")], {1200.0: 1.0})]
+    assert folded == [
+        ([("node", "n1")], {0.0: 5.0}),
+        ([("node", "n2")], {1200.0: 1.0}),
+        ([("node", "n4"), ("zone", "z")], {0.0: 3.0}),
+    ]

@@ -244,9 +244,9 @@ class RecordedLogs:
             series = await self.inner.series(question)
             self.origins[question] = CountedFrom(0.0, float(question.window.seconds))
             return series
-        parts, read = await self._parts(question, found)
-        column = series_column(question)
-        return _folded(parts, column) if read else series_of(parts[0], column)
+        parts, _ = await self._parts(question, found)
+        # Straight into series, the parts' signed rows added up there: no merged row per bucket first.
+        return series_of([row for part in parts for row in part], series_column(question))
 
     # Coverage of the records ------------------------------------------------------------------------------------
 
@@ -501,31 +501,6 @@ def _gaps(start: int, end: int, recorded: Mapping[int, Stamp]) -> list[tuple[int
 
 def _signed(labels: Mapping[str, str], value: float) -> float:
     return -value if labels.get(SIGN_LABEL) == "-" else value
-
-
-def _folded(parts: Sequence[list[CountRow]], column: str) -> list[LineSeries]:
-    """Rows of one column as one `LineSeries` per group, without a `CountRow` per bucket.
-
-    Each bucket's signed lines are summed across the parts, then the buckets (and groups) without a line are left
-    out, as `series_of` answers.
-    """
-    per_group: dict[tuple[tuple[str, str], ...], tuple[Mapping[str, str], dict[float, float]]] = {}
-    keys: dict[int, tuple[Mapping[str, str], dict[float, float]]] = {}  # by identity, as in `_merged`
-    for rows in parts:
-        for row in rows:
-            value = row.counts.get(column)
-            if value is None or row.bucket is None:
-                continue
-            entry = keys.get(id(row.group))
-            if entry is None:
-                entry = keys[id(row.group)] = per_group.setdefault(tuple(sorted(row.group.items())), (row.group, {}))
-            lines = entry[1]
-            lines[row.bucket] = lines.get(row.bucket, 0.0) + value
-    folded = [
-        LineSeries(group=group, lines={bucket: value for bucket, value in lines.items() if value > 0})
-        for group, lines in per_group.values()
-    ]
-    return [one for one in folded if one.lines]
 
 
 def _merged(parts: Sequence[list[CountRow]], peak: bool) -> list[CountRow]:
