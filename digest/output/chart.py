@@ -45,7 +45,18 @@ from checks.contract import (
     local_time,
 )
 from digest.output.chart_data import APP_5XX, CONNTRACK_STEP_SECONDS, ChartData, ConntrackFill, Counts, HourlyPanel
-from digest.output.drawing import Box, Canvas, Drawing, LegendEntry, Panel, nice_ticks, points
+from digest.output.drawing import (
+    GRID_COLOUR,
+    MUTED_COLOUR,
+    TEXT_COLOUR,
+    Box,
+    Canvas,
+    Drawing,
+    LegendEntry,
+    Panel,
+    nice_ticks,
+    points,
+)
 from digest.output.safe_text import for_drawing, middle_ellipsis, visible
 
 CAPTION_LIMIT = 1024  # Telegram's limit for a photo caption
@@ -55,8 +66,6 @@ _SERIES_COLOURS = ("#D55E00", "#0072B2", "#009E73", "#CC79A7", "#E69F00", "#56B4
 _APP_COLOUR = "#8C8C8C"
 _WARN_COLOUR = "#E69F00"
 _CRIT_COLOUR = "#C0392B"
-_TEXT_COLOUR = "#222222"
-_MUTED_COLOUR = "#666666"
 
 _WIDTH, _HEIGHT = 1080, 1350  # a phone's portrait screen (7.2 × 9 inches at 150 dpi before)
 # Font sizes in points at 150 dpi, the old chart's.
@@ -147,7 +156,6 @@ _TITLE_PAD = points(8)
 _PANEL_GAP = points(10)  # between a panel's tick marks and the next panel's title
 _LABEL_PAD = points(4)  # between the time labels and the axis' name
 _HEIGHT_RATIOS = (1.15, 1.0, 1.0)  # the error panel is the story: a little taller
-_GRID_COLOUR = "#DDDDDD"
 _SPINE_COLOUR = "#000000"
 _BLIND_FILL, _BLIND_HATCH, _BLIND_SPACING = "#EEEEEE", "#BBBBBB", 18.0
 _UNSEEN_FILL, _UNSEEN_HATCH, _UNSEEN_SPACING = "#F6E0E0", "#C98C8C", 24.0
@@ -274,22 +282,15 @@ def _wrapped(title: str, width: int) -> str:
 
 def _fit_title(canvas: Canvas, title: str) -> str:
     """The title wrapped narrower until its drawn width lies within the figure's margin."""
-    heading = _wrapped(title, _TITLE_WIDTH)
-    for width in range(_TITLE_WIDTH, _TITLE_MIN_WIDTH - 1, -4):
-        heading = _wrapped(title, width)
-        if canvas.width_of(heading, _TITLE_SIZE, bold=True) <= _WIDTH * _TITLE_MARGIN:
-            break
-    return heading
+    widths = range(_TITLE_WIDTH, _TITLE_MIN_WIDTH - 1, -4)
+    return canvas.fitted(lambda width: _wrapped(title, width), widths, _TITLE_SIZE, _WIDTH * _TITLE_MARGIN, bold=True)
 
 
 def _said_lines(canvas: Canvas, said: str, room: float) -> str:
     """What the errors said on at most two lines, wrapped narrower until they fit ``room`` pixels."""
-    lines = for_drawing(said, width=_SAID_WIDTH, max_lines=2)
-    for width in range(_SAID_WIDTH, 20, -4):
-        lines = for_drawing(said, width=width, max_lines=2)
-        if canvas.width_of(lines, _SAID_SIZE) <= room:
-            break
-    return lines
+    return canvas.fitted(
+        lambda width: for_drawing(said, width=width, max_lines=2), range(_SAID_WIDTH, 20, -4), _SAID_SIZE, room
+    )
 
 
 def _title_size(canvas: Canvas, title: str, room: float) -> float:
@@ -361,7 +362,7 @@ def _message(canvas: Canvas, box: Box, text: str, muted: bool) -> None:
             width=points(1),
             radius=pad,
         )
-    canvas.text(centre, lines, _LABEL_SIZE, _MUTED_COLOUR if muted else _TEXT_COLOUR, anchor=("m", "m"), spacing=1.4)
+    canvas.text(centre, lines, _LABEL_SIZE, MUTED_COLOUR if muted else TEXT_COLOUR, anchor=("m", "m"), spacing=1.4)
 
 
 def _shade_gaps(panel: Panel, edges: Sequence[float], blind: Sequence[bool]) -> bool:
@@ -393,7 +394,7 @@ def _draw_errors(panel: Panel, data: ChartData, plan: _Plan, entries: list[Legen
         return
     edges = _bucket_edges(data)
     blind = _shade_gaps(panel, edges, errors.blind)
-    panel.y_axis(plan.y_ticks, _TICK_SIZE, _TEXT_COLOUR, _GRID_COLOUR)
+    panel.y_axis(plan.y_ticks, _TICK_SIZE, TEXT_COLOUR, GRID_COLOUR)
     for position, counts in enumerate(errors.series):
         colour = _SERIES_COLOURS[position % len(_SERIES_COLOURS)]
         # The worst workload is filled (it is the story); the next ones are outlines drawn over it.
@@ -411,7 +412,7 @@ def _draw_errors(panel: Panel, data: ChartData, plan: _Plan, entries: list[Legen
         entries.append(_blind_entry("no log line"))
     panel.spines(_SPINE_COLOUR)
     # Placed where it covers the fewest bars, steps and lines, as matplotlib's loc="best" did.
-    panel.legend(entries, _LEGEND_SIZE, _TEXT_COLOUR)
+    panel.legend(entries, _LEGEND_SIZE, TEXT_COLOUR)
 
 
 def _draw_flags(panel: Panel, data: ChartData, plan: _Plan, entries: list[LegendEntry]) -> None:
@@ -421,7 +422,7 @@ def _draw_flags(panel: Panel, data: ChartData, plan: _Plan, entries: list[Legend
     edges = _bucket_edges(data)
     if _shade_gaps(panel, edges, flags.blind):
         entries.append(_blind_entry("no access log"))
-    panel.y_axis(plan.y_ticks, _TICK_SIZE, _TEXT_COLOUR, _GRID_COLOUR)
+    panel.y_axis(plan.y_ticks, _TICK_SIZE, TEXT_COLOUR, GRID_COLOUR)
     bottoms = [0.0] * (len(edges) - 1)
     flagged = 0
     for counts in flags.series:
@@ -437,7 +438,7 @@ def _draw_flags(panel: Panel, data: ChartData, plan: _Plan, entries: list[Legend
             bottoms[index] += height
         entries.append(LegendEntry(legend_label(counts), colour))
     panel.spines(_SPINE_COLOUR)
-    panel.legend(entries, _LEGEND_SIZE, _TEXT_COLOUR)
+    panel.legend(entries, _LEGEND_SIZE, TEXT_COLOUR)
 
 
 def _conntrack_line(fill: ConntrackFill) -> tuple[list[float], list[float]]:
@@ -472,7 +473,7 @@ def _draw_conntrack(panel: Panel, data: ChartData, plan: _Plan, entries: list[Le
     if fill is None:
         return
     canvas = panel.canvas
-    panel.y_axis(plan.y_ticks, _TICK_SIZE, _TEXT_COLOUR, _GRID_COLOUR)
+    panel.y_axis(plan.y_ticks, _TICK_SIZE, TEXT_COLOUR, GRID_COLOUR)
     runs = _runs(*_conntrack_line(fill))
     colour = _SERIES_COLOURS[1]
     for run in runs:
@@ -531,14 +532,14 @@ def _time_axis(panels: Sequence[Panel], plans: Sequence[_Plan], data: ChartData)
     major, labels, minor = time_ticks(data.window)
     for panel, plan in zip(panels, plans, strict=True):
         if plan.message is None:  # a message panel has no axes to mark
-            panel.x_ticks(major, _TEXT_COLOUR, *_X_MAJOR_TICK)
-            panel.x_ticks(minor, _TEXT_COLOUR, *_X_MINOR_TICK)
+            panel.x_ticks(major, TEXT_COLOUR, *_X_MAJOR_TICK)
+            panel.x_ticks(minor, TEXT_COLOUR, *_X_MINOR_TICK)
     bottom_panel = panels[-1]
     canvas = bottom_panel.canvas
     row = bottom_panel.box[3] + _X_MAJOR_TICK[0] + _TICK_PAD
     lowest = row
     for moment, label in zip(major, labels, strict=True):
-        box = canvas.text((bottom_panel.x(moment), row), label, _TICK_SIZE, _TEXT_COLOUR, anchor=("m", "t"))
+        box = canvas.text((bottom_panel.x(moment), row), label, _TICK_SIZE, TEXT_COLOUR, anchor=("m", "t"))
         lowest = max(lowest, box[3])
     if not labels:
         ascent, descent = canvas.font(_TICK_SIZE).getmetrics()
@@ -548,7 +549,7 @@ def _time_axis(panels: Sequence[Panel], plans: Sequence[_Plan], data: ChartData)
         ((left + right) / 2, lowest + _LABEL_PAD),
         f"time ({_zone_name(data.window)})",
         _LABEL_SIZE,
-        _MUTED_COLOUR,
+        MUTED_COLOUR,
         anchor=("m", "t"),
     )
 
@@ -577,7 +578,7 @@ def chart_drawing(
     canvas = Canvas(_WIDTH, _HEIGHT)
     heading = _fit_title(canvas, title)
     title_box = canvas.text(
-        (_WIDTH / 2, _PAD_Y), heading, _TITLE_SIZE, _TEXT_COLOUR, bold=True, anchor=("m", "t"), spacing=_TITLE_SPACING
+        (_WIDTH / 2, _PAD_Y), heading, _TITLE_SIZE, TEXT_COLOUR, bold=True, anchor=("m", "t"), spacing=_TITLE_SPACING
     )
     plans = (_errors_plan(data, said), _flags_plan(data), _conntrack_plan(data))
     major, labels, _ = time_ticks(data.window)
@@ -596,11 +597,11 @@ def chart_drawing(
             (box[0], box[1] - room),
             plan.title,
             _title_size(canvas, plan.title, _WIDTH - _PAD_X - box[0]),
-            _TEXT_COLOUR,
+            TEXT_COLOUR,
             bold=True,
         )
         if lines:
-            canvas.text((box[0], box[1] - points(5)), lines, _SAID_SIZE, _TEXT_COLOUR, anchor=("l", "b"))
+            canvas.text((box[0], box[1] - points(5)), lines, _SAID_SIZE, TEXT_COLOUR, anchor=("l", "b"))
         # The spans some source of the digest did not cover, under everything else, in the legend first.
         spans = sorted((first, last) for first, last, source in unseen if source in sources)
         for first, last in spans:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Literal
@@ -43,6 +43,11 @@ Point = tuple[float, float]
 Horizontal = Literal["l", "m", "r"]
 Vertical = Literal["t", "m", "s", "b"]  # top of the first line, middle, baseline of the last line, bottom
 Hatch = Literal["/", "x"]
+
+# The two charts' shared look: text, what is said in a lower voice ("?", a failed panel), the grid's lines.
+TEXT_COLOUR = "#222222"
+MUTED_COLOUR = "#666666"
+GRID_COLOUR = "#DDDDDD"
 
 _INK_SPAN = 1  # a shaded span in the ink mask: the legend may cover it sooner than data
 _INK_DATA = 12  # bars, steps, lines and their fills
@@ -126,6 +131,21 @@ class Canvas:
         """The drawn width of ``text``'s widest line."""
         face = self.font(size, bold)
         return max(face.getlength(line) for line in text.split("\n"))
+
+    def fitted(
+        self, wrap: Callable[[int], str], widths: Iterable[int], size: float, room: float, bold: bool = False
+    ) -> str:
+        """``wrap(width)`` at the first of ``widths`` (widest first) whose drawn lines fit ``room`` pixels.
+
+        Else the last one tried. The width of a character depends on the font and the glyph, so a title or a note
+        is wrapped narrower until it fits.
+        """
+        text = ""
+        for width in widths:
+            text = wrap(width)
+            if self.width_of(text, size, bold) <= room:
+                break
+        return text
 
     def text_box(
         self,

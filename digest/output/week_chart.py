@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from digest.output.chart import CAPTION_LIMIT
-from digest.output.drawing import Canvas, Drawing, Panel, nice_ticks, points
+from digest.output.drawing import GRID_COLOUR, MUTED_COLOUR, TEXT_COLOUR, Canvas, Drawing, Panel, nice_ticks, points
 from digest.output.render import week_headline
 from digest.output.safe_text import for_drawing, visible
 from digest.pipeline.score import DigestStatus
@@ -26,9 +26,6 @@ _PANEL_TITLE_SIZE = points(13)
 _TICK_SIZE = points(12)
 _VALUE_SIZE = points(11)
 _UNKNOWN_SIZE = points(16)
-_TEXT_COLOUR = "#222222"
-_MUTED_COLOUR = "#666666"
-_GRID_COLOUR = "#DDDDDD"
 _STATUS_COLOURS = {
     DigestStatus.OK: "#009E73",
     DigestStatus.WARNING: "#E69F00",
@@ -61,12 +58,13 @@ def render_week_chart(week: Week, path: Path) -> None:
 
 
 def _fit_title(canvas: Canvas, headline: str) -> str:
-    heading = for_drawing(headline, width=_TITLE_WIDTH, max_lines=_TITLE_LINES)
-    for width in range(_TITLE_WIDTH, 19, -4):
-        heading = for_drawing(headline, width=width, max_lines=_TITLE_LINES)
-        if canvas.width_of(heading, _TITLE_SIZE, bold=True) <= _WIDTH * _TITLE_MARGIN:
-            break
-    return heading
+    return canvas.fitted(
+        lambda width: for_drawing(headline, width=width, max_lines=_TITLE_LINES),
+        range(_TITLE_WIDTH, 19, -4),
+        _TITLE_SIZE,
+        _WIDTH * _TITLE_MARGIN,
+        bold=True,
+    )
 
 
 def _thousands(value: float) -> str:
@@ -80,7 +78,7 @@ def week_drawing(week: Week) -> Drawing:
         (_WIDTH / 2, _PAD_Y),
         _fit_title(canvas, week_headline(week)),
         _TITLE_SIZE,
-        _TEXT_COLOUR,
+        TEXT_COLOUR,
         bold=True,
         anchor=("m", "t"),
     )
@@ -108,45 +106,45 @@ def week_drawing(week: Week) -> Drawing:
     _draw_scores(scores, week, positions, score_ticks, score_top)
     _draw_errors(errors, week, positions, errors_ticks, errors_top)
     for panel in (scores, errors):
-        panel.x_ticks(positions, _TEXT_COLOUR, _TICK_LENGTH, points(0.8))
+        panel.x_ticks(positions, TEXT_COLOUR, _TICK_LENGTH, points(0.8))
         panel.spines()
     row = errors.box[3] + _TICK_LENGTH + _TICK_PAD
     for position, day in zip(positions, week.days, strict=True):
         canvas.text(
-            (errors.x(position), row), f"{day.day:%a}\n{day.day:%m-%d}", _TICK_SIZE, _TEXT_COLOUR, anchor=("m", "t")
+            (errors.x(position), row), f"{day.day:%a}\n{day.day:%m-%d}", _TICK_SIZE, TEXT_COLOUR, anchor=("m", "t")
         )
     return canvas.finish()
 
 
 def _title(panel: Panel, text: str) -> None:
-    panel.canvas.text((panel.box[0], panel.box[1] - _TITLE_PAD), text, _PANEL_TITLE_SIZE, _TEXT_COLOUR, bold=True)
+    panel.canvas.text((panel.box[0], panel.box[1] - _TITLE_PAD), text, _PANEL_TITLE_SIZE, TEXT_COLOUR, bold=True)
 
 
 def _unknown(panel: Panel, position: int, height: float) -> None:
-    panel.canvas.text((panel.x(position), panel.y(height)), "?", _UNKNOWN_SIZE, _MUTED_COLOUR, anchor=("m", "b"))
+    panel.canvas.text((panel.x(position), panel.y(height)), "?", _UNKNOWN_SIZE, MUTED_COLOUR, anchor=("m", "b"))
 
 
 def _draw_scores(
     panel: Panel, week: Week, positions: list[int], ticks: Sequence[tuple[float, str]], top: float
 ) -> None:
     _title(panel, "Score of each day's digest")
-    panel.y_axis(ticks, _TICK_SIZE, _TEXT_COLOUR, _GRID_COLOUR)
+    panel.y_axis(ticks, _TICK_SIZE, TEXT_COLOUR, GRID_COLOUR)
     for position, day in zip(positions, week.days, strict=True):
         if not day.scored:
             _unknown(panel, position, 0.2)
             continue
         panel.bar(position - _BAR_WIDTH / 2, position + _BAR_WIDTH / 2, 0, day.score, _STATUS_COLOURS[day.status])
         panel.canvas.text(
-            (panel.x(position), panel.y(day.score)), f"{day.score}", _VALUE_SIZE, _TEXT_COLOUR, anchor=("m", "b")
+            (panel.x(position), panel.y(day.score)), f"{day.score}", _VALUE_SIZE, TEXT_COLOUR, anchor=("m", "b")
         )
-    panel.level(top, _MUTED_COLOUR, points(1.0), (points(3.7), points(1.6)))
+    panel.level(top, MUTED_COLOUR, points(1.0), (points(3.7), points(1.6)))
 
 
 def _draw_errors(
     panel: Panel, week: Week, positions: list[int], ticks: Sequence[tuple[float, str]], top: float
 ) -> None:
     _title(panel, "Error lines of each day's worst workload")
-    panel.y_axis(ticks, _TICK_SIZE, _TEXT_COLOUR, _GRID_COLOUR)
+    panel.y_axis(ticks, _TICK_SIZE, TEXT_COLOUR, GRID_COLOUR)
     for position, day in zip(positions, week.days, strict=True):
         if day.error_lines is None:
             _unknown(panel, position, top * 0.02)
@@ -156,6 +154,6 @@ def _draw_errors(
             (panel.x(position), panel.y(day.error_lines)),
             format_value("error_lines", day.error_lines),
             _VALUE_SIZE - points(2),
-            _TEXT_COLOUR,
+            TEXT_COLOUR,
             anchor=("m", "b"),
         )
