@@ -46,6 +46,7 @@ from types import TracebackType
 from typing import Any, Literal, Self
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from tests.misbehaving_server import QuietHandler
 from tests.telegram_html import HtmlParseError, JsonDict, LengthUnit, bot_command_entities, parse_html, text_length
 
 __all__ = [
@@ -247,20 +248,14 @@ class _Server(ThreadingHTTPServer):
     fake: FakeTelegram
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     server: _Server
     protocol_version = "HTTP/1.1"  # keep-alive, as python-telegram-bot's httpx client expects
     timeout = 60  # an idle keep-alive connection's thread ends after this
     disable_nagle_algorithm = True
 
-    def do_GET(self) -> None:
+    def reply(self) -> None:  # quiet, too: the request line holds the token
         self.server.fake._handle(self)
-
-    def do_POST(self) -> None:
-        self.server.fake._handle(self)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return  # silent: the request line holds the token
 
 
 def _read_body(handler: BaseHTTPRequestHandler) -> bytes:

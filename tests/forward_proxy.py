@@ -6,10 +6,9 @@ import http.client
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
 
-from tests.misbehaving_server import serving
+from tests.misbehaving_server import QuietHandler, serving
 
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 
@@ -27,10 +26,10 @@ def forward_proxy() -> Iterator[Proxied]:
     """Serve a forward proxy (plain http, absolute-form requests) on 127.0.0.1 until the block ends."""
     proxied = Proxied(url="")
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         protocol_version = "HTTP/1.1"
 
-        def _relay(self) -> None:
+        def reply(self) -> None:
             proxied.targets.append(self.path)
             target = urlsplit(self.path)
             length = int(self.headers.get("Content-Length") or 0)
@@ -51,12 +50,6 @@ def forward_proxy() -> Iterator[Proxied]:
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
-
-        do_GET = _relay  # noqa: N815  # http.server dispatches on these exact names
-        do_POST = _relay  # noqa: N815
-
-        def log_message(self, format: str, *args: object) -> None:  # signature of the base class
-            pass
 
     with serving(Handler) as url:
         proxied.url = url

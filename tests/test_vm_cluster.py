@@ -16,7 +16,6 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,7 +25,7 @@ import pytest
 from digest.backends.http import Endpoint, HttpSource, cluster_fix, same_tenant, vm_tenant_of
 from testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, run_digest
-from tests.misbehaving_server import serving
+from tests.misbehaving_server import QuietHandler, serving
 
 RECORDED = json.loads((Path(__file__).parent / "fixtures" / "vm-cluster" / "responses.json").read_text())["components"]
 AT = "2026-07-21T00:00:00Z"
@@ -68,8 +67,8 @@ def _answer(component: str, method: str, path: str) -> tuple[int, str, str]:
 def recorded_server(component: str) -> Iterator[str]:
     """The recorded answers of ``component`` ("vmselect", "vminsert", "vmstorage", "victoria-metrics") on loopback."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def _reply(self) -> None:
+    class Handler(QuietHandler):
+        def reply(self) -> None:
             length = int(self.headers.get("Content-Length", "0") or 0)
             if length:
                 self.rfile.read(length)
@@ -80,12 +79,6 @@ def recorded_server(component: str) -> Iterator[str]:
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
-
-        do_GET = _reply  # noqa: N815  # http.server dispatches on these exact names
-        do_POST = _reply  # noqa: N815
-
-        def log_message(self, format: str, *args: object) -> None:  # signature of the base class
-            pass
 
     with serving(Handler) as url:
         yield url
