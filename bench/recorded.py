@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -309,7 +310,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for day in chosen:
             volume = volumes[day]
             facts = day_facts(cluster, DAY, volume)
-            with servers_loaded(day, cluster, [DAY], volume, pairs) as (loaded, _report):
+            with (
+                servers_loaded(day, cluster, [DAY], volume, pairs) as (loaded, _report),
+                contextlib.ExitStack() as stack,
+            ):
                 say(f"{day}: {settle(loaded.pids)}")
                 metrics_url, logs_url, _ = loaded.of(REFERENCE)
                 replays[day] = replay(rules, logs_url, metrics_url)
@@ -319,6 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     # Another store holding the day's records but for the outage's hours.
                     outage_store = Server("records-outage", "victoria-metrics", free_port(), Path(folder) / day)
                     outage_store.start(["-search.latencyOffset=0s"])
+                    stack.callback(outage_store.stop)  # stopped however the day's runs end
                     day_start = datetime.combine(DAY, datetime.min.time(), UTC)
                     down, up = (day_start + timedelta(hours=hour) for hour in OUTAGE_HOURS)
                     for span in ((day_start, down), (up, day_start + timedelta(days=1))):
@@ -338,8 +343,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                             say(f"  counted_from is not {expected}: {timed.origins}")
                         say(f"  error lines generated {facts.flood_error_lines:,}")
                         results.append(timed)
-                if outage_store is not None:
-                    outage_store.stop()
     total, heaviest = import_seconds()
     info = machine()
     header = (
