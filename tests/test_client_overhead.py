@@ -102,3 +102,22 @@ def test_console_script_raises_the_young_threshold_before_the_cli_is_imported() 
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
     assert done.stdout.split()[-2:] == ["True", "True"], done.stderr
+
+
+def test_cli_imports_loki_only_for_a_loki_digest() -> None:
+    """Starting `digest` does not import Loki's source; opening the sources of a Loki digest does."""
+    probe = (
+        "import sys\n"
+        "import digest.app.cli\n"
+        "print('digest.backends.loki' in sys.modules)\n"
+        "import asyncio\n"
+        "from digest.app.engine import open_sources\n"
+        "from digest.app.settings import load_settings\n"
+        "async def opened():\n"
+        "    async with open_sources(load_settings(loki_url='http://127.0.0.1:9')):\n"
+        "        pass\n"
+        "asyncio.run(opened())\n"
+        "print('digest.backends.loki' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.split() == ["False", "True"], done.stderr

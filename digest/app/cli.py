@@ -15,9 +15,10 @@ import argparse
 import asyncio
 import gc
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import NoReturn
 
 from checks.contract import Window
 from digest import __version__
@@ -199,8 +200,18 @@ def tune_garbage_collection() -> None:
     raise_young_threshold()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `digest` console script."""
+def main(argv: Sequence[str] | None = None, exit_when_done: Callable[[int], NoReturn] | None = None) -> int:
+    """Entry point of the `digest` console script.
+
+    ``exit_when_done`` ends the process when a `digest run` has written its digest or posted it (the console
+    script's `exit_now`, which skips the interpreter's teardown); None returns the exit code, as tests need.
+    """
+
+    def done(code: int) -> int:
+        if exit_when_done is not None:
+            exit_when_done(code)
+        return code
+
     tune_garbage_collection()
     parser = _parser()
     args = parser.parse_args(argv)
@@ -261,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if problem is not None:
             return problem
 
-        return asyncio.run(post_window(config, token or "", window, args.format, chart, key=key))
+        return done(asyncio.run(post_window(config, token or "", window, args.format, chart, key=key)))
     # The state file keeps the trends' past days when one is configured; a plain `digest run` writes no file.
     store = open_history_store(config.settings) if "state_path" in config.settings.model_fields_set else None
     try:
@@ -274,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             make_chart(config, window, chart, headline(digest), unseen=unseen_spans(digest), said=most_said(digest))
         )
     sys.stdout.write(Renderer(config.settings.links()).render(digest, args.format))
-    return EXIT_OK
+    return done(EXIT_OK)
 
 
 def _rules(args: argparse.Namespace, config: Config) -> int:

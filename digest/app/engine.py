@@ -13,13 +13,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from checks.contract import Finding, Sources, Window
 from checks.error_lines import ErrorLinesCheck
 from checks.log_questions import LogsSource
 from digest.app.settings import ConfigError, LogBackend, RecordedCounts, Settings, load_settings
 from digest.backends.http import tls_context
-from digest.backends.loki import LokiSource
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.recorded import RecordedLogs
 from digest.backends.victorialogs import VictoriaLogsSource
@@ -33,6 +33,10 @@ from digest.pipeline.state import HistoryStore, StateError
 from digest.pipeline.trends import History, graded_only, previous_digests, shifted, trend_lines
 from digest.pipeline.week import DayResult, Week, day_result, skipped_day, week_days
 from digest.pipeline.window import WindowError, day_window
+
+if TYPE_CHECKING:
+    # Imported where used: a digest on VictoriaLogs does not need Loki's source.
+    from digest.backends.loki import LokiSource
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +86,8 @@ async def open_sources(settings: Settings, policy: Policy | None = None) -> Asyn
     metrics = PrometheusSource(vm, tls=tls, scope=settings.metrics_scope)
     logs: VictoriaLogsSource | LokiSource
     if settings.log_backend is LogBackend.LOKI:
+        from digest.backends.loki import LokiSource
+
         logs = LokiSource(log_endpoint, tls=tls, fields=fields, scope=settings.logs_scope)
     else:
         logs = VictoriaLogsSource(log_endpoint, tls=tls, fields=fields, scope=settings.logs_scope)
