@@ -22,7 +22,7 @@ Every question is pinned to its `Window` ([start, end), absolute). A backend tha
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -243,6 +243,30 @@ def series_of(rows: Sequence[CountRow], column: str) -> list[LineSeries]:
             key = tuple(sorted(row.group.items()))
             lines = by_identity[id(row.group)] = per_group.setdefault(key, (row.group, {}))[1]
         lines[row.bucket] = lines.get(row.bucket, 0.0) + count
+    folded = (
+        LineSeries(group=group, lines={bucket: value for bucket, value in lines.items() if value > 0})
+        for group, lines in per_group.values()
+    )
+    return [one for one in folded if one.lines]
+
+
+def added_series(parts: Iterable[Iterable[tuple[Mapping[str, str], Mapping[float, float]]]]) -> list[LineSeries]:
+    """Parts of one bucketed answer (group, lines per bucket) added up per group and bucket, as `series_of` adds rows.
+
+    A part's lines may be negative (recorded counts of a subtracted family); the buckets and the groups without a
+    line once added up are left out.
+    """
+    per_group: dict[tuple[tuple[str, str], ...], tuple[Mapping[str, str], dict[float, float]]] = {}
+    for part in parts:
+        for group, lines in part:
+            key = tuple(sorted(group.items()))
+            known = per_group.get(key)
+            if known is None:
+                per_group[key] = (group, dict(lines))
+                continue
+            added = known[1]
+            for bucket, value in lines.items():
+                added[bucket] = added.get(bucket, 0.0) + value
     folded = (
         LineSeries(group=group, lines={bucket: value for bucket, value in lines.items() if value > 0})
         for group, lines in per_group.values()

@@ -382,8 +382,8 @@ def test_doctor_says_where_the_counts_come_from(records: Records, tmp_path: Path
 
 
 def test_records_parts_fold_into_series_as_their_merged_rows_do() -> None:
-    """Records' parts folded into series equal the merged rows' series: signs summed first, empties left out."""
-    from checks.log_questions import CountRow, LineSeries, series_of
+    """Records' parts, as rows or as signed series, fold into the merged rows' series: signs summed, empties out."""
+    from checks.log_questions import CountRow, LineSeries, added_series, series_of
     from digest.backends.recorded import _merged
 
     first, second = {"node": "n1"}, {"node": "n2"}
@@ -410,6 +410,11 @@ def test_records_parts_fold_into_series_as_their_merged_rows_do() -> None:
 
     folded = by_group(series_of([row for part in parts for row in part], "total"))
     assert folded == by_group(series_of(_merged(parts, peak=False), "total"))
+    # The same parts as `RecordedLogs.series` reads them: each series' lines per bucket, signed.
+    signed = [
+        [(row.group, {row.bucket: row.counts["total"]}) for row in part if "total" in row.counts] for part in parts
+    ]
+    assert by_group(added_series(signed)) == folded
     assert folded == [
         ([("node", "n1")], {0.0: 5.0}),
         ([("node", "n2")], {1200.0: 1.0}),

@@ -41,11 +41,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from checks.contract import CountedFrom, RangeSeries, Sample, SourceError, Window
 from checks.log_questions import (
@@ -60,10 +60,10 @@ from checks.log_questions import (
     PeakCount,
     ShapeCount,
     Shapes,
+    added_series,
     every,
     field_label,
     series_column,
-    series_of,
 )
 
 MINUTE = 60
@@ -74,6 +74,10 @@ SIGN_LABEL = "digest_sign"  # Loki's rules: a column counted as a sum of terms, 
 TERM_LABEL = "digest_term"  # …each term a series of its own
 Stamp = Literal["end", "start"]
 STAMPS: tuple[Stamp, ...] = ("end", "start")
+# One part of an answer: a row, or for `RecordedLogs.series` a group's lines per bucket, signed (a subtracted
+# family's records count negative), meaningful only added up with the other parts (`added_series`).
+_Part = TypeVar("_Part")
+_Signed = tuple[Mapping[str, str], Mapping[float, float]]
 # More runs of unrecorded minutes than this in one window: one scan of the whole window is cheaper than many.
 MAX_GAP_RUNS = 8
 
@@ -244,9 +248,22 @@ class RecordedLogs:
             series = await self.inner.series(question)
             self.origins[question] = CountedFrom(0.0, float(question.window.seconds))
             return series
-        parts, _ = await self._parts(question, found)
-        # Straight into series, the parts' signed rows added up there: no merged row per bucket first.
-        return series_of([row for part in parts for row in part], series_column(question))
+        column = series_column(question)
+
+        async def read(stamp: Stamp, recorded: Mapping[int, Stamp]) -> list[_Signed]:
+            # Straight into each group's buckets, signed: a day's per-node coverage is ~17,000 recorded points, and a
+            # row object per point was a tenth of a quiet day's client time.
+            return [
+                (group, lines)
+                for group, name, lines in await self._bucketed(question, found, stamp, recorded)
+                if name == column
+            ]
+
+        async def scan(window: Window) -> list[_Signed]:
+            return [(one.group, one.lines) for one in await self.inner.series(replace(question, window=window))]
+
+        parts, _ = await self._parts(question, found, read, scan)
+        return added_series(parts)
 
     # Coverage of the records ------------------------------------------------------------------------------------
 
@@ -346,23 +363,40 @@ class RecordedLogs:
 
     # Answers ----------------------------------------------------------------------------------------------------
 
-    async def _unread(self, question: LineCount | PeakCount, error: SourceError) -> list[CountRow]:
-        """The records are a saving, not a source of their own: unreadable, the logs are counted without them."""
-        rows = await self._scan(question, question.window)
-        self.origins[question] = CountedFrom(0.0, float(question.window.seconds), f"recorded counts not read ({error})")
-        return rows
-
     async def _answer(self, question: LineCount | PeakCount, found: _Match) -> list[CountRow]:
-        parts, read = await self._parts(question, found)
-        return _merged(parts, peak=isinstance(question, PeakCount)) if read else parts[0]
+        async def read(stamp: Stamp, recorded: Mapping[int, Stamp]) -> list[CountRow]:
+            return await self._read(question, found, stamp, recorded)
 
-    async def _parts(self, question: LineCount | PeakCount, found: _Match) -> tuple[list[list[CountRow]], bool]:
-        """The question's rows in parts (each stamp's records, each scanned gap), and False when scanned whole."""
+        async def scan(window: Window) -> list[CountRow]:
+            return await self._scan(question, window)
+
+        parts, was_read = await self._parts(question, found, read, scan)
+        return _merged(parts, peak=isinstance(question, PeakCount)) if was_read else parts[0]
+
+    async def _parts(
+        self,
+        question: LineCount | PeakCount,
+        found: _Match,
+        read: Callable[[Stamp, Mapping[int, Stamp]], Awaitable[list[_Part]]],
+        scan: Callable[[Window], Awaitable[list[_Part]]],
+    ) -> tuple[list[list[_Part]], bool]:
+        """The question's answer in parts (each stamp's records, each scanned gap), and False when scanned whole.
+
+        ``read`` reads one stamp's records of the window, ``scan`` counts a span of it in the logs: rows for a count
+        or a peak, signed series for `series`.
+        """
         window = question.window
+
+        async def unread(error: SourceError) -> tuple[list[list[_Part]], bool]:
+            # The records are a saving, not a source of their own: unreadable, the logs are counted without them.
+            whole = await scan(window)
+            self.origins[question] = CountedFrom(0.0, float(window.seconds), f"recorded counts not read ({error})")
+            return [whole], False
+
         try:
             covered = await self.slots(window)
         except SourceError as exc:
-            return [await self._unread(question, exc)], False
+            return await unread(exc)
         recorded = covered.recorded.get(found.family.name, {})
         note = covered.notes.get(found.family.name, "")
         start, end = _ms(window.start), _ms(window.end)
@@ -380,17 +414,15 @@ class RecordedLogs:
         if not recorded or off_grid or len(gaps) > MAX_GAP_RUNS:
             if recorded and len(gaps) > MAX_GAP_RUNS:
                 note = f"records cover the window in more than {MAX_GAP_RUNS} pieces: scanned whole"
-            rows = await self._scan(question, window)
+            rows = await scan(window)
             self.origins[question] = CountedFrom(0.0, float(window.seconds), note)
             return [rows], False
         try:
-            reads = await asyncio.gather(
-                *(self._read(question, found, stamp, recorded) for stamp in sorted(set(recorded.values())))
-            )
+            reads = await asyncio.gather(*(read(stamp, recorded) for stamp in sorted(set(recorded.values()))))
         except SourceError as exc:
-            return [await self._unread(question, exc)], False
+            return await unread(exc)
         scans = await asyncio.gather(
-            *(self._scan(question, Window(_utc_ms(a), _utc_ms(b), window.zone, window.label)) for a, b in gaps)
+            *(scan(Window(_utc_ms(a), _utc_ms(b), window.zone, window.label)) for a, b in gaps)
         )
         parts = [*reads, *scans]
         scanned = sum(b - a for a, b in gaps) / 1000
@@ -406,25 +438,8 @@ class RecordedLogs:
         self, question: LineCount | PeakCount, found: _Match, stamp: Stamp, recorded: Mapping[int, Stamp]
     ) -> list[CountRow]:
         """The recorded counts of one stamp's slots in the window."""
-        window = question.window
-        labels = [label_of(one) for one in found.by]
-        named = {label_of(one): field_label(one) for one in found.by}
-
-        def group(series: Mapping[str, str]) -> dict[str, str]:
-            """A recorded series' labels as a `CountRow` group, keyed as the question's fields are."""
-            return {named[label]: series.get(label, "") for label in labels}
-
-        mine = [slot for slot, kind in recorded.items() if kind == stamp]
-        shift = SLOT_MS if stamp == "end" else 0
-        # Exactly this stamp's samples of the window: (first - 1 ms, last] in sample time.
-        first, last = min(mine) + shift, max(mine) + shift
-        span = f"[{last - first + 1}ms]"
-        at = _utc_ms(last)
-        by = ", ".join([*labels, COLUMN_LABEL, SIGN_LABEL])
-        columns = "|".join(sorted(set(found.columns.values())))
-        selector = _selector(self.plan.record(found.family), **{STAMP_LABEL: stamp})
-        selector = selector[:-1] + f', {COLUMN_LABEL}=~"{columns}"}}'
-        by_family = {family_column: name for name, family_column in found.columns.items()}
+        query = _RecordsQuery.of(self.plan, question, found, stamp, recorded)
+        by, selector, span, at, group = query.by, query.selector, query.span, query.at, query.group
         if isinstance(question, PeakCount):
             peaks, sums = await asyncio.gather(
                 self.metrics.instant(f"max by ({by}) (max_over_time({selector}{span}))", at, cache=False),
@@ -441,30 +456,89 @@ class RecordedLogs:
             return [
                 CountRow(
                     group(sample.labels),
-                    {by_family[sample.labels.get(COLUMN_LABEL, "")]: _signed(sample.labels, sample.value)},
+                    {query.by_family[sample.labels.get(COLUMN_LABEL, "")]: _signed(sample.labels, sample.value)},
                 )
                 for sample in answer
-                if sample.labels.get(COLUMN_LABEL, "") in by_family
+                if sample.labels.get(COLUMN_LABEL, "") in query.by_family
             ]
-        # Buckets on the minute grid (checked by the caller): a point at each bucket's end sums its slots' samples;
-        # a replayed sample at t counts [t, t + 60 s), so its bucket's samples are read 1 ms earlier.
+        return [
+            CountRow(of, {name: value}, moment)
+            for of, name, lines in await self._bucketed(question, found, stamp, recorded)
+            for moment, value in lines.items()
+        ]
+
+    async def _bucketed(
+        self, question: LineCount, found: _Match, stamp: Stamp, recorded: Mapping[int, Stamp]
+    ) -> list[tuple[Mapping[str, str], str, dict[float, float]]]:
+        """One stamp's recorded counts of a bucketed question: per series its group, column and lines per bucket.
+
+        The lines are signed: a subtracted family's records count negative.
+
+        Buckets on the minute grid (checked by the caller): a point at each bucket's end sums its slots' samples; a
+        replayed sample at t counts [t, t + 60 s), so its bucket's samples are read 1 ms earlier.
+        """
+        bucket = question.bucket_seconds
+        if bucket is None:
+            raise ValueError("a bucketed question has buckets")
+        query = _RecordsQuery.of(self.plan, question, found, stamp, recorded)
         moved = " offset 1ms" if stamp == "start" else ""
         series = await self.metrics.range(
-            f"sum by ({by}) (sum_over_time({selector}[{bucket}s]{moved}))",
-            window.start + timedelta(seconds=bucket),
-            window.end,
+            f"sum by ({query.by}) (sum_over_time({query.selector}[{bucket}s]{moved}))",
+            question.window.start + timedelta(seconds=bucket),
+            question.window.end,
             bucket,
             cache=False,
         )
-        rows = []
+        out: list[tuple[Mapping[str, str], str, dict[float, float]]] = []
         for one in series:
-            name = by_family.get(one.labels.get(COLUMN_LABEL, ""))
-            if name is None:
-                continue
-            of = group(one.labels)
-            sign = _signed(one.labels, 1.0)  # once per series: a day's coverage reads ~17,000 points
-            rows.extend(CountRow(of, {name: sign * value}, float(moment) - bucket) for moment, value in one.points)
-        return rows
+            name = query.by_family.get(one.labels.get(COLUMN_LABEL, ""))
+            if name is not None:
+                sign = _signed(one.labels, 1.0)  # once per series: a day's coverage reads ~17,000 points
+                lines = {float(moment) - bucket: sign * value for moment, value in one.points}
+                out.append((query.group(one.labels), name, lines))
+        return out
+
+
+@dataclass(frozen=True)
+class _RecordsQuery:
+    """How one stamp's records of a question are asked: the selector, the labels grouped by, the span of samples."""
+
+    labels: tuple[str, ...]  # the records' labels of the question's fields
+    named: Mapping[str, str]  # record label → the question's field label
+    by: str  # ``by (…)``: the fields, the column and the sign
+    selector: str
+    span: str  # ``[Nms]``: exactly this stamp's samples of the window, (first - 1 ms, last] in sample time
+    at: datetime  # the last sample's time
+    by_family: Mapping[str, str]  # the family's column → the question's
+
+    @classmethod
+    def of(
+        cls,
+        plan: RecordingPlan,
+        question: LineCount | PeakCount,
+        found: _Match,
+        stamp: Stamp,
+        recorded: Mapping[int, Stamp],
+    ) -> _RecordsQuery:
+        labels = tuple(label_of(one) for one in found.by)
+        mine = [slot for slot, kind in recorded.items() if kind == stamp]
+        shift = SLOT_MS if stamp == "end" else 0
+        first, last = min(mine) + shift, max(mine) + shift
+        columns = "|".join(sorted(set(found.columns.values())))
+        selector = _selector(plan.record(found.family), **{STAMP_LABEL: stamp})
+        return cls(
+            labels=labels,
+            named={label_of(one): field_label(one) for one in found.by},
+            by=", ".join([*labels, COLUMN_LABEL, SIGN_LABEL]),
+            selector=selector[:-1] + f', {COLUMN_LABEL}=~"{columns}"}}',
+            span=f"[{last - first + 1}ms]",
+            at=_utc_ms(last),
+            by_family={family_column: name for name, family_column in found.columns.items()},
+        )
+
+    def group(self, series: Mapping[str, str]) -> dict[str, str]:
+        """A recorded series' labels as a `CountRow` group, keyed as the question's fields are."""
+        return {self.named[label]: series.get(label, "") for label in self.labels}
 
 
 def _ms(moment: datetime) -> int:
