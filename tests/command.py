@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from testbed.embedded import EmbeddedBackends
 
@@ -43,3 +44,15 @@ def run_digest(
         check=False,
         timeout=timeout,
     )
+
+
+def stop_process(process: subprocess.Popen[Any], grace_seconds: float = 10.0) -> None:
+    """Stop a process a test started, by its PID: SIGTERM, then SIGKILL if it has not exited within the grace."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)

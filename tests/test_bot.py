@@ -38,7 +38,7 @@ from digest.pipeline.policy import Policy
 from digest.pipeline.state import DeliveryState
 from digest.pipeline.window import day_window
 from testbed.embedded import EmbeddedBackends, free_port
-from tests.command import DIGEST, backend_env, run_digest
+from tests.command import DIGEST, backend_env, run_digest, stop_process
 from tests.fake_telegram import FakeTelegram
 from tests.misbehaving_server import Behaviour, misbehaving_server, recording_server
 from tests.telegram_html import parse_html
@@ -461,8 +461,7 @@ def test_serve_command_answers_and_never_logs_the_token(
             tg.push_message(ALLOWED, "/digest 2026-02-30", chat_type="supergroup")
             tg.wait_for_sent(3, timeout=60)
         finally:
-            process.terminate()
-            process.wait(timeout=30)
+            stop_process(process, grace_seconds=30)
     answers = {call.chat_id: [] for call in tg.sent}
     for call in tg.sent:
         answers[call.chat_id].append(visible(call))
@@ -575,8 +574,7 @@ def test_serve_in_webhook_mode(corpus_backends: EmbeddedBackends, tg: FakeTelegr
             tg.push_message(ALLOWED, "/digest 2026-08-17", chat_type="supergroup")
             [reply] = tg.wait_for_sent(1, timeout=60)
         finally:
-            process.terminate()
-            process.wait(timeout=30)
+            stop_process(process, grace_seconds=30)
     assert visible(reply).startswith("OK 10/10 · homelab · 2026-08-17")
     log_text = log_path.read_text()
     assert TOKEN not in log_text

@@ -35,7 +35,7 @@ from digest.output.render import to_json
 from digest.pipeline.policy import Policy
 from testbed.embedded import EmbeddedBackends, Server, free_port, log_tail
 from testbed.loki_server import LokiServer, loki_binary_or_skip
-from tests.command import clean_env, run_digest
+from tests.command import clean_env, run_digest, stop_process
 from tests.test_recorded_counts import vmalert_binary
 
 PODS = ("api-7c9d8f6b5d-x2x9k", "feed-aggregator-lc5zrwsjcm-gkcjb", "redis-0")
@@ -186,8 +186,7 @@ def ruled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ruled]:
         yield Ruled(loki, records, now - BEFORE, heartbeat, victoria, vmalert_heartbeat, loki_records)
     finally:
         for recorder in recorders:
-            recorder.terminate()
-            recorder.wait(timeout=10)
+            stop_process(recorder)
         victoria.stop()
         loki.stop()
         loki_records.stop()

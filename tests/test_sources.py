@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -10,10 +11,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from checks.contract import SourceError, SourceErrorKind, Window
-from checks.log_questions import LineCount, series_of
-from digest.backends.http import Endpoint
+from checks.log_questions import CountRow, LineCount, LineSeries, series_of
+from digest.backends.http import _AHEAD, Endpoint, QueryGate, asked_ahead
 from digest.backends.prometheus import PrometheusSource
+from digest.backends.recorded import RecordedLogs
 from digest.backends.victorialogs import VictoriaLogsSource
+from digest.pipeline.policy import Policy
+from digest.pipeline.recording import recording_plan
 from testbed.embedded import free_port
 from tests.misbehaving_server import Behaviour, misbehaving_server, recording_server
 
@@ -213,6 +217,76 @@ async def test_concurrency_is_bounded() -> None:
         await source.aclose()
     assert len(served.requests) == 20
     assert served.max_in_flight == 3
+
+
+async def test_queries_asked_ahead_take_the_next_free_slot() -> None:
+    """With every slot taken, a query asked ahead is sent before those that were already waiting, which keep order."""
+    with recording_server(Behaviour(body=EMPTY_VECTOR, delay_seconds=0.05)) as served:
+        source = PrometheusSource(Endpoint(name="VictoriaMetrics", url=served.url, max_concurrency=1))
+
+        async def asked(name: str, ahead: bool) -> None:
+            with asked_ahead() if ahead else contextlib.nullcontext():
+                await source.instant(f'up{{n="{name}"}}', AT)
+
+        await asyncio.gather(asked("a", False), asked("b", False), asked("c", False), asked("d", True))
+        await source.aclose()
+    sent = [next(name for name in "abcd" if f"%22{name}%22".encode() in request.body) for request in served.requests]
+    assert sent == ["a", "d", "b", "c"]
+    assert served.max_in_flight == 1
+
+
+async def test_a_cancelled_wait_for_a_slot_takes_none() -> None:
+    """A request cancelled while it waits for a slot leaves it to the next one; the bound then frees as it should."""
+    gate = QueryGate(1)
+    admitted: list[str] = []
+
+    async def holder(name: str, hold: asyncio.Event) -> None:
+        async with gate:
+            admitted.append(name)
+            await hold.wait()
+
+    first, released = asyncio.Event(), asyncio.Event()
+    holding = asyncio.ensure_future(holder("first", first))
+    await asyncio.sleep(0)
+    cancelled = asyncio.ensure_future(holder("cancelled", released))
+    waiting = asyncio.ensure_future(holder("waiting", released))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    first.set()
+    released.set()
+    await asyncio.gather(holding, waiting)
+    assert cancelled.cancelled()
+    assert admitted == ["first", "waiting"]
+    async with asyncio.timeout(1):  # the one slot is free again
+        async with gate:
+            pass
+
+
+async def test_recorded_log_counts_are_asked_ahead() -> None:
+    """Every request a log count makes through the records (read or scanned) is asked ahead of the other queries."""
+    seen: list[bool] = []
+
+    class Logs:
+        """A log source answering nothing, noting whether it was asked ahead."""
+
+        name, language = "VictoriaLogs", "LogsQL"
+
+        async def count(self, question: LineCount) -> list[CountRow]:
+            seen.append(_AHEAD.get())  # the context the requests would be sent in is what is under test
+            return []
+
+        async def series(self, question: LineCount) -> list[LineSeries]:
+            seen.append(_AHEAD.get())
+            return []
+
+    # Records asked of a port nothing listens on: read or not, the log counts end in the log source.
+    records = PrometheusSource(Endpoint(name="VictoriaMetrics", url=f"http://127.0.0.1:{free_port()}"))
+    recorded = RecordedLogs(Logs(), records, recording_plan(Policy()))  # type: ignore[arg-type]  # a partial source
+    await recorded.count(DAY_LINES)
+    await recorded.series(BUCKETED_NODE_LINES)
+    await records.aclose()
+    assert seen == [True, True]
+    assert _AHEAD.get() is False
 
 
 async def test_rows_keep_their_labels_as_text_and_drop_nan() -> None:
