@@ -11,6 +11,7 @@ so timings are never taken through it.
 from __future__ import annotations
 
 import http.client
+import sys
 import threading
 import time
 from collections import Counter
@@ -50,6 +51,18 @@ class Counts:
         return sum(self.by_path.values())
 
 
+class _Server(ThreadingHTTPServer):
+    """The proxy's server: a client that hung up is not an error of the proxy's (no traceback on stderr)."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A digest gives up a query at its timeout (Loki scanning a flood) and closes the connection under the answer.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]  # typeshed: a socket and an address
+
+
 class CountingProxy:
     """``http://127.0.0.1:<port>`` forwarding to ``upstream`` and counting what passes; a context manager."""
 
@@ -63,8 +76,7 @@ class CountingProxy:
         self._timeout = timeout_seconds
         self._lock = threading.Lock()
         self.counts = Counts()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, name="counting-proxy", daemon=True)
 
     @property

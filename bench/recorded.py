@@ -333,6 +333,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     down, up = (day_start + timedelta(hours=hour) for hour in OUTAGE_HOURS)
                     for span in ((day_start, down), (up, day_start + timedelta(days=1))):
                         replay(rules, logs_url, outage_store.url, span)
+                # vmalert wrote a day of samples: VictoriaMetrics merges them in the background for a while, which
+                # the first digests would otherwise share the cores with.
+                outage_pids = [outage_store.process.pid] if outage_store and outage_store.process else []
+                say(f"{day}: after the replay, {settle([*loaded.pids, *outage_pids])}")
                 modes = ("recorded", "scanned", "no shapes", *(("outage",) if outage_store else ()))
                 for pair in pairs:
                     metrics_url, logs_url, _ = loaded.of(pair)
