@@ -22,7 +22,7 @@ Every question is pinned to its `Window` ([start, end), absolute). A backend tha
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -223,31 +223,27 @@ def series_column(question: LineCount) -> str:
     return question.columns[0][0]
 
 
-def series_of(rows: Sequence[CountRow], column: str) -> list[LineSeries]:
+def series_of(rows: Iterable[CountRow], column: str) -> list[LineSeries]:
     """A bucketed `LineCount`'s rows as one `LineSeries` per group (what a backend without a faster path answers).
 
     Rows of one group and bucket are added up first, signs included (recorded counts hand a subtracted family's rows
     negative, and their records and scanned gaps as separate rows), then the buckets and the groups without a line
     are left out.
     """
-    per_group: dict[tuple[tuple[str, str], ...], tuple[Mapping[str, str], dict[float, float]]] = {}
-    # A series' rows share one group mapping (a day's per-node coverage is ~17,000 rows of 200 groups): its sorted key
-    # is made once per mapping. Keyed by identity, which `rows` (a sequence, not an iterator) keeps alive throughout.
-    by_identity: dict[int, dict[float, float]] = {}
+    # A series' rows share one group mapping (a day's per-node coverage is ~17,000 rows of 200 groups): they are
+    # added up per mapping first, keyed by its identity (each entry holds its mapping, so the identity stays its
+    # own), and `added_series` then adds up the mappings that are equal and leaves out what holds no line.
+    per_mapping: dict[int, tuple[Mapping[str, str], dict[float, float]]] = {}
     for row in rows:
         count = row.counts.get(column)
         if count is None or row.bucket is None:
             continue
-        lines = by_identity.get(id(row.group))
-        if lines is None:
-            key = tuple(sorted(row.group.items()))
-            lines = by_identity[id(row.group)] = per_group.setdefault(key, (row.group, {}))[1]
+        entry = per_mapping.get(id(row.group))
+        if entry is None:
+            entry = per_mapping[id(row.group)] = (row.group, {})
+        lines = entry[1]
         lines[row.bucket] = lines.get(row.bucket, 0.0) + count
-    folded = (
-        LineSeries(group=group, lines={bucket: value for bucket, value in lines.items() if value > 0})
-        for group, lines in per_group.values()
-    )
-    return [one for one in folded if one.lines]
+    return added_series([per_mapping.values()])
 
 
 def added_series(parts: Iterable[Iterable[tuple[Mapping[str, str], Mapping[float, float]]]]) -> list[LineSeries]:
