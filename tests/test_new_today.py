@@ -12,14 +12,16 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from checks.contract import Finding, SourceErrorKind, Sources, Status
+from checks.contract import Finding, SourceErrorKind, Sources, Status, Window
 from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from checks.log_questions import CountRow, Filter, LineCount, LineSeries, PeakCount, ShapeCount, Shapes
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
@@ -211,3 +213,62 @@ async def test_earlier_days_not_asked_by_the_deadline_mark_nothing(sources: Sour
         "new today: the earlier days' signatures were not asked before the deadline (the log backend's query slots "
         "stayed busy)",
     )
+
+
+@dataclass
+class ShapesCounted:
+    """The real VictoriaLogs, noting the window of every shapes question asked."""
+
+    inner: VictoriaLogsSource
+    asked: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def language(self) -> str:
+        return self.inner.language
+
+    async def count(self, question: LineCount) -> list[CountRow]:
+        return await self.inner.count(question)
+
+    async def peak(self, question: PeakCount) -> list[CountRow]:
+        return await self.inner.peak(question)
+
+    async def series(self, question: LineCount) -> list[LineSeries]:
+        return await self.inner.series(question)
+
+    async def shapes(self, question: ShapeCount) -> Shapes:
+        self.asked.append(question.window.label)
+        return await self.inner.shapes(question)
+
+    def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
+        return self.inner.reading_query(window, lines, most_repeated)
+
+
+def _keyless(finding: Finding | None) -> Finding | None:
+    """The finding as the trends' store gives it back: its signatures without the keys of every shape answered."""
+    if finding is None:
+        return None
+    return replace(finding, signatures=tuple(replace(one, keys=frozenset()) for one in finding.signatures))
+
+
+async def test_earlier_days_whose_digest_read_every_shape_are_not_asked_again(sources: Sources) -> None:
+    """The earlier days' own shapes answers stand for their history; keyless (stored) ones are asked, same verdict."""
+    check = ErrorLinesCheck(POLICY)
+    window = day_window(TODAY, UTC_ZONE)
+    today = await check(sources, window)
+    earlier = [(past, await check(sources, past)) for past in earlier_windows(window, 4)]
+    assert isinstance(sources.logs, VictoriaLogsSource)
+    reused = ShapesCounted(sources.logs)
+    novelty = await judge(check, replace(sources, logs=reused), window, today, earlier, ShapeHistory(), earlier[0][0])
+    asked = ShapesCounted(sources.logs)
+    stored = [(past, _keyless(finding)) for past, finding in earlier]
+    again = await judge(check, replace(sources, logs=asked), window, today, stored, ShapeHistory(), earlier[0][0])
+    assert novelty is not None
+    assert again is not None
+    assert (novelty.new, novelty.seen, novelty.compared, novelty.gone) == (again.new, again.seen, 3, again.gone)
+    # The 12th and 13th held the relay's errors (their digests asked for its shapes); the 11th held no error line.
+    assert reused.asked == []
+    assert sorted(asked.asked) == ["2026-03-12", "2026-03-13"]

@@ -148,6 +148,11 @@ class ShapeHistory:
         self._store = None
 
 
+def every_key(workload: WorkloadSignatures) -> bool:
+    """Whether ``workload``'s answer holds the key of every shape its error lines had (not sampled, capped, stored)."""
+    return workload.sampled_every == 1 and not workload.capped and len(workload.keys) == workload.distinct
+
+
 def _key(labels: Mapping[str, str], window: Window) -> ShapeKey:
     return (
         labels.get("namespace", ""),
@@ -182,6 +187,15 @@ async def judge(
         return None
     for workload in today.signatures:
         history.offer(window, workload)
+    # An earlier day's own digest already asked for its worst workloads' shapes: where that answer holds every key
+    # of the workload's error lines, it is the history's answer too, and the log backend is not asked again (a
+    # workload's pods named exactly, where the history names them by pattern: the same lines, the day's pods being
+    # those its counts found). A sampled, capped or stored answer holds only some keys: the history asks for them.
+    for past, finding in earlier:
+        if finding is not None and seen_whole(finding):
+            for workload in finding.signatures:
+                if every_key(workload):
+                    history.offer(past, workload)
     # The policy's seconds bound the backend's answers, from the first request sent (`AnswerClock`); the sources'
     # deadline bounds the wait for a query slot behind the counts of the days still being digested.
     clock = AnswerClock(check.policy.signature_timeout_seconds)
