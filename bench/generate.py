@@ -37,7 +37,7 @@ import signal
 import sys
 import time
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, Self
 
@@ -863,11 +863,19 @@ class _Counter:
             yield line
 
 
+Volumes = Volume | Mapping[dt.date, Volume]
+
+
+def volume_on(volume: Volumes, day: dt.date) -> Volume:
+    """The volume of ``day``: one for every day, or each day's own (a flood after a quiet week)."""
+    return volume if isinstance(volume, Volume) else volume[day]
+
+
 def load(
     backends: Loader,
     cluster: Cluster,
     days: Sequence[dt.date],
-    volume: Volume,
+    volume: Volumes,
     progress: bool = False,
 ) -> LoadReport:
     """Stream the metrics of ``days`` then their logs into ``backends`` and wait (bounded) until all is visible."""
@@ -887,11 +895,11 @@ def load(
 
     started = time.monotonic()
     logs = _Counter()
-    facts = tuple(day_facts(cluster, day, volume) for day in days)
+    facts = tuple(day_facts(cluster, day, volume_on(volume, day)) for day in days)
 
     def every_day() -> Iterator[bytes]:
         for day in days:
-            yield from log_chunks(cluster, day, volume)
+            yield from log_chunks(cluster, day, volume_on(volume, day))
 
     backends.ingest_logs(logs.chunks(every_day()))
     first_start = dt.datetime.combine(days[0], dt.time.min, tzinfo=dt.UTC)

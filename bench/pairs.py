@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.generate import Cluster, Volume, day_facts, log_chunks, segments, series_lines
+from bench.generate import Cluster, Volumes, day_facts, log_chunks, segments, series_lines, volume_on
 from digest.backends.loki import LogqlWriter
 from digest.backends.victorialogs import LogsqlWriter
 from testbed.corpus.model import Series
@@ -183,7 +183,7 @@ def start_prometheus(cluster: Cluster, days: Sequence[dt.date]) -> tuple[Prometh
     return server, ServerLoad(PROMETHEUS, len(days), source.samples, time.monotonic() - started)
 
 
-def start_loki(cluster: Cluster, days: Sequence[dt.date], volume: Volume) -> tuple[LokiServer, ServerLoad]:
+def start_loki(cluster: Cluster, days: Sequence[dt.date], volume: Volumes) -> tuple[LokiServer, ServerLoad]:
     """A Loki holding the generated records of ``days`` (oldest first), every one of them visible."""
     from testbed.loki_server import LokiServer  # only when a pair uses Loki
 
@@ -195,10 +195,10 @@ def start_loki(cluster: Cluster, days: Sequence[dt.date], volume: Volume) -> tup
 
         def every_day() -> Iterator[bytes]:
             for day in days:
-                yield from log_chunks(cluster, day, volume)
+                yield from log_chunks(cluster, day, volume_on(volume, day))
 
         summary = server.push_records(every_day())
-        expected = sum(day_facts(cluster, day, volume).log_lines for day in days)
+        expected = sum(day_facts(cluster, day, volume_on(volume, day)).log_lines for day in days)
         first = dt.datetime.combine(days[0], dt.time.min, tzinfo=dt.UTC)
         last = dt.datetime.combine(days[-1] + dt.timedelta(days=1), dt.time.min, tzinfo=dt.UTC)
         server.wait_for_lines(first, last, expected, timeout_seconds=900)

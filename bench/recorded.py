@@ -26,6 +26,11 @@ counted equal to those generated, and each log check's ``counted_from`` what the
 the ones vmalert made from VictoriaLogs, which holds the same lines: the digest's records do not depend on the log
 backend that is scanned (their names carry the policy and the scope, not the backend).
 
+With ``--week`` the seven days before are loaded too, each with the 0.1 M-line day's volume (logs and metrics), and
+replayed with the day: the digest's trends then read the week from the records, as in a cluster whose recorder ran
+all week, where without it they scan seven days that hold no line (vmalert writes no heartbeat for an empty minute,
+so they cannot be told from a recorder that was down). On Loki that scan is most of a recorded digest.
+
 Also ``python -X importtime`` of the CLI: what a ``digest run`` pays before its first query.
 """
 
@@ -75,6 +80,8 @@ from testbed.embedded import Server, free_port
 LOG_CHECKS = ("error_lines", "log_storms", "envoy_flags")
 # The recorder's outage in the "outage" mode: vmalert replays the day but for these hours.
 OUTAGE_HOURS = (9, 13)
+# ``--week``: the days before the day that the trends compare it with, loaded and recorded too.
+WEEK_BEFORE = 7
 
 
 @dataclass
@@ -248,8 +255,8 @@ def table(results: Sequence[Timed], replays: dict[str, float]) -> str:
         "| pair | day | `digest run`, recorded counts | its recorded floor; ratio | the same digest in a running "
         "process (the bot); ratio to the floor | scanned | its recorded floor; ratio | requests (metrics + logs), "
         "recorded / scanned | log checks' counts, recorded run | verdict "
-        "| vmalert replay of the day | recorded, no shapes asked | recorder outage 09-13 h: time; error_lines "
-        "counted from; same verdict and errors |",
+        "| vmalert replay (of the day; with `--week`, of the 8 days) | recorded, no shapes asked "
+        "| recorder outage 09-13 h: time; error_lines counted from; same verdict and errors |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_key = {(one.pair.key, one.day, one.mode): one for one in results}
@@ -288,6 +295,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--days", default="small,big", help="which days: small, big or both (default)")
     parser.add_argument("--output", type=Path, help="also write the table (with the run's header) to this file")
     parser.add_argument("--no-outage", action="store_true", help="skip the recorder-outage mode")
+    parser.add_argument(
+        "--week",
+        action="store_true",
+        help=f"also the {WEEK_BEFORE} days before, quiet (0.1 M lines each) and recorded: the trends read records",
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     started = time.monotonic()
@@ -312,16 +324,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         rules.write_text(printed.stdout)
         no_shapes = Path(folder) / "no-shapes.yaml"
         no_shapes.write_text("checks:\n  error_lines:\n    signatures: 0\n")
+        before = [DAY - timedelta(days=back) for back in range(WEEK_BEFORE, 0, -1)] if args.week else []
+        day_start = datetime.combine(DAY, datetime.min.time(), UTC)
+        first = datetime.combine(before[0], datetime.min.time(), UTC) if before else day_start
         for day in chosen:
             volume = volumes[day]
             facts = day_facts(cluster, DAY, volume)
+            loaded_volumes = {**dict.fromkeys(before, FULL.small), DAY: volume}
             with (
-                servers_loaded(day, cluster, [DAY], volume, pairs) as (loaded, _report),
+                servers_loaded(day, cluster, [*before, DAY], loaded_volumes, pairs) as (loaded, _report),
                 contextlib.ExitStack() as stack,
             ):
                 say(f"{day}: {settle(loaded.pids)}")
                 metrics_url, logs_url, _ = loaded.of(REFERENCE)
-                replays[day] = replay(rules, logs_url, metrics_url)
+                replays[day] = replay(rules, logs_url, metrics_url, (first, day_start + timedelta(days=1)))
                 say(f"{day}: vmalert replay {replays[day]:.1f} s")
                 outage_store = None
                 if not args.no_outage:
@@ -329,9 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     outage_store = Server("records-outage", "victoria-metrics", free_port(), Path(folder) / day)
                     outage_store.start(["-search.latencyOffset=0s"])
                     stack.callback(outage_store.stop)  # stopped however the day's runs end
-                    day_start = datetime.combine(DAY, datetime.min.time(), UTC)
                     down, up = (day_start + timedelta(hours=hour) for hour in OUTAGE_HOURS)
-                    for span in ((day_start, down), (up, day_start + timedelta(days=1))):
+                    for span in ((first, down), (up, day_start + timedelta(days=1))):
                         replay(rules, logs_url, outage_store.url, span)
                 # vmalert wrote a day of samples: VictoriaMetrics merges them in the background for a while, which
                 # the first digests would otherwise share the cores with.

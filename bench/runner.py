@@ -71,8 +71,10 @@ from bench.generate import (
     LoadReport,
     Shape,
     Volume,
+    Volumes,
     build_cluster,
     load,
+    volume_on,
 )
 from bench.pairs import (
     LOKI,
@@ -583,7 +585,7 @@ def servers_loaded(
     label: str,
     cluster: Cluster,
     days: Sequence[dt.date],
-    volume: Volume,
+    volume: Volumes,
     pairs: Sequence[Pair],
     slow_days: tuple[int, int] | None = None,
     prometheus: SharedPrometheus | None = None,
@@ -596,7 +598,8 @@ def servers_loaded(
     ordered = sorted(days)
     prometheus_days, loki_days = slow_days or (len(ordered), len(ordered))
     with backends_running() as backends, contextlib.ExitStack() as stack:
-        say(f"{label}: loading {len(days)} day(s) of {volume.lines + volume.envoy_records:,} records")
+        records = sum(volume_on(volume, day).lines + volume_on(volume, day).envoy_records for day in days)
+        say(f"{label}: loading {len(days)} day(s), {records:,} records")
         report = load(backends, cluster, days, volume, progress=True)
         loaded = LoadedServers(backends)
         if any(pair.metrics == PROMETHEUS for pair in pairs):
