@@ -365,26 +365,39 @@ class ErrorLinesCheck:
         )
         return ShapeCount(window=window, lines=lines, top=self.policy.signatures)
 
-    def history_question(self, window: Window, namespace: str, workload: str) -> ShapeCount:
+    def history_question(
+        self, window: Window, namespace: str, workload: str, error_lines: float | None = None
+    ) -> ShapeCount:
         """The shapes of one workload's error lines in another window, its pods found by their names' pattern.
 
-        The pattern, not the names: that window's pods are not known without counting it.
+        The pattern, not the names: that window's pods are not known without counting it. ``error_lines``, when
+        known (at most that many), samples the window's minutes as the check's own question does: the day after a
+        flood, the flood's history costs what the budget allows, not a reading of every error line it wrote.
         """
         lines = every(
             self.scope(), self.error_rule(), Is("namespace", namespace), Matches("pod", workload_pods(workload))
         )
-        return ShapeCount(window=window, lines=lines, top=0)
+        sample = 1 if error_lines is None else self.sample_every(error_lines)
+        return ShapeCount(window=window, lines=lines, top=0, sample_every=sample)
 
     async def shape_keys(
-        self, sources: Sources, window: Window, namespace: str, workload: str, clock: AnswerClock | None = None
+        self,
+        sources: Sources,
+        window: Window,
+        namespace: str,
+        workload: str,
+        clock: AnswerClock | None = None,
+        error_lines: float | None = None,
     ) -> ShapeKeys:
         """The keys of every signature ``workload`` wrote in ``window``; raises `SourceError` if the backend fails.
 
-        ``clock`` bounds the backend's answer (see `AnswerClock`); the caller bounds the wait for it.
+        ``clock`` bounds the backend's answer (see `AnswerClock`); the caller bounds the wait for it. A sample's keys
+        are some of the window's only: said as capped, so that no shape is called new on their evidence.
         """
-        question = replace(self.history_question(window, namespace, workload), clock=clock)
+        question = replace(self.history_question(window, namespace, workload, error_lines), clock=clock)
         answer = await sources.logs.shapes(question)
-        return ShapeKeys(frozenset(signature_key(namespace, workload, key) for key in answer.keys), answer.capped)
+        keys = frozenset(signature_key(namespace, workload, key) for key in answer.keys)
+        return ShapeKeys(keys, answer.capped or answer.sampled_every > 1)
 
     async def _signatures(
         self,

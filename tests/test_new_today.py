@@ -221,6 +221,7 @@ class ShapesCounted:
 
     inner: VictoriaLogsSource
     asked: list[str] = field(default_factory=list)
+    sampled: dict[str, int] = field(default_factory=dict)  # window → one minute in how many
 
     @property
     def name(self) -> str:
@@ -241,6 +242,7 @@ class ShapesCounted:
 
     async def shapes(self, question: ShapeCount) -> Shapes:
         self.asked.append(question.window.label)
+        self.sampled[question.window.label] = question.sample_every
         return await self.inner.shapes(question)
 
     def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
@@ -272,3 +274,20 @@ async def test_earlier_days_whose_digest_read_every_shape_are_not_asked_again(so
     # The 12th and 13th held the relay's errors (their digests asked for its shapes); the 11th held no error line.
     assert reused.asked == []
     assert sorted(asked.asked) == ["2026-03-12", "2026-03-13"]
+
+
+async def test_the_history_of_a_flood_is_read_from_a_sample_and_proves_nothing_new(sources: Sources) -> None:
+    """Above the sample budget an earlier day's shapes are sampled too: what they show is seen, nothing is "new"."""
+    check = ErrorLinesCheck(replace(POLICY, signature_sample_lines=100))
+    window = day_window(TODAY, UTC_ZONE)
+    today = await check(sources, window)
+    earlier = [(past, await check(sources, past)) for past in earlier_windows(window, 4)]
+    assert isinstance(sources.logs, VictoriaLogsSource)
+    counted = ShapesCounted(sources.logs)
+    novelty = await judge(check, replace(sources, logs=counted), window, today, earlier, ShapeHistory(), None)
+    assert novelty is not None
+    # The 13th's 300 certificate errors: 1 minute in 3 (its own digest's answer, sampled, does not stand for it);
+    # the 12th's 55 lines were read whole by its digest, which stands for its history.
+    assert counted.sampled == {"2026-03-13": 3}
+    assert novelty.new == frozenset()  # the disk error may hide in the 13th's unread minutes
+    assert _texts(today, novelty.seen) == {"ERROR relay: connect ETIMEDOUT <IP4>:<N>"}

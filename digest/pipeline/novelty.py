@@ -100,24 +100,35 @@ class ShapeHistory:
         window: Window,
         labels: Mapping[str, str],
         clock: AnswerClock | None = None,
+        error_lines: float | None = None,
     ) -> ShapeKeys:
         """The keys of ``labels``' workload in ``window``: stored, being asked, or asked now (and stored).
 
         ``clock`` bounds the backend's answer when it is asked now; one being asked for another digest keeps its own.
+        ``error_lines``: at most how many error lines the workload wrote in ``window``, when known: above the check's
+        sample budget its shapes are read from a sample of the minutes (`ErrorLinesCheck.history_question`).
         """
         key = _key(labels, window)
         if key not in self._tasks:
-            self._tasks[key] = asyncio.ensure_future(self._stored_or_asked(check, sources, window, key, clock))
+            self._tasks[key] = asyncio.ensure_future(
+                self._stored_or_asked(check, sources, window, key, clock, error_lines)
+            )
         return await asyncio.shield(self._tasks[key])
 
     async def _stored_or_asked(
-        self, check: ErrorLinesCheck, sources: Sources, window: Window, key: ShapeKey, clock: AnswerClock | None
+        self,
+        check: ErrorLinesCheck,
+        sources: Sources,
+        window: Window,
+        key: ShapeKey,
+        clock: AnswerClock | None,
+        error_lines: float | None,
     ) -> ShapeKeys:
         # The store is SQLite: read and written in a worker thread, never on the event loop.
         stored = await asyncio.to_thread(self._load, key)
         if stored is not None:
             return stored
-        asked = await check.shape_keys(sources, window, key[0], key[1], clock)
+        asked = await check.shape_keys(sources, window, key[0], key[1], clock, error_lines)
         await asyncio.to_thread(self._save, key, asked)
         return asked
 
@@ -146,6 +157,24 @@ class ShapeHistory:
     def _give_up(self, exc: Exception) -> None:
         log.warning("signature history store disabled for this digest, asking the log backend instead: %s", exc)
         self._store = None
+
+
+def error_lines_of(finding: Finding | None, labels: Mapping[str, str], top: int) -> float | None:
+    """At most how many error lines ``labels``' workload wrote in ``finding``'s window; None when it cannot be told.
+
+    Its own count when the finding lists it; else, the finding listing its ``top`` worst workloads, at most the last
+    one's, or none when it lists fewer (every workload that wrote one); else the day's total (a stored finding keeps
+    no workload's count).
+    """
+    if finding is None or finding.value is None:
+        return None
+    listed = {(one.labels.get("namespace"), one.labels.get("workload")): one.value for one in finding.offenders}
+    count = listed.get((labels.get("namespace"), labels.get("workload")))
+    if count is not None:
+        return count
+    if listed:
+        return min(listed.values()) if len(listed) >= top else 0.0
+    return finding.value
 
 
 def every_key(workload: WorkloadSignatures) -> bool:
@@ -239,7 +268,8 @@ async def _new_today(
         if finding is not None and not finding.value:
             return ShapeKeys(frozenset(), False)  # no error line in the cluster that day: no shape either
         try:
-            return await history.get(check, sources, past, workload.labels, clock)
+            bound = error_lines_of(finding, workload.labels, check.policy.top)
+            return await history.get(check, sources, past, workload.labels, clock, bound)
         except SourceError as exc:
             return exc
 
@@ -284,7 +314,9 @@ async def _gone(
             continue
         try:
             # Today's shown workloads were offered by `judge`: only a workload not shown today is asked.
-            now = await history.get(check, sources, window, workload.labels, clock)
+            now = await history.get(
+                check, sources, window, workload.labels, clock, error_lines_of(today, workload.labels, check.policy.top)
+            )
         except SourceError:
             continue  # no evidence either way: say nothing
         if top.key not in now.keys and not now.capped:
