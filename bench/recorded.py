@@ -69,6 +69,7 @@ from bench.runner import (
     digest_env,
     machine,
     measured,
+    process_cpu,
     recorded_queries,
     revision,
     say,
@@ -100,6 +101,8 @@ class Timed:
     origins: dict[str, str] = field(default_factory=dict)
     floors: list[float] = field(default_factory=list)  # the recorded floor after each run (recorded, scanned)
     warm: list[float] = field(default_factory=list)  # recorded: the digest inside one running process (bench.warm)
+    # CPU seconds the metrics store and the log store spent during each timed run (read from /proc around it).
+    backend_cpu: list[tuple[float, float]] = field(default_factory=list)
     error_origin: dict[str, object] = field(default_factory=dict)  # error_lines' counted_from, whole
 
     @property
@@ -152,6 +155,7 @@ def digest_runs(
     repeats: int,
     no_shapes: Path,
     records_url: str | None = None,
+    pids: Sequence[int] = (),
 ) -> Timed:
     """``repeats`` timed digests of the day in ``mode`` (recorded, scanned, no shapes, outage), each checked.
 
@@ -185,7 +189,11 @@ def digest_runs(
         raise RuntimeError(f"digest run ({pair.key}, {day}, {mode}) exited {counted.code}: {counted.stderr[-600:]}")
     replayed = recorded_queries(metrics_counts, logs_counts)
     for _ in range(repeats):
+        before = [process_cpu(pid) for pid in pids]
         run = measured(command, environment(metrics_url, logs_url, records_url))
+        spent = [process_cpu(pid) - was for pid, was in zip(pids, before, strict=True)]
+        if len(spent) == 2:
+            timed.backend_cpu.append((spent[0], spent[1]))
         if mode in ("recorded", "scanned"):
             timed.floors.append(asyncio.run(run_floor(replayed, metrics_url, logs_url, MAX_CONCURRENCY)).seconds)
         if run.code != 0:
@@ -249,6 +257,15 @@ def import_seconds() -> tuple[float, list[tuple[float, str]]]:
     return sum(own.values()), heaviest
 
 
+def cpu_cell(timed: Timed) -> str:
+    """The CPU a digest's run cost its own process and each backend: with 2 cores, what its wall time follows."""
+    if not timed.backend_cpu:
+        return "not measured"
+    metrics = statistics.median(one for one, _ in timed.backend_cpu)
+    logs = statistics.median(two for _, two in timed.backend_cpu)
+    return f"{statistics.median(timed.cpu):.2f} s; {metrics:.2f} s; {logs:.2f} s"
+
+
 def table(results: Sequence[Timed], replays: dict[str, float]) -> str:
     """A Markdown table: per pair and day, the two modes side by side."""
     lines = [
@@ -256,8 +273,9 @@ def table(results: Sequence[Timed], replays: dict[str, float]) -> str:
         "process (the bot); ratio to the floor | scanned | its recorded floor; ratio | requests (metrics + logs), "
         "recorded / scanned | log checks' counts, recorded run | verdict "
         "| vmalert replay (of the day; with `--week`, of the 8 days) | recorded, no shapes asked "
-        "| recorder outage 09-13 h: time; error_lines counted from; same verdict and errors |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| recorder outage 09-13 h: time; error_lines counted from; same verdict and errors "
+        "| CPU per recorded digest: the digest; the metrics store; the log store (medians) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_key = {(one.pair.key, one.day, one.mode): one for one in results}
     for pair_key, day in dict.fromkeys((one.pair.key, one.day) for one in results):
@@ -281,7 +299,7 @@ def table(results: Sequence[Timed], replays: dict[str, float]) -> str:
             f"| {', '.join(f'{name}: {source}' for name, source in recorded.origins.items())} "
             f"| {recorded.headline}{' (UNKNOWN: ' + ', '.join(recorded.unknown) + ')' if recorded.unknown else ''} "
             f"| {replays.get(day, float('nan')):.1f} s | {bare.median if bare else float('nan'):.2f} s "
-            f"| {outage_cell} |"
+            f"| {outage_cell} | {cpu_cell(recorded)} |"
         )
     return "\n".join(lines)
 
@@ -354,11 +372,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 say(f"{day}: after the replay, {settle([*loaded.pids, *outage_pids])}")
                 modes = ("recorded", "scanned", "no shapes", *(("outage",) if outage_store else ()))
                 for pair in pairs:
-                    metrics_url, logs_url, _ = loaded.of(pair)
+                    metrics_url, logs_url, pair_pids = loaded.of(pair)
                     for mode in modes:
                         records_url = outage_store.url if mode == "outage" and outage_store else None
                         timed = digest_runs(
-                            pair, day, mode, metrics_url, logs_url, args.repeats, no_shapes, records_url
+                            pair, day, mode, metrics_url, logs_url, args.repeats, no_shapes, records_url, pair_pids
                         )
                         expected = {"scanned": "scanned", "outage": "both"}.get(mode, "recorded")
                         if timed.unknown:

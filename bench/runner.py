@@ -257,7 +257,7 @@ def checked(run: Run, what: str) -> Run:
 # --------------------------------------------------------------------------------------------------- CPU
 
 
-def _process_cpu(pid: int) -> float:
+def process_cpu(pid: int) -> float:
     """CPU seconds (user + system) a live process has used, from /proc."""
     with contextlib.suppress(OSError, IndexError, ValueError):
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -294,12 +294,12 @@ class CpuMeter:
 
     def __enter__(self) -> Self:
         self.wall, self.busy, self.own = time.monotonic(), _machine_busy(), _own_cpu()
-        self.backends = sum(_process_cpu(pid) for pid in self.pids)
+        self.backends = sum(process_cpu(pid) for pid in self.pids)
         return self
 
     def __exit__(self, *_: object) -> None:
         elapsed = max(time.monotonic() - self.wall, 1e-9)
-        backends = sum(_process_cpu(pid) for pid in self.pids) - self.backends
+        backends = sum(process_cpu(pid) for pid in self.pids) - self.backends
         other = (_machine_busy() - self.busy) - (_own_cpu() - self.own) - backends
         self.other_cores = max(0.0, other / elapsed)
         self.backends_cores = backends / elapsed
@@ -309,9 +309,9 @@ def settle(pids: Sequence[int], quiet_cores: float = 0.05, window_seconds: float
     """Wait until the backends' background work (merges) uses under ``quiet_cores``; say how long that took."""
     started = time.monotonic()
     while time.monotonic() - started < limit:
-        before = sum(_process_cpu(pid) for pid in pids)
+        before = sum(process_cpu(pid) for pid in pids)
         time.sleep(window_seconds)
-        if (sum(_process_cpu(pid) for pid in pids) - before) / window_seconds < quiet_cores:
+        if (sum(process_cpu(pid) for pid in pids) - before) / window_seconds < quiet_cores:
             return f"backends idle {time.monotonic() - started:.0f} s later"
     return f"backends still busy after {limit:.0f} s (measured anyway)"
 
@@ -468,9 +468,9 @@ def with_backend_cpu(
     pids: Sequence[int], command: Sequence[str], env: dict[str, str]
 ) -> tuple[Run, tuple[float, float]]:
     """``measured(command)`` and the CPU seconds each of the two backends (metrics, logs) used meanwhile."""
-    before = [_process_cpu(pid) for pid in pids]
+    before = [process_cpu(pid) for pid in pids]
     run = measured(command, env)
-    vm, vl = (_process_cpu(pid) - start for pid, start in zip(pids, before, strict=True))
+    vm, vl = (process_cpu(pid) - start for pid, start in zip(pids, before, strict=True))
     return run, (vm, vl)
 
 
