@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 from typing import Any, Protocol
+from urllib.parse import parse_qsl, urlsplit
 from zoneinfo import ZoneInfo
 
 import httpx
@@ -345,3 +346,45 @@ async def run_floor(
         )
         elapsed = time.perf_counter() - started
     return FloorResult(seconds=elapsed, per_query=timings)
+
+
+def query_text(query: Query) -> str:
+    """What a query asks, for a report: its ``query`` field (PromQL, LogsQL or LogQL), else its path."""
+    form = dict(query.form)
+    if query.body is not None:
+        form.update(parse_qsl(query.body.decode("utf-8", errors="replace")))
+    form.update(parse_qsl(urlsplit(query.path).query))
+    return form.get("query", urlsplit(query.path).path)
+
+
+def cost_alone(
+    queries: Sequence[Query],
+    vm_url: str,
+    vl_url: str,
+    pids: Mapping[str, int],
+    cpu: Callable[[int], float],
+    repeats: int = 3,
+) -> list[tuple[float, Query]]:
+    """The CPU seconds its backend spends on each query sent alone: after one unmeasured send, the mean of ``repeats``.
+
+    ``pids`` maps METRICS and LOGS to the backends' processes, ``cpu`` reads a process's CPU seconds. What a digest's
+    requests cost each backend once nothing else runs: where a flood's extra time goes.
+    """
+    bases = {METRICS: vm_url.rstrip("/"), LOGS: vl_url.rstrip("/")}
+    costs: list[tuple[float, Query]] = []
+    with httpx.Client(timeout=300.0) as client:
+        for query in queries:
+
+            def send(query: Query = query) -> None:
+                if query.body is not None:
+                    headers = {"Content-Type": query.content_type} if query.content_type else {}
+                    client.post(bases[query.backend] + query.path, content=query.body, headers=headers)
+                else:
+                    client.post(bases[query.backend] + query.path, data=query.form)
+
+            send()
+            before = cpu(pids[query.backend])
+            for _ in range(repeats):
+                send()
+            costs.append(((cpu(pids[query.backend]) - before) / repeats, query))
+    return costs

@@ -56,7 +56,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.floor import run_floor
+from bench.floor import LOGS, METRICS, cost_alone, query_text, run_floor
 from bench.generate import DAY, build_cluster, day_facts
 from bench.pairs import ALL_PAIRS, LOKI, REFERENCE, VICTORIALOGS, VICTORIAMETRICS, Pair
 from bench.proxy import CountingProxy
@@ -103,6 +103,8 @@ class Timed:
     warm: list[float] = field(default_factory=list)  # recorded: the digest inside one running process (bench.warm)
     # CPU seconds the metrics store and the log store spent during each timed run (read from /proc around it).
     backend_cpu: list[tuple[float, float]] = field(default_factory=list)
+    # ``--per-request``: each request of the proxied run sent alone, its backend's CPU seconds (the heaviest first).
+    alone: list[tuple[float, str, str]] = field(default_factory=list)  # (seconds, backend, query)
     error_origin: dict[str, object] = field(default_factory=dict)  # error_lines' counted_from, whole
 
     @property
@@ -156,6 +158,7 @@ def digest_runs(
     no_shapes: Path,
     records_url: str | None = None,
     pids: Sequence[int] = (),
+    per_request: bool = False,
 ) -> Timed:
     """``repeats`` timed digests of the day in ``mode`` (recorded, scanned, no shapes, outage), each checked.
 
@@ -188,6 +191,11 @@ def digest_runs(
     if counted.code != 0:
         raise RuntimeError(f"digest run ({pair.key}, {day}, {mode}) exited {counted.code}: {counted.stderr[-600:]}")
     replayed = recorded_queries(metrics_counts, logs_counts)
+    if per_request and mode == "recorded" and len(pids) == 2:
+        costs = cost_alone(replayed, metrics_url, logs_url, {METRICS: pids[0], LOGS: pids[1]}, process_cpu)
+        timed.alone = sorted(
+            ((seconds, query.backend, query_text(query)) for seconds, query in costs), key=lambda one: -one[0]
+        )
     for _ in range(repeats):
         before = [process_cpu(pid) for pid in pids]
         run = measured(command, environment(metrics_url, logs_url, records_url))
@@ -266,6 +274,27 @@ def cpu_cell(timed: Timed) -> str:
     return f"{statistics.median(timed.cpu):.2f} s; {metrics:.2f} s; {logs:.2f} s"
 
 
+def alone_report(results: Sequence[Timed], heaviest: int = 8) -> str:
+    """``--per-request``: per pair and day, the backends' CPU for the recorded digest's requests sent one by one."""
+    lines: list[str] = []
+    for timed in results:
+        if not timed.alone:
+            continue
+        spent = {
+            backend: sum(seconds for seconds, one, _ in timed.alone if one == backend) for backend in (METRICS, LOGS)
+        }
+        lines.append(
+            f"{timed.pair.label}, {timed.day}, recorded, each request sent alone: the metrics store "
+            f"{spent[METRICS]:.2f} s, the log store {spent[LOGS]:.2f} s of CPU in all; the heaviest:"
+        )
+        lines += [
+            f"- {seconds * 1000:.0f} ms, {backend}: `{query[:140]}`"
+            for seconds, backend, query in timed.alone[:heaviest]
+        ]
+        lines.append("")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
 def table(results: Sequence[Timed], replays: dict[str, float]) -> str:
     """A Markdown table: per pair and day, the two modes side by side."""
     lines = [
@@ -313,6 +342,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--days", default="small,big", help="which days: small, big or both (default)")
     parser.add_argument("--output", type=Path, help="also write the table (with the run's header) to this file")
     parser.add_argument("--no-outage", action="store_true", help="skip the recorder-outage mode")
+    parser.add_argument(
+        "--per-request",
+        action="store_true",
+        help="also send each request of the recorded digest alone and report what it costs its backend's CPU",
+    )
     parser.add_argument(
         "--week",
         action="store_true",
@@ -376,7 +410,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for mode in modes:
                         records_url = outage_store.url if mode == "outage" and outage_store else None
                         timed = digest_runs(
-                            pair, day, mode, metrics_url, logs_url, args.repeats, no_shapes, records_url, pair_pids
+                            pair,
+                            day,
+                            mode,
+                            metrics_url,
+                            logs_url,
+                            args.repeats,
+                            no_shapes,
+                            records_url,
+                            pair_pids,
+                            args.per_request,
                         )
                         expected = {"scanned": "scanned", "outage": "both"}.get(mode, "recorded")
                         if timed.unknown:
@@ -394,7 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     imports = ", ".join(f"{name} {seconds * 1000:.0f} ms" for seconds, name in heaviest)
     text = (
-        f"{header}\n\n{table(results, replays)}\n\n"
+        f"{header}\n\n{table(results, replays)}\n\n{alone_report(results)}"
         f"`python -X importtime -c '{IMPORT_PROBE}'`: {total:.2f} s in all; by package (its modules' own "
         f"time): {imports}\n"
     )

@@ -13,8 +13,8 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-from bench.floor import LOGS, METRICS, Dependencies, FloorResult, checks_queries, window_of
-from bench.generate import DAY, LoadReport, Shape, Volume, build_cluster, day_facts, load, log_chunks
+from bench.floor import LOGS, METRICS, Dependencies, FloorResult, Query, checks_queries, query_text, window_of
+from bench.generate import DAY, LoadReport, Shape, Volume, build_cluster, day_facts, load, log_chunks, volume_on
 from bench.pairs import ALL_PAIRS, LOKI, parse_pairs
 from bench.proxy import CountingProxy
 from bench.report import render_replays, replay_met
@@ -265,3 +265,26 @@ def test_replay_lines_option_is_bounded_with_a_usage_line() -> None:
     assert result.stderr.startswith("usage: bench/run")
     assert "--replay-lines: between 10,000 and 13,000,000" in result.stderr
     assert "backends up" not in result.stderr
+
+
+def test_a_request_is_reported_by_its_query_whether_sent_as_a_form_a_body_or_in_the_path() -> None:
+    """`query_text` reads the query a replayed request asks, wherever the request carried it, else its path."""
+    body = Query(METRICS, "/api/v1/query", {}, "m#1", b"query=sum%28up%29&time=1", "application/x-www-form-urlencoded")
+    form = Query(LOGS, "/select/logsql/stats_query", {"query": "* | stats count()"}, "l#2")
+    path = Query(LOGS, "/loki/api/v1/query?query=count_over_time%28%7Ba%3D%22b%22%7D%5B1m%5D%29", {}, "l#3")
+    bare = Query(LOGS, "/loki/api/v1/labels", {}, "l#4")
+    assert [query_text(one) for one in (body, form, path, bare)] == [
+        "sum(up)",
+        "* | stats count()",
+        'count_over_time({a="b"}[1m])',
+        "/loki/api/v1/labels",
+    ]
+
+
+def test_a_week_of_quiet_days_before_a_flood_takes_a_volume_per_day() -> None:
+    """`volume_on` gives one volume to every day, or each day its own (the quiet week before the flood)."""
+    quiet, flood = Volume(lines=1_000), Volume(lines=9_000)
+    before = DAY - timedelta(days=1)
+    assert volume_on(quiet, DAY) is quiet
+    week = {before: quiet, DAY: flood}
+    assert (volume_on(week, before), volume_on(week, DAY)) == (quiet, flood)

@@ -19,9 +19,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from checks.contract import Finding, SourceErrorKind, Sources, Status, Window
+from checks.contract import Finding, SourceErrorKind, Sources, Status
 from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
-from checks.log_questions import CountRow, Filter, LineCount, LineSeries, PeakCount, ShapeCount, Shapes
+from checks.log_questions import ShapeCount, Shapes
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
@@ -30,7 +30,7 @@ from digest.pipeline.state import HistoryStore
 from digest.pipeline.trends import earlier_windows
 from digest.pipeline.window import day_window
 from testbed.embedded import EmbeddedBackends
-from tests.test_error_signatures import ShapelessLogs  # counts from the real source, every shapes question refused
+from tests.test_error_signatures import RealLogs, ShapelessLogs  # the real source; every shapes question refused
 
 UTC_ZONE = ZoneInfo("UTC")
 TODAY = date(2026, 3, 14)
@@ -216,37 +216,16 @@ async def test_earlier_days_not_asked_by_the_deadline_mark_nothing(sources: Sour
 
 
 @dataclass
-class ShapesCounted:
+class ShapesCounted(RealLogs):
     """The real VictoriaLogs, noting the window of every shapes question asked."""
 
-    inner: VictoriaLogsSource
     asked: list[str] = field(default_factory=list)
     sampled: dict[str, int] = field(default_factory=dict)  # window → one minute in how many
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def language(self) -> str:
-        return self.inner.language
-
-    async def count(self, question: LineCount) -> list[CountRow]:
-        return await self.inner.count(question)
-
-    async def peak(self, question: PeakCount) -> list[CountRow]:
-        return await self.inner.peak(question)
-
-    async def series(self, question: LineCount) -> list[LineSeries]:
-        return await self.inner.series(question)
 
     async def shapes(self, question: ShapeCount) -> Shapes:
         self.asked.append(question.window.label)
         self.sampled[question.window.label] = question.sample_every
         return await self.inner.shapes(question)
-
-    def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
-        return self.inner.reading_query(window, lines, most_repeated)
 
 
 def _keyless(finding: Finding | None) -> Finding | None:
