@@ -36,12 +36,12 @@ from bench.proxy import CountingProxy
 from bench.runner import (
     FULL,
     MAX_CONCURRENCY,
-    _process_cpu,
     _stop_on_sigterm,
     digest_command,
     digest_env,
     machine,
     measured,
+    process_cpu,
     revision,
     say,
     servers_loaded,
@@ -98,7 +98,7 @@ def measure(pair: Pair, metrics_url: str, logs_url: str, logs_pid: int, timeout:
         if query.purpose.startswith("error_lines.")
     ]
     result.question_queries = len(queries)
-    cpu_before = _process_cpu(logs_pid)
+    cpu_before = process_cpu(logs_pid)
     started = time.monotonic()
     try:
         floor = asyncio.run(run_floor(queries, metrics_url, logs_url, MAX_CONCURRENCY, timeout_seconds=timeout))
@@ -106,7 +106,7 @@ def measure(pair: Pair, metrics_url: str, logs_url: str, logs_pid: int, timeout:
         result.question_slowest = max(floor.per_query.values(), default=0.0)
     except Exception as exc:  # a refusal or a timeout is the measurement: say it rather than stop the run
         result.question_error = f"{type(exc).__name__}: {str(exc)[:200]} (after {time.monotonic() - started:.0f} s)"
-    result.question_cpu = _process_cpu(logs_pid) - cpu_before
+    result.question_cpu = process_cpu(logs_pid) - cpu_before
     say(f"{pair.short}: error_lines question {result.question_seconds:.1f} s {result.question_error}")
     return result
 

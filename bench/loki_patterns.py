@@ -35,7 +35,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from bench.runner import _process_cpu, revision, say
+from bench.runner import process_cpu, revision, say
 from checks.contract import Window
 from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
 from checks.log_questions import every as every_of
@@ -110,7 +110,7 @@ async def measure(url: str, pid: int, window: Window, every: int) -> list[tuple[
         for what in ("count", "shapes", "shapes sampled", "whole-window first and last lines"):
             times, cpu, sent, answer = [], [], 0, ""
             for _ in range(ROUNDS):
-                before_cpu, before_sent, started = _process_cpu(pid), source.queries_sent, time.perf_counter()
+                before_cpu, before_sent, started = process_cpu(pid), source.queries_sent, time.perf_counter()
                 if what == "count":
                     answer = f"{await source.total(window, rule.lines):,.0f} error lines"
                 elif what == "whole-window first and last lines":
@@ -133,7 +133,7 @@ async def measure(url: str, pid: int, window: Window, every: int) -> list[tuple[
                     if sampled:
                         answer = f"1 minute in {shapes.sampled_every}: " + answer
                 times.append(time.perf_counter() - started)
-                cpu.append(_process_cpu(pid) - before_cpu)
+                cpu.append(process_cpu(pid) - before_cpu)
                 sent = source.queries_sent - before_sent
             rows.append((what, statistics.median(times), sent, statistics.median(cpu), answer))
     finally:
