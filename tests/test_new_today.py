@@ -19,13 +19,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from checks.contract import Finding, SourceErrorKind, Sources, Status
+from checks.contract import Finding, Offender, SourceErrorKind, Sources, Status
 from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
 from checks.log_questions import ShapeCount, Shapes
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
-from digest.pipeline.novelty import Novelty, ShapeHistory, judge
+from digest.pipeline.novelty import Novelty, ShapeHistory, error_lines_of, judge
 from digest.pipeline.state import HistoryStore
 from digest.pipeline.trends import earlier_windows
 from digest.pipeline.window import day_window
@@ -270,3 +270,22 @@ async def test_the_history_of_a_flood_is_read_from_a_sample_and_proves_nothing_n
     assert counted.sampled == {"2026-03-13": 3}
     assert novelty.new == frozenset()  # the disk error may hide in the 13th's unread minutes
     assert _texts(today, novelty.seen) == {"ERROR relay: connect ETIMEDOUT <IP4>:<N>"}
+
+
+def test_a_workloads_error_lines_are_bounded_by_what_its_days_finding_says() -> None:
+    """Its own count if listed; the last listed one's if the list is full; none if it is not; else the day's total."""
+    relay, other = {"namespace": NAMESPACE, "workload": "relay"}, {"namespace": NAMESPACE, "workload": "other"}
+
+    def finding(value: float | None, *counts: float) -> Finding:
+        offenders = tuple(
+            Offender({"namespace": NAMESPACE, "workload": f"w{i}"}, count) for i, count in enumerate(counts)
+        )
+        return Finding(name="error_lines", status=Status.WARN, penalty=1, value=value, summary="", offenders=offenders)
+
+    listed = replace(finding(900.0, 500.0), offenders=(Offender(relay, 400.0), Offender(other, 500.0)))
+    assert error_lines_of(listed, relay, top=5) == 400.0
+    assert error_lines_of(finding(900.0, 500.0, 300.0), relay, top=2) == 300.0  # full: at most the last one's
+    assert error_lines_of(finding(900.0, 500.0), relay, top=2) == 0.0  # not full: every workload with errors listed
+    assert error_lines_of(finding(900.0), relay, top=2) == 900.0  # a stored finding: the day's total
+    assert error_lines_of(finding(None), relay, top=2) is None
+    assert error_lines_of(None, relay, top=2) is None
