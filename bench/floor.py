@@ -314,16 +314,19 @@ def _post(url: str, form: dict[str, str]) -> list[dict[str, Any]]:
     return result
 
 
+def _sent_as(query: Query) -> dict[str, Any]:
+    """How a query's request carries it: its recorded body byte for byte, else its form."""
+    if query.body is not None:
+        return {"content": query.body, "headers": {"Content-Type": query.content_type} if query.content_type else {}}
+    return {"data": query.form}
+
+
 async def _send(
     client: httpx.AsyncClient, gate: asyncio.Semaphore, base: str, query: Query, timings: dict[str, float]
 ) -> None:
     async with gate:
         started = time.perf_counter()
-        if query.body is not None:
-            headers = {"Content-Type": query.content_type} if query.content_type else {}
-            response = await client.post(base + query.path, content=query.body, headers=headers)
-        else:
-            response = await client.post(base + query.path, data=query.form)
+        response = await client.post(base + query.path, **_sent_as(query))
         timings[query.purpose] = time.perf_counter() - started
     response.raise_for_status()
     payload = response.json()
@@ -374,17 +377,10 @@ def cost_alone(
     costs: list[tuple[float, Query]] = []
     with httpx.Client(timeout=300.0) as client:
         for query in queries:
-
-            def send(query: Query = query) -> None:
-                if query.body is not None:
-                    headers = {"Content-Type": query.content_type} if query.content_type else {}
-                    client.post(bases[query.backend] + query.path, content=query.body, headers=headers)
-                else:
-                    client.post(bases[query.backend] + query.path, data=query.form)
-
-            send()
+            url, sent = bases[query.backend] + query.path, _sent_as(query)
+            client.post(url, **sent)
             before = cpu(pids[query.backend])
             for _ in range(repeats):
-                send()
+                client.post(url, **sent)
             costs.append(((cpu(pids[query.backend]) - before) / repeats, query))
     return costs

@@ -75,6 +75,7 @@ from bench.runner import (
     say,
     servers_loaded,
     settle,
+    with_backend_cpu,
 )
 from testbed.embedded import Server, free_port
 
@@ -154,10 +155,10 @@ def digest_runs(
     mode: str,
     metrics_url: str,
     logs_url: str,
+    pids: Sequence[int],
     repeats: int,
     no_shapes: Path,
     records_url: str | None = None,
-    pids: Sequence[int] = (),
     per_request: bool = False,
 ) -> Timed:
     """``repeats`` timed digests of the day in ``mode`` (recorded, scanned, no shapes, outage), each checked.
@@ -191,17 +192,14 @@ def digest_runs(
     if counted.code != 0:
         raise RuntimeError(f"digest run ({pair.key}, {day}, {mode}) exited {counted.code}: {counted.stderr[-600:]}")
     replayed = recorded_queries(metrics_counts, logs_counts)
-    if per_request and mode == "recorded" and len(pids) == 2:
+    if per_request and mode == "recorded":
         costs = cost_alone(replayed, metrics_url, logs_url, {METRICS: pids[0], LOGS: pids[1]}, process_cpu)
         timed.alone = sorted(
             ((seconds, query.backend, query_text(query)) for seconds, query in costs), key=lambda one: -one[0]
         )
     for _ in range(repeats):
-        before = [process_cpu(pid) for pid in pids]
-        run = measured(command, environment(metrics_url, logs_url, records_url))
-        spent = [process_cpu(pid) - was for pid, was in zip(pids, before, strict=True)]
-        if len(spent) == 2:
-            timed.backend_cpu.append((spent[0], spent[1]))
+        run, spent = with_backend_cpu(pids, command, environment(metrics_url, logs_url, records_url))
+        timed.backend_cpu.append(spent)
         if mode in ("recorded", "scanned"):
             timed.floors.append(asyncio.run(run_floor(replayed, metrics_url, logs_url, MAX_CONCURRENCY)).seconds)
         if run.code != 0:
@@ -415,10 +413,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                             mode,
                             metrics_url,
                             logs_url,
+                            pair_pids,
                             args.repeats,
                             no_shapes,
                             records_url,
-                            pair_pids,
                             args.per_request,
                         )
                         expected = {"scanned": "scanned", "outage": "both"}.get(mode, "recorded")
