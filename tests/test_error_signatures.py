@@ -32,6 +32,7 @@ from checks.log_questions import (
     PeakCount,
     ShapeCount,
     Shapes,
+    every,
     sampled_minutes,
 )
 from checks.redaction import redact, shorten
@@ -66,6 +67,20 @@ SHAPES = (
     *((f"rare failure kind {kind} code {{i}}", 10) for kind in ("alpha", "beta", "gamma", "delta")),
 )
 ERROR_LINES = sum(lines for _, lines in SHAPES)
+# An hour later, outside WINDOW: shapes longer than the 160 characters a shape is cut to, in bytes or characters.
+LONG_START = START + timedelta(hours=2)
+LONG_WINDOW = Window(LONG_START, LONG_START + timedelta(hours=1), ZoneInfo("UTC"), "2026-03-02 12:00–13:00")
+# Words without the letters a-f, which `collapse_nums` would take for hex numbers: the shapes read as written.
+LONG_HEAD = "timing out on mirror sink, worst run in pool " * 4  # 180 characters, one byte each
+CYRILLIC = "ошибка платежа повторите позже "  # 31 characters, 58 bytes
+LONG_SHAPES = (
+    (LONG_HEAD + "quux", 30),  # cut to its first 160 characters: the two are one shape
+    (LONG_HEAD + "xyzzy", 20),
+    (CYRILLIC * 4 + "один", 12),  # 128 characters in 240 bytes: whole
+    (CYRILLIC * 4 + "два", 8),
+    (CYRILLIC * 6, 5),  # 186 characters: cut to 160
+    ("short timing out", 3),
+)
 
 
 def _records() -> Iterator[bytes]:
@@ -87,12 +102,30 @@ def _records() -> Iterator[bytes]:
             yield (json.dumps(record) + "\n").encode()
 
 
+def _long_records() -> Iterator[bytes]:
+    offset = 0
+    for message, lines in LONG_SHAPES:
+        for _ in range(lines):
+            offset += 1
+            record = {
+                "timestamp": (LONG_START + timedelta(seconds=offset)).isoformat().replace("+00:00", "Z"),
+                "message": message,
+                "level": "error",
+                "kubernetes.pod_namespace": NAMESPACE,
+                "kubernetes.pod_name": POD,
+                "kubernetes.container_name": "app",
+            }
+            yield (json.dumps(record, ensure_ascii=False) + "\n").encode()
+
+
 @pytest.fixture(scope="module")
 def secret_backends() -> Iterator[EmbeddedBackends]:
-    """A private VictoriaMetrics + VictoriaLogs pair holding the secret-bearing hour."""
+    """A private VictoriaMetrics + VictoriaLogs pair holding the secret-bearing hour and, later, the long shapes."""
     with EmbeddedBackends() as backends:
         backends.ingest_logs(_records())
+        backends.ingest_logs(_long_records())
         backends.wait_for_logs(START, END, ERROR_LINES)
+        backends.wait_for_logs(LONG_WINDOW.start, LONG_WINDOW.end, sum(lines for _, lines in LONG_SHAPES))
         yield backends
 
 
@@ -133,6 +166,20 @@ async def test_the_top_shapes_are_counted_in_the_backend_with_their_times(source
     assert first.example is not None
     assert first.example.startswith("payment 0 failed after 0ms token=<secret>")
     assert all(len(one.example or "") <= 120 for one in workload.signatures)
+
+
+async def test_a_shape_is_cut_to_its_first_160_characters_however_its_bytes_fall(sources: Sources) -> None:
+    """Shapes over 160 characters are cut and grouped by their cut; multi-byte ones within 160 characters stay whole."""
+    lines = every(Is("namespace", NAMESPACE), Is("pod", POD))
+    answer = await sources.logs.shapes(ShapeCount(window=LONG_WINDOW, lines=lines, top=10))
+    by_lines = {shape.lines: shape.key for shape in answer.top}
+    assert sorted(by_lines) == [3, 5, 8, 12, 50]
+    assert by_lines[50] == LONG_HEAD[:160]
+    assert by_lines[12] == CYRILLIC * 4 + "один"
+    assert by_lines[8] == CYRILLIC * 4 + "два"
+    assert by_lines[5] == (CYRILLIC * 6)[:160]
+    assert by_lines[3] == "short timing out"
+    assert answer.distinct == 5
 
 
 async def test_a_flood_s_shapes_are_read_from_a_sample_of_its_minutes(sources: Sources) -> None:
