@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -177,6 +179,40 @@ async def test_the_state_file_keeps_the_history_as_hashes(sources: Sources, tmp_
     assert b"ETIMEDOUT" not in raw
     assert b"certificate" not in raw
     assert b"203.0.113" not in raw
+
+
+class ThreadNoted(HistoryStore):
+    """The state file, noting the thread that reads or writes each workload's signature keys."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.threads: list[tuple[str, int]] = []
+
+    def load_shapes(self, *key: Any) -> str | None:
+        self.threads.append(("load", threading.get_ident()))
+        return super().load_shapes(*key)
+
+    def save_shapes(self, *key: Any, **when: Any) -> None:
+        self.threads.append(("save", threading.get_ident()))
+        super().save_shapes(*key, **when)
+
+
+async def test_the_state_file_is_read_and_written_off_the_event_loop(sources: Sources, tmp_path: Path) -> None:
+    """Every signature row is read and written in a worker thread: a locked state file never stalls the event loop."""
+    store = ThreadNoted(tmp_path / "state.sqlite")
+    check = ErrorLinesCheck(POLICY)
+    window = day_window(TODAY, UTC_ZONE)
+    try:
+        today, first = await _judge(sources, ShapeHistory(store, "c", "p"))  # the answers in hand, saved
+        earlier = [(past, _keyless(await check(sources, past))) for past in earlier_windows(window, 4)]
+        again = await judge(check, sources, window, today, earlier, ShapeHistory(store, "c", "p"), None)  # loaded
+    finally:
+        store.close()
+    assert first is not None
+    assert again is not None
+    assert again.new == first.new
+    assert {kind for kind, _ in store.threads} == {"load", "save"}
+    assert threading.get_ident() not in {thread for _, thread in store.threads}
 
 
 def test_stored_findings_keep_the_top_signatures_without_examples() -> None:

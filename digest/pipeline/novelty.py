@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from checks.contract import Finding, SourceError, Sources, Status, Window, WorkloadSignatures, time_left
@@ -80,18 +80,25 @@ class ShapeHistory:
         self._cluster = cluster
         self._rule = rule
 
-    def offer(self, window: Window, workload: WorkloadSignatures) -> None:
-        """Today's answer for one workload (every key the check was answered), kept for later days and stored.
+    async def offer(self, window: Window, workloads: Iterable[WorkloadSignatures]) -> None:
+        """Answers in hand for ``window`` (every key each workload was answered): kept for later days, and stored.
 
-        Called only for a window seen whole (`judge`), so that what is stored is the window's final word.
+        Called only for a window seen whole (`judge`), so that what is stored is the window's final word. Kept at
+        once, so that a look-up that follows finds them; stored in a worker thread, never on the event loop (the
+        store is SQLite, and a locked file waits out its busy timeout).
         """
-        keys = ShapeKeys(workload.keys, workload.capped)
-        key = _key(workload.labels, window)
-        if key not in self._tasks:
-            future: asyncio.Future[ShapeKeys] = asyncio.get_running_loop().create_future()
-            future.set_result(keys)
-            self._tasks[key] = future
-        self._save(key, keys)
+        loop = asyncio.get_running_loop()
+        kept: list[tuple[ShapeKey, ShapeKeys]] = []
+        for workload in workloads:
+            keys = ShapeKeys(workload.keys, workload.capped)
+            key = _key(workload.labels, window)
+            if key not in self._tasks:
+                future: asyncio.Future[ShapeKeys] = loop.create_future()
+                future.set_result(keys)
+                self._tasks[key] = future
+            kept.append((key, keys))
+        if kept and self._store is not None:
+            await asyncio.to_thread(self._save_all, kept)
 
     async def get(
         self,
@@ -144,6 +151,10 @@ class ShapeHistory:
         except (StateError, ValueError, KeyError, TypeError) as exc:
             self._give_up(exc)
             return None
+
+    def _save_all(self, kept: Iterable[tuple[ShapeKey, ShapeKeys]]) -> None:
+        for key, keys in kept:
+            self._save(key, keys)
 
     def _save(self, key: ShapeKey, keys: ShapeKeys) -> None:
         if self._store is None:
@@ -214,17 +225,14 @@ async def judge(
     """
     if today is None or not seen_whole(today):
         return None
-    for workload in today.signatures:
-        history.offer(window, workload)
+    await history.offer(window, today.signatures)
     # An earlier day's own digest already asked for its worst workloads' shapes: where that answer holds every key
     # of the workload's error lines, it is the history's answer too, and the log backend is not asked again (a
     # workload's pods named exactly, where the history names them by pattern: the same lines, the day's pods being
     # those its counts found). A sampled, capped or stored answer holds only some keys: the history asks for them.
     for past, finding in earlier:
         if finding is not None and seen_whole(finding):
-            for workload in finding.signatures:
-                if every_key(workload):
-                    history.offer(past, workload)
+            await history.offer(past, [workload for workload in finding.signatures if every_key(workload)])
     # The policy's seconds bound the backend's answers, from the first request sent (`AnswerClock`); the sources'
     # deadline bounds the wait for a query slot behind the counts of the days still being digested.
     clock = AnswerClock(check.policy.signature_timeout_seconds)
