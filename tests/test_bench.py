@@ -7,7 +7,9 @@ its own pair, measures every figure of docs/benchmarks.md on small volumes, and 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
+import struct
 import subprocess
 import sys
 from datetime import timedelta
@@ -18,7 +20,15 @@ from bench.generate import DAY, LoadReport, Shape, Volume, build_cluster, day_fa
 from bench.pairs import ALL_PAIRS, LOKI, parse_pairs
 from bench.proxy import CountingProxy
 from bench.report import render_replays, replay_met
-from bench.runner import QUICK, ReplayResult, Run, digest_env, not_checked_in
+from bench.runner import (
+    PRODUCT_PACKAGES,
+    QUICK,
+    ReplayResult,
+    Run,
+    compiled_product,
+    digest_env,
+    not_checked_in,
+)
 from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
 from digest.pipeline.policy import Policy, TrendsPolicy
@@ -288,3 +298,18 @@ def test_a_week_of_quiet_days_before_a_flood_takes_a_volume_per_day() -> None:
     assert volume_on(quiet, DAY) is quiet
     week = {before: quiet, DAY: flood}
     assert (volume_on(week, before), volume_on(week, DAY)) == (quiet, flood)
+
+
+def test_the_product_is_timed_from_bytecode_the_interpreter_accepts() -> None:
+    """Before a digest is timed, each product module has a bytecode file whose header matches its source."""
+    compiled_product.__wrapped__()
+    modules = [path for package in PRODUCT_PACKAGES for path in (REPO / package).rglob("*.py")]
+    assert len(modules) > 50
+    for module in modules:
+        cached = Path(importlib.util.cache_from_source(str(module)))
+        header = cached.read_bytes()[:16]
+        assert header[:4] == importlib.util.MAGIC_NUMBER, module
+        source = module.stat()
+        # A timestamp-based .pyc (flags 0) holds its source's modification time and size: the import's own check.
+        flags, mtime, size = struct.unpack("<3I", header[4:16])
+        assert (flags, mtime, size) == (0, int(source.st_mtime) & 0xFFFFFFFF, source.st_size & 0xFFFFFFFF), module
