@@ -450,6 +450,8 @@ def test_serve_command_answers_and_never_logs_the_token(
         DIGEST_TELEGRAM_CHAT_IDS=str(ALLOWED),
         DIGEST_STATE_PATH=str(tmp_path / "state.sqlite"),
         DIGEST_POST_AT=_post_at_not_due(),
+        # As in make_config: a digest slowed by a busy machine must not add a "Computing …" reply to those counted.
+        DIGEST_TELEGRAM_COMPUTING_NOTICE_SECONDS="600",
     )
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log_file:
@@ -563,6 +565,8 @@ def test_serve_in_webhook_mode(corpus_backends: EmbeddedBackends, tg: FakeTelegr
         DIGEST_HEALTH_PORT="0",
         DIGEST_TELEGRAM_CHART="false",
         DIGEST_POST_AT=_post_at_not_due(),
+        # The first reply must be the digest, not a "Computing …" notice for a digest slowed by a busy machine.
+        DIGEST_TELEGRAM_COMPUTING_NOTICE_SECONDS="600",
     )
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log_file:
