@@ -1009,7 +1009,12 @@ def _parser() -> argparse.ArgumentParser:
         "prints the table unless --output is given.",
     )
     parser.add_argument("--quick", action="store_true", help="small volumes, a fast sanity run (< 2 minutes)")
-    parser.add_argument("--repeats", type=int, help="measured runs per measure (default 3; at least 3)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        help="measured runs per measure (default 3; at least 3 when the table is written, as its figures are medians; "
+        "1 or 2 with --quick or --no-write, a check that the programme runs)",
+    )
     parser.add_argument("--output", type=Path, help="Markdown file to update (default docs/benchmarks.md, full run)")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     parser.add_argument("--skip-replay", action="store_true", help="leave out the multi-day replay measure")
@@ -1084,6 +1089,11 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
+def replay_repeats(repeats: int) -> int:
+    """Timed replays for ``repeats`` per measure: each takes a while, so two fewer, but three for a median."""
+    return min(repeats, max(3, repeats - 2))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the whole programme, print the table, write the document."""
     parser = _parser()
@@ -1102,7 +1112,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--replay-only: not with --skip-replay")
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     profile = QUICK if args.quick else FULL
-    repeats = max(3, args.repeats or profile.repeats)
+    output = args.output or (None if args.quick else DOC)
+    if args.repeats is not None and args.repeats < 1:
+        parser.error("--repeats: at least 1")
+    if args.repeats is not None and args.repeats < 3 and output is not None and not args.no_write:
+        parser.error("--repeats: at least 3 when the table is written (its figures are medians); fewer with --no-write")
+    repeats = args.repeats or profile.repeats
     profile = replace(profile, repeats=repeats)
     for name in ("prometheus_replay_days", "loki_replay_days"):
         days = getattr(args, name)
@@ -1132,7 +1147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.replay_only:
         say(f"pairs: {', '.join(pair.key for pair in pairs)}; the replay only")
-        replays = measure_replay(cluster, profile, max(3, repeats - 2), pairs, pairs[0], profile_dir)
+        replays = measure_replay(cluster, profile, replay_repeats(repeats), pairs, pairs[0], profile_dir)
         info["fingerprint_end"] = product_fingerprint()
         print(
             render_replays(
@@ -1157,9 +1172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with SharedPrometheus() as prometheus:  # the small and the big day have the same metrics: one backfill
         small = measure_day(small_label, cluster, profile.small, repeats, pairs, detailed, prometheus=prometheus)
         big = measure_day(big_label, cluster, profile.big, repeats, big_pairs, detailed, profile_dir, prometheus)
-    replays = (
-        [] if args.skip_replay else measure_replay(cluster, profile, max(3, repeats - 2), pairs, detailed, profile_dir)
-    )
+    replay_runs = replay_repeats(repeats)
+    replays = [] if args.skip_replay else measure_replay(cluster, profile, replay_runs, pairs, detailed, profile_dir)
     info["fingerprint_end"] = product_fingerprint()
     block = render(
         profile,
@@ -1171,7 +1185,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         replay_concurrency=REPLAY_CONCURRENCY,
     )
     print(block)
-    output = args.output or (None if args.quick else DOC)
     if output is not None and not args.no_write:
         write_doc(output, block)
         say(f"results written to {output}")

@@ -137,7 +137,8 @@ def test_gc_cost_replays_with_the_collector_defaults_and_with_the_digest_tuning(
 
 def test_quick_benchmark_programme_measures_and_checks_every_figure() -> None:
     """`bench.runner --quick` runs floor, proxy, naive, warm, replay-floor and state-file measures, each checked."""
-    result = _bench(["bench.runner", "--quick", "--no-write"], timeout=900)
+    # One run per measure: the programme's plumbing and its checks, not medians worth publishing.
+    result = _bench(["bench.runner", "--quick", "--no-write", "--repeats", "1"], timeout=900)
     assert result.returncode == 0, result.stderr[-2_000:]
     out = result.stdout
     for measure in (
@@ -162,10 +163,10 @@ def test_quick_benchmark_programme_measures_and_checks_every_figure() -> None:
 
 def test_replay_only_programme_measures_the_replay_against_its_floor() -> None:
     """`bench.runner --quick --replay-only` loads the replay days only and prints the replay table and its goal."""
-    result = _bench(["bench.runner", "--quick", "--replay-only"], timeout=600)
+    result = _bench(["bench.runner", "--quick", "--replay-only", "--repeats", "1"], timeout=600)
     assert result.returncode == 0, result.stderr[-2_000:]
     out = result.stdout
-    assert "command `bench/run --quick --replay-only`" in out
+    assert "command `bench/run --quick --replay-only --repeats 1`" in out
     assert "checks floor of its windows" in out
     assert "Goals: replay ≤ 1.2× its floor (VM + VL, 5 days)" in out
     assert "ratio digest / checks floor" not in out  # no small or big day
@@ -313,3 +314,13 @@ def test_the_product_is_timed_from_bytecode_the_interpreter_accepts() -> None:
         # A timestamp-based .pyc (flags 0) holds its source's modification time and size: the import's own check.
         flags, mtime, size = struct.unpack("<3I", header[4:16])
         assert (flags, mtime, size) == (0, int(source.st_mtime) & 0xFFFFFFFF, source.st_size & 0xFFFFFFFF), module
+
+
+def test_fewer_than_three_repeats_never_write_the_table_of_medians() -> None:
+    """`--repeats 1` is a check that the programme runs: refused with a usage line when the table would be written."""
+    result = _bench(["bench.runner", "--repeats", "1"], timeout=120)
+    assert result.returncode == 2
+    assert "--repeats: at least 3 when the table is written" in result.stderr
+    result = _bench(["bench.runner", "--quick", "--repeats", "0"], timeout=120)
+    assert result.returncode == 2
+    assert "--repeats: at least 1" in result.stderr
