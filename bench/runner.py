@@ -1013,7 +1013,7 @@ def _parser() -> argparse.ArgumentParser:
         "--repeats",
         type=int,
         help="measured runs per measure (default 3; at least 3 when the table is written, as its figures are medians; "
-        "1 or 2 with --quick or --no-write, a check that the programme runs)",
+        "1 or 2 when it is not (--no-write, or --quick without --output): a check that the programme runs)",
     )
     parser.add_argument("--output", type=Path, help="Markdown file to update (default docs/benchmarks.md, full run)")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
