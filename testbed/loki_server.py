@@ -716,9 +716,14 @@ def _from_unix_ns(nanoseconds: int) -> datetime:
 
 @contextmanager
 def loaded_loki(
-    days: Iterable[CorpusDay], snapshot: SnapshotKey | None, binary: str | None = None
+    days: Iterable[CorpusDay],
+    snapshot: SnapshotKey | None,
+    binary: str | None = None,
+    extra_args: Sequence[str] = (),
 ) -> Iterator[LokiServer]:
     """A started Loki holding ``days`` (pushed as ``push_days`` pushes them), from ``snapshot`` when one is kept.
+
+    ``extra_args``: flags for the query side only (as `LokiServer`'s); what is stored, and so the snapshot, is the same.
 
     A fresh load is stopped (Loki flushes every chunk to its store on a clean stop, its write-ahead log being off),
     saved, and started again; a restored one counts each day's lines exactly, as ``push_day`` waited for, before it
@@ -726,7 +731,7 @@ def loaded_loki(
     """
     ordered = sorted(days, key=lambda day: day.date)
     what = f"{len(ordered)} days: Loki (push API)"
-    server = LokiServer(binary=binary)
+    server = LokiServer(binary=binary, extra_args=extra_args)
     try:
         if snapshot is None:
             server.start()
