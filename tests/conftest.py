@@ -154,8 +154,8 @@ MODULE_SECONDS = {
 # alone on 2026-12-05: 92 s for the first Loki pair and 9 s for the second, its answers kept by Loki; 12 s for
 # Prometheus + VictoriaLogs with the reference, which a worker replays once).
 GROUP_SECONDS = {
-    "test_backend_parity[loki]": 110,
-    "test_backend_parity[prometheus+victorialogs]": 22,
+    "test_backend_parity.loki": 110,
+    "test_backend_parity.prometheus+victorialogs": 22,
 }
 SPREAD_BY_TEST = {"test_bot", "test_bench", "test_faults"}
 # In the modules spread by test, the tests that take most of the module's time (their durations in a full run, the
@@ -172,7 +172,10 @@ def _group_of(item: pytest.Item) -> str:
     if module == "test_backend_parity":
         pair = getattr(getattr(item, "callspec", None), "params", {}).get("pair", "")
         # The Loki pairs together: their log questions are the same, answered once by the worker's corpus Loki.
-        return f"{module}[loki]" if pair.endswith("+loki") else f"{module}[{pair}]"
+        # No "]" in a group's name: pytest-xdist takes the node id's "@" suffix for its group only when no "]" follows
+        # the "@" (its guard against a parameter holding "@"), else each test is a group of its own (seen: the Loki
+        # pairs replayed on both workers when the group was "test_backend_parity[loki]").
+        return f"{module}.loki" if pair.endswith("+loki") else f"{module}.{pair}"
     if module in SPREAD_BY_TEST:
         return item.nodeid
     return module
