@@ -116,13 +116,11 @@ def _scaled(day: object) -> object:
 MODULE_SECONDS = {
     # Mostly waiting for Loki's ruler to evaluate twice, a minute apart: first, so the other worker fills the wait.
     "test_loki_ruler": 300,
-    # Weighed per pair in GROUP_SECONDS.
-    "test_backend_parity": 0,
     "test_recorded_counts": 40,
     "test_cluster_scope": 75,
     "test_image": 35,
     "test_links": 10,
-    "test_doctor_inputs": 98,  # 2026-12-05
+    "test_doctor_inputs": 80,  # 2026-12-05, with the corpus Loki's results cache
     "test_vm_cluster": 18,
     "test_pacer": 3,
     "test_bench": 160,
@@ -151,8 +149,8 @@ MODULE_SECONDS = {
     "test_history_store": 12,
 }
 # Groups that are neither a module nor a test: test_backend_parity's, each replaying the corpus days on its pairs (run
-# alone on 2026-12-05: 92 s for the first Loki pair and 9 s for the second, its answers kept by Loki; 12 s for
-# Prometheus + VictoriaLogs with the reference, which a worker replays once).
+# alone on 2026-12-05: 92 s for the first Loki pair with the reference, which each worker replays once, and 9 s for
+# the second, its answers kept by Loki; 12 s for Prometheus + VictoriaLogs).
 GROUP_SECONDS = {
     "test_backend_parity.loki": 110,
     "test_backend_parity.prometheus+victorialogs": 22,
