@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -24,8 +25,9 @@ from digest.pipeline.policy import LogsPolicy, Policy, PolicyError, TrendsPolicy
 from digest.pipeline.window import day_window
 from testbed.corpus.identity import NODE_IPS
 from testbed.corpus.model import Series
-from testbed.embedded import EmbeddedBackends
+from testbed.embedded import EmbeddedBackends, loaded_backends
 from testbed.prometheus_server import PrometheusServer
+from testbed.snapshots import binary_identity, snapshot_key
 from tests.test_coverage_ablations import (
     Ablation,
     Copy,
@@ -294,22 +296,42 @@ VARIANTS = {
 }
 
 
+def _load_variants(backends: EmbeddedBackends) -> dict[str, Any]:
+    """Every variant into an empty pair; waits until all of it is visible; the manifest holds the lines loaded."""
+    counter = [0]
+    for copy in VARIANTS.values():
+        backends.import_series(_series(copy))
+        backends.ingest_logs(_lines(copy, counter))
+    manifest: dict[str, Any] = {"lines": counter[0]}
+    _verify_variants(backends, manifest)
+    return manifest
+
+
+def _verify_variants(backends: EmbeddedBackends, manifest: dict[str, Any]) -> None:
+    """Bounded polls until each variant's nodes and every log line loaded are visible."""
+    zone = ZoneInfo("UTC")
+    for name, copy in VARIANTS.items():
+        window = day_window(copy.at, zone)
+        backends.wait_for_series("kube_node_info", window.end, 3)
+        if name != "fresh":  # nothing before 09:00 there
+            backends.wait_for_series("kube_node_info", window.start, 3)
+    dates = [copy.at for copy in VARIANTS.values()]
+    first, last = day_window(min(dates), zone), day_window(max(dates), zone)
+    backends.wait_for_logs(first.start, last.end, manifest["lines"])
+
+
 @pytest.fixture(scope="module")
 def variants() -> Iterator[EmbeddedBackends]:
-    """The calm day's variants in one backend pair."""
-    with EmbeddedBackends() as backends:
-        counter = [0]
-        for copy in VARIANTS.values():
-            backends.import_series(_series(copy))
-            backends.ingest_logs(_lines(copy, counter))
-        for name, copy in VARIANTS.items():
-            start, end = day_window(copy.at, ZoneInfo("UTC")).start, day_window(copy.at, ZoneInfo("UTC")).end
-            backends.wait_for_series("kube_node_info", end, 3)
-            if name != "fresh":  # nothing before 09:00 there
-                backends.wait_for_series("kube_node_info", start, 3)
-        dates = [copy.at for copy in VARIANTS.values()]
-        first, last = day_window(min(dates), ZoneInfo("UTC")), day_window(max(dates), ZoneInfo("UTC"))
-        backends.wait_for_logs(first.start, last.end, counter[0])
+    """The calm day's variants in one backend pair (kept as a snapshot between runs: testbed.snapshots)."""
+    snapshot = snapshot_key(
+        "coverage-variants",
+        # The variants are made here and by the ablation module's helpers.
+        [Path(__file__), Path(__file__).with_name("test_coverage_ablations.py")],
+        binary_identity("victoria-metrics"),
+        binary_identity("victoria-logs"),
+    )
+    what = f"{len(VARIANTS)} calm-day variants: VictoriaMetrics + VictoriaLogs"
+    with loaded_backends(what, snapshot, _load_variants, _verify_variants) as backends:
         yield backends
 
 

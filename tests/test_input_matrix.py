@@ -29,6 +29,8 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -41,7 +43,8 @@ from digest.output.render import to_json
 from digest.pipeline.policy import Policy, TrendsPolicy
 from digest.pipeline.window import day_window
 from testbed.corpus.model import Series
-from testbed.embedded import EmbeddedBackends
+from testbed.embedded import EmbeddedBackends, loaded_backends
+from testbed.snapshots import binary_identity, snapshot_key
 from tests.test_coverage import VARIANTS as FLEET_VARIANTS
 from tests.test_coverage_ablations import Ablation, Copy, _keep_line, _keep_series, _lines, _series
 
@@ -185,15 +188,28 @@ def _copies() -> dict[str, Copy]:
     return copies
 
 
-@pytest.fixture(scope="module")
-def loaded() -> Iterator[Loaded]:
-    """Every copy of the matrix in one backend pair."""
-    copies = _copies()
-    with EmbeddedBackends() as backends:
+def _loader(copies: dict[str, Copy]) -> Callable[[EmbeddedBackends], dict[str, Any]]:
+    def load(backends: EmbeddedBackends) -> dict[str, Any]:
         counter = [0]
         for copy in copies.values():
             backends.import_series(_series(copy))
             backends.ingest_logs(_lines(copy, counter))
+        manifest: dict[str, Any] = {"lines": counter[0], "copies": _listed(copies)}
+        _verifier(copies)(backends, manifest)
+        return manifest
+
+    return load
+
+
+def _listed(copies: dict[str, Copy]) -> list[list[str]]:
+    return [[key, copy.day.isoformat(), copy.at.isoformat()] for key, copy in copies.items()]
+
+
+def _verifier(copies: dict[str, Copy]) -> Callable[[EmbeddedBackends, dict[str, Any]], None]:
+    def verify(backends: EmbeddedBackends, manifest: dict[str, Any]) -> None:
+        # The snapshot's key covers checks/, which the matrix is derived from; a kept copy list that differs from
+        # today's would still be a stale store, and fails here rather than grading the wrong copies.
+        assert manifest["copies"] == _listed(copies), "the kept matrix is not today's: remove the snapshot"
         zone = ZoneInfo("UTC")
         for key, copy in copies.items():
             window = day_window(copy.at, zone)
@@ -201,7 +217,30 @@ def loaded() -> Iterator[Loaded]:
             if "fresh" not in key:  # nothing before 09:00 there
                 backends.wait_for_series("kube_node_info", window.start, 3)
         first, last = min(c.at for c in copies.values()), max(c.at for c in copies.values())
-        backends.wait_for_logs(day_window(first, zone).start, day_window(last, zone).end, counter[0])
+        backends.wait_for_logs(day_window(first, zone).start, day_window(last, zone).end, manifest["lines"])
+
+    return verify
+
+
+@pytest.fixture(scope="module")
+def loaded() -> Iterator[Loaded]:
+    """Every copy of the matrix in one backend pair (kept as a snapshot between runs: testbed.snapshots)."""
+    copies = _copies()
+    here = Path(__file__).resolve()
+    snapshot = snapshot_key(
+        "input-matrix",
+        # The matrix is derived from what the checks declare (checks/), and made with the coverage modules' helpers.
+        [
+            here,
+            here.with_name("test_coverage.py"),
+            here.with_name("test_coverage_ablations.py"),
+            here.parent.parent / "checks",
+        ],
+        binary_identity("victoria-metrics"),
+        binary_identity("victoria-logs"),
+    )
+    what = f"{len(copies)} input-matrix copies: VictoriaMetrics + VictoriaLogs"
+    with loaded_backends(what, snapshot, _loader(copies), _verifier(copies)) as backends:
         yield Loaded(backends, copies)
 
 
