@@ -109,59 +109,61 @@ def _scaled(day: object) -> object:
 # Each module is one group, so a module's fixtures are built once, on one worker; the modules below are spread
 # instead (their tests share only session fixtures): test_backend_parity one group for the Loki pairs and one for
 # Prometheus + VictoriaLogs (a pair's days are replayed together, and each worker replays the reference once),
-# test_bot, test_bench and test_faults one group per test. Groups are handed out in collection order, so the longest
-# go first (longest-processing-time first: the short ones fill the gaps at the end).
-# The weights are each module's wall time run alone on this 2-core machine, warm snapshots (2026-12-04, `pytest
-# tests/MODULE -n 0`); a module not listed weighs 0 and goes last. A wrong weight costs balance, never correctness.
+# test_bot, test_bench and test_faults one group per test. Groups are handed out in collection order (scripts/test
+# passes --no-loadscope-reorder: pytest-xdist would otherwise order them by their number of tests), so the longest go
+# first (longest-processing-time first: the short ones fill the gaps at the end).
+# The weights are each module's wall time in a full run on this 2-core machine, warm snapshots (2026-12-05, 15:30 UTC,
+# `bash scripts/test` with a per-test timer; test_cause_ablations less the 65 s of its snapshot's build); a module
+# not listed weighs 0 and goes last. A wrong weight costs balance, never correctness.
 MODULE_SECONDS = {
-    # Mostly waiting for Loki's ruler to evaluate twice, a minute apart: first, so the other worker fills the wait.
+    # Mostly waiting for Loki's ruler to evaluate twice, a minute apart (101 s): first, so the other worker fills the
+    # wait.
     "test_loki_ruler": 300,
-    "test_recorded_counts": 40,
-    "test_cluster_scope": 75,
-    "test_image": 35,
-    "test_links": 10,
-    "test_doctor_inputs": 80,  # 2026-12-05, with the corpus Loki's results cache
-    "test_vm_cluster": 18,
-    "test_pacer": 3,
-    "test_bench": 160,
-    "test_bot": 119,
-    "test_cause_ablations": 72,
-    "test_coverage": 80,
-    "test_delivery_faults": 66,
-    "test_faults": 20,
-    "test_delivery_parts": 43,
-    "test_coverage_ablations": 40,
-    "test_input_matrix": 35,
-    "test_digest_allowance": 32,
-    "test_incident_days": 31,
-    "test_backend_failures": 28,
-    "test_replay": 24,
-    "test_loki_patterns": 22,
-    "test_corpus": 22,
-    "test_week": 20,
+    "test_bench": 147,
+    "test_cluster_scope": 131,
+    "test_loki_patterns": 95,
+    "test_bot": 95,
+    "test_cause_ablations": 93,
+    "test_delivery_faults": 80,
+    "test_doctor_inputs": 78,
+    "test_coverage_ablations": 58,
+    "test_digest_allowance": 50,
+    "test_corpus": 45,
+    "test_recorded_counts": 45,
+    "test_incident_days": 45,
+    "test_coverage": 38,
+    "test_delivery_parts": 30,
+    "test_backend_failures": 29,
+    "test_image": 28,
+    "test_vm_cluster": 27,
+    "test_explanations": 24,
+    "test_sources": 23,
+    "test_replay": 22,
     "test_bad_input": 20,
-    "test_sources": 19,
-    "test_explanations": 18,
-    "test_secret_redaction": 13,
-    "test_loki_server": 13,
-    "test_probe_inputs": 12,
-    "test_loki_source": 12,
-    "test_history_store": 12,
+    "test_week": 19,
+    "test_history_store": 19,
+    "test_loki_server": 17,
+    "test_faults": 15,
+    "test_links": 15,
+    "test_input_matrix": 11,
+    "test_loki_source": 9,
+    "test_probe_inputs": 9,
+    "test_helm_chart": 9,
 }
-# Groups that are neither a module nor a test: test_backend_parity's, each replaying the corpus days on its pairs (run
-# alone on 2026-12-05: 92 s for the first Loki pair with the reference, which each worker replays once, and 9 s for
-# the second, its answers kept by Loki; 12 s for Prometheus + VictoriaLogs).
+# Groups that are neither a module nor a test: test_backend_parity's, each replaying the corpus days on its pairs (in
+# the same run: 152 s for the Loki pairs, with the reference, which each worker replays once; 47 s for Prometheus +
+# VictoriaLogs).
 GROUP_SECONDS = {
-    "test_backend_parity.loki": 110,
-    "test_backend_parity.prometheus+victorialogs": 22,
+    "test_backend_parity.loki": 152,
+    "test_backend_parity.prometheus+victorialogs": 47,
 }
 SPREAD_BY_TEST = {"test_bot", "test_bench", "test_faults"}
-# In the modules spread by test, the tests that take most of the module's time (their durations in a full run, the
-# same day); the module's other tests share what is left of its time.
+# In the modules spread by test, the tests that take most of the module's time (their durations in the same run);
+# the module's other tests share what is left of its time.
 TEST_SECONDS = {
-    "test_quick_benchmark_programme_measures_and_checks_every_figure": 100,
-    "test_replay_only_programme_measures_the_replay_against_its_floor": 45,
-    "test_slow_backends_yield_unknown_not_silence": 14,
+    "test_quick_benchmark_programme_measures_and_checks_every_figure": 88,
+    "test_replay_only_programme_measures_the_replay_against_its_floor": 36,
+    "test_slow_backends_yield_unknown_not_silence": 21,
 }
 
 
