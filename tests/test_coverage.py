@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
@@ -296,13 +296,18 @@ VARIANTS = {
 }
 
 
-def _load_variants(backends: EmbeddedBackends) -> dict[str, Any]:
-    """Every variant into an empty pair; waits until all of it is visible; the manifest holds the lines loaded."""
+def load_copies(backends: EmbeddedBackends, copies: Iterable[Copy]) -> int:
+    """Each copy's series and log lines into ``backends`` (not waiting for them); the number of log lines sent."""
     counter = [0]
-    for copy in VARIANTS.values():
+    for copy in copies:
         backends.import_series(_series(copy))
         backends.ingest_logs(_lines(copy, counter))
-    manifest: dict[str, Any] = {"lines": counter[0]}
+    return counter[0]
+
+
+def _load_variants(backends: EmbeddedBackends) -> dict[str, Any]:
+    """Every variant into an empty pair; waits until all of it is visible; the manifest holds the lines loaded."""
+    manifest: dict[str, Any] = {"lines": load_copies(backends, VARIANTS.values())}
     _verify_variants(backends, manifest)
     return manifest
 

@@ -46,7 +46,8 @@ from testbed.corpus.model import Series
 from testbed.embedded import EmbeddedBackends, loaded_backends
 from testbed.snapshots import binary_identity, snapshot_key
 from tests.test_coverage import VARIANTS as FLEET_VARIANTS
-from tests.test_coverage_ablations import Ablation, Copy, _keep_line, _keep_series, _lines, _series
+from tests.test_coverage import load_copies
+from tests.test_coverage_ablations import Ablation, Copy, _keep_line, _keep_series
 
 CALM = date(2026, 7, 19)
 RACE = date(2026, 8, 16)  # seed 004: 35 × UC on shop/api, the day with flagged 5xx in the access log
@@ -190,11 +191,7 @@ def _copies() -> dict[str, Copy]:
 
 def _loader(copies: dict[str, Copy]) -> Callable[[EmbeddedBackends], dict[str, Any]]:
     def load(backends: EmbeddedBackends) -> dict[str, Any]:
-        counter = [0]
-        for copy in copies.values():
-            backends.import_series(_series(copy))
-            backends.ingest_logs(_lines(copy, counter))
-        manifest: dict[str, Any] = {"lines": counter[0], "copies": _listed(copies)}
+        manifest: dict[str, Any] = {"lines": load_copies(backends, copies.values()), "copies": _listed(copies)}
         _verifier(copies)(backends, manifest)
         return manifest
 
