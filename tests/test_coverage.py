@@ -312,17 +312,22 @@ def _load_variants(backends: EmbeddedBackends) -> dict[str, Any]:
     return manifest
 
 
-def _verify_variants(backends: EmbeddedBackends, manifest: dict[str, Any]) -> None:
-    """Bounded polls until each variant's nodes and every log line loaded are visible."""
+def wait_for_copies(backends: EmbeddedBackends, copies: Iterable[Copy], lines: int) -> None:
+    """Bounded polls until each copy's nodes, and the ``lines`` log lines loaded with them, are visible."""
     zone = ZoneInfo("UTC")
-    for name, copy in VARIANTS.items():
+    dates = []
+    for copy in copies:
         window = day_window(copy.at, zone)
         backends.wait_for_series("kube_node_info", window.end, 3)
-        if name != "fresh":  # nothing before 09:00 there
+        if copy.ablation is not VARIANTS["fresh"].ablation:  # a fresh install: nothing before 09:00
             backends.wait_for_series("kube_node_info", window.start, 3)
-    dates = [copy.at for copy in VARIANTS.values()]
+        dates.append(copy.at)
     first, last = day_window(min(dates), zone), day_window(max(dates), zone)
-    backends.wait_for_logs(first.start, last.end, manifest["lines"])
+    backends.wait_for_logs(first.start, last.end, lines)
+
+
+def _verify_variants(backends: EmbeddedBackends, manifest: dict[str, Any]) -> None:
+    wait_for_copies(backends, VARIANTS.values(), manifest["lines"])
 
 
 @pytest.fixture(scope="module")

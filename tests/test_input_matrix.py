@@ -46,7 +46,7 @@ from testbed.corpus.model import Series
 from testbed.embedded import EmbeddedBackends, loaded_backends
 from testbed.snapshots import binary_identity, snapshot_key
 from tests.test_coverage import VARIANTS as FLEET_VARIANTS
-from tests.test_coverage import load_copies
+from tests.test_coverage import load_copies, wait_for_copies
 from tests.test_coverage_ablations import Ablation, Copy, _keep_line, _keep_series
 
 CALM = date(2026, 7, 19)
@@ -207,14 +207,7 @@ def _verifier(copies: dict[str, Copy]) -> Callable[[EmbeddedBackends, dict[str, 
         # The snapshot's key covers checks/, which the matrix is derived from; a kept copy list that differs from
         # today's would still be a stale store, and fails here rather than grading the wrong copies.
         assert manifest["copies"] == _listed(copies), "the kept matrix is not today's: remove the snapshot"
-        zone = ZoneInfo("UTC")
-        for key, copy in copies.items():
-            window = day_window(copy.at, zone)
-            backends.wait_for_series("kube_node_info", window.end, 3)
-            if "fresh" not in key:  # nothing before 09:00 there
-                backends.wait_for_series("kube_node_info", window.start, 3)
-        first, last = min(c.at for c in copies.values()), max(c.at for c in copies.values())
-        backends.wait_for_logs(day_window(first, zone).start, day_window(last, zone).end, manifest["lines"])
+        wait_for_copies(backends, copies.values(), manifest["lines"])
 
     return verify
 
