@@ -31,7 +31,9 @@ replayed with the day: the digest's trends then read the week from the records, 
 all week, where without it they scan seven days that hold no line (vmalert writes no heartbeat for an empty minute,
 so they cannot be told from a recorder that was down). On Loki that scan is most of a recorded digest.
 
-Also ``python -X importtime`` of the CLI: what a ``digest run`` pays before its first query.
+Also ``python -X importtime`` of the CLI: what a ``digest run`` pays before its first query; and `bench.startup`'s
+split of that start-up (the interpreter, the libraries, the project's own modules) with, per recorded digest, the
+least a one-shot run could take: the libraries' start-up and the in-process digest together, over the floor.
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ from bench.runner import (
     settle,
     with_backend_cpu,
 )
+from bench.startup import Startup
+from bench.startup import measure as measure_startup
 from testbed.embedded import Server, free_port
 
 LOG_CHECKS = ("error_lines", "log_storms", "envoy_flags")
@@ -233,6 +237,9 @@ def digest_runs(
     return timed
 
 
+# Fresh interpreters per start-up probe (`bench.startup`): three probes, about 0.3 s each at most.
+STARTUP_REPEATS = 15
+
 IMPORT_PROBE = (
     "from digest.app.console_script import raise_young_threshold; raise_young_threshold(); import digest.app.cli"
 )
@@ -291,6 +298,26 @@ def alone_report(results: Sequence[Timed], heaviest: int = 8) -> str:
         ]
         lines.append("")
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def startup_report(results: Sequence[Timed], startup: Startup) -> str:
+    """`bench.startup`'s split of start-up, and per recorded digest the least a one-shot run could take.
+
+    A ``digest run`` pays the interpreter and the libraries' imports before anything of the project runs, then the
+    digest itself, which costs at least what it costs in a running process. Their sum over the recorded floor is the
+    ratio a run would have if the project's own modules and set-up cost nothing.
+    """
+    lines = [f"Start-up (`python -m bench.startup`, median of {STARTUP_REPEATS} each): {startup.line()}."]
+    for timed in results:
+        if timed.mode != "recorded" or not timed.warm or not timed.floors:
+            continue
+        least = startup.libraries + timed.warm_median
+        lines.append(
+            f"- {timed.pair.label}, {timed.day}: the libraries' start-up and the in-process digest together "
+            f"{least:.2f} s, {least / timed.floor:.2f}× the floor ({timed.floor:.2f} s); the run took "
+            f"{timed.median:.2f} s, {timed.median / timed.floor:.2f}×"
+        )
+    return "\n".join(lines) + "\n\n"
 
 
 def table(results: Sequence[Timed], replays: dict[str, float]) -> str:
@@ -427,6 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         say(f"  error lines generated {facts.flood_error_lines:,}")
                         results.append(timed)
     total, heaviest = import_seconds()
+    startup = measure_startup(STARTUP_REPEATS)
     info = machine()
     header = (
         f"Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, `python -m bench.recorded"
@@ -435,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     imports = ", ".join(f"{name} {seconds * 1000:.0f} ms" for seconds, name in heaviest)
     text = (
-        f"{header}\n\n{table(results, replays)}\n\n{alone_report(results)}"
+        f"{header}\n\n{table(results, replays)}\n\n{alone_report(results)}{startup_report(results, startup)}"
         f"`python -X importtime -c '{IMPORT_PROBE}'`: {total:.2f} s in all; by package (its modules' own "
         f"time): {imports}\n"
     )

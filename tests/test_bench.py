@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import struct
 import subprocess
@@ -19,6 +20,7 @@ from bench.floor import LOGS, METRICS, Dependencies, FloorResult, Query, checks_
 from bench.generate import DAY, LoadReport, Shape, Volume, build_cluster, day_facts, load, log_chunks, volume_on
 from bench.pairs import ALL_PAIRS, LOKI, parse_pairs
 from bench.proxy import CountingProxy
+from bench.recorded import Timed, startup_report
 from bench.report import render_replays, replay_met
 from bench.runner import (
     PRODUCT_PACKAGES,
@@ -29,6 +31,7 @@ from bench.runner import (
     digest_env,
     not_checked_in,
 )
+from bench.startup import Startup, library_modules
 from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
 from digest.pipeline.policy import Policy, TrendsPolicy
@@ -324,3 +327,36 @@ def test_fewer_than_three_repeats_never_write_the_table_of_medians() -> None:
     result = _bench(["bench.runner", "--quick", "--repeats", "0"], timeout=120)
     assert result.returncode == 2
     assert "--repeats: at least 1" in result.stderr
+
+
+def test_startup_probes_split_the_clis_imports_into_libraries_and_the_projects_own() -> None:
+    """`bench.startup` lists only other packages' modules, and times the interpreter, the libraries and the CLI."""
+    names = library_modules()
+    assert {"httpx", "pydantic_settings", "asyncio"} <= set(names)
+    assert not [name for name in names if name.split(".")[0] in ("digest", "checks")]
+    result = _bench(["bench.startup", "--repeats", "3"], timeout=120)
+    assert result.returncode == 0, result.stderr
+    measured = json.loads(result.stdout)
+    # The libraries take ten times the bare interpreter; the CLI's lead over them is too small to assert on a busy
+    # machine, so only the arithmetic is.
+    assert 0 < measured["interpreter"] < measured["libraries"]
+    assert measured["own"] == max(0.0, measured["cli"] - measured["libraries"])
+    assert measured["library_modules"] == len(names)
+    assert "of which the digest's own modules" in result.stderr
+    refused = _bench(["bench.startup", "--repeats", "0"], timeout=60)
+    assert refused.returncode == 2
+    assert "--repeats: at least 1" in refused.stderr
+
+
+def test_startup_report_sets_each_recorded_digest_against_what_its_libraries_alone_allow() -> None:
+    """The least a run could take is the libraries' start-up plus the in-process digest, said over the floor."""
+    startup = Startup(interpreter=0.03, libraries=0.22, cli=0.31, library_modules=316)
+    recorded = Timed(ALL_PAIRS[0], "0.1 M lines", "recorded", seconds=[1.08], floors=[0.65], warm=[0.73])
+    scanned = Timed(ALL_PAIRS[0], "0.1 M lines", "scanned", seconds=[1.02], floors=[0.68])
+    report = startup_report([recorded, scanned], startup)
+    assert "the digest's own modules 0.090 s" in report
+    lines = [line for line in report.splitlines() if line.startswith("- ")]
+    assert lines == [
+        f"- {ALL_PAIRS[0].label}, 0.1 M lines: the libraries' start-up and the in-process digest together 0.95 s, "
+        "1.46× the floor (0.65 s); the run took 1.08 s, 1.66×"
+    ]
