@@ -32,8 +32,9 @@ all week, where without it they scan seven days that hold no line (vmalert write
 so they cannot be told from a recorder that was down). On Loki that scan is most of a recorded digest.
 
 Also ``python -X importtime`` of the CLI: what a ``digest run`` pays before its first query; and `bench.startup`'s
-split of that start-up (the interpreter, the libraries, the project's own modules) with, per recorded digest, the
-least a one-shot run could take: the libraries' start-up and the in-process digest together, over the floor.
+split of that start-up (the interpreter, the libraries, the project's own modules) with, per recorded digest, what a
+one-shot run would take if the project's own modules cost nothing: the libraries' start-up and the in-process digest
+together, over the floor.
 """
 
 from __future__ import annotations
@@ -301,20 +302,20 @@ def alone_report(results: Sequence[Timed], heaviest: int = 8) -> str:
 
 
 def startup_report(results: Sequence[Timed], startup: Startup) -> str:
-    """`bench.startup`'s split of start-up, and per recorded digest the least a one-shot run could take.
+    """`bench.startup`'s split of start-up, and per recorded digest what a run would take without the project's own.
 
     A ``digest run`` pays the interpreter and the libraries' imports before anything of the project runs, then the
-    digest itself, which costs at least what it costs in a running process. Their sum over the recorded floor is the
-    ratio a run would have if the project's own modules and set-up cost nothing.
+    digest itself, about what it costs in a running process. Their sum over the recorded floor estimates the ratio a
+    run would have if the project's own modules and set-up cost nothing (the in-process median is noisy: an estimate).
     """
     lines = [f"Start-up (`python -m bench.startup`, median of {STARTUP_REPEATS} each): {startup.line()}."]
     for timed in results:
         if timed.mode != "recorded" or not timed.warm or not timed.floors:
             continue
-        least = startup.libraries + timed.warm_median
+        without_own = startup.libraries + timed.warm_median
         lines.append(
             f"- {timed.pair.label}, {timed.day}: the libraries' start-up and the in-process digest together "
-            f"{least:.2f} s, {least / timed.floor:.2f}× the floor ({timed.floor:.2f} s); the run took "
+            f"{without_own:.2f} s, {without_own / timed.floor:.2f}× the floor ({timed.floor:.2f} s); the run took "
             f"{timed.median:.2f} s, {timed.median / timed.floor:.2f}×"
         )
     return "\n".join(lines) + "\n\n"

@@ -13,8 +13,9 @@ gap. This splits start-up into what the project can change and what it cannot, e
 
 The digest's own modules cost the difference between the last two; what is left of a run's start-up after its
 imports (reading the settings, building the checks) is not in these probes. ``bench.recorded`` reports the three
-beside the in-process digest and its floor: a run cannot be faster than the interpreter, the libraries and the
-in-process digest together, whatever the project's own modules cost.
+beside the in-process digest and its floor: the libraries' start-up and the in-process digest together estimate what
+a ``digest run`` would take if the project's own modules and set-up cost nothing. An estimate, not a bound: the
+in-process digest is itself a median of a few runs, some tens of milliseconds either way.
 """
 
 from __future__ import annotations

@@ -348,8 +348,8 @@ def test_startup_probes_split_the_clis_imports_into_libraries_and_the_projects_o
     assert "--repeats: at least 1" in refused.stderr
 
 
-def test_startup_report_sets_each_recorded_digest_against_what_its_libraries_alone_allow() -> None:
-    """The least a run could take is the libraries' start-up plus the in-process digest, said over the floor."""
+def test_startup_report_estimates_each_recorded_digest_without_the_projects_own_start_up() -> None:
+    """Without the project's own start-up, a run is estimated as the libraries' plus the in-process digest."""
     startup = Startup(interpreter=0.03, libraries=0.22, cli=0.31, library_modules=316)
     recorded = Timed(ALL_PAIRS[0], "0.1 M lines", "recorded", seconds=[1.08], floors=[0.65], warm=[0.73])
     scanned = Timed(ALL_PAIRS[0], "0.1 M lines", "scanned", seconds=[1.02], floors=[0.68])
