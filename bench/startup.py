@@ -43,13 +43,16 @@ CLI_PROBE = (
 _LIST_PROBE = (
     "import sys; before = set(sys.modules); "
     f"{CLI_PROBE}; "
-    "import json; own = ('digest', 'checks', '__editable__'); "
-    "print(json.dumps([name for name in sys.modules if name not in before and not name.startswith(own)]))"
+    "import json; own = ('digest', 'checks'); "
+    "print(json.dumps([name for name in sys.modules if name not in before "
+    "and name.split('.')[0] not in own and not name.startswith('__editable__')]))"
 )
 
-# Imports each named module in order; a name that is no module of its own (an alias registered by its package) is
-# passed over, as importing it alone fails.
+# Imports each named module in order, with the collector tuned as in a run (the tuning's module imports only the
+# standard library's); a name that is no module of its own (an alias registered by its package) is passed over, as
+# importing it alone fails.
 _LIBRARY_PROBE = (
+    "from digest.app.console_script import raise_young_threshold; raise_young_threshold()\n"
     "import importlib, json, sys\n"
     "for name in json.loads(sys.argv[1]):\n"
     "    try:\n"
