@@ -80,7 +80,7 @@ from bench.runner import (
     settle,
     with_backend_cpu,
 )
-from bench.startup import Startup
+from bench.startup import CLI_PROBE, Startup, probe_environment
 from bench.startup import measure as measure_startup
 from testbed.embedded import Server, free_port
 
@@ -241,24 +241,20 @@ def digest_runs(
 # Fresh interpreters per start-up probe (`bench.startup`): three probes, about 0.3 s each at most.
 STARTUP_REPEATS = 15
 
-IMPORT_PROBE = (
-    "from digest.app.console_script import raise_young_threshold; raise_young_threshold(); import digest.app.cli"
-)
-
 
 def import_seconds() -> tuple[float, list[tuple[float, str]]]:
-    """``python -X importtime`` of the CLI: the total, and the packages whose own modules cost most.
+    """``python -X importtime`` of `bench.startup.CLI_PROBE`: the total, and the packages whose own modules cost most.
 
     The collector is tuned first, as the `digest` script tunes it (`digest.app.console_script`). Each module's own
     time (not its cumulative time, which counts what it imports) is added to its top-level package's, so that
     pydantic's modules count as pydantic even when the digest's settings import them.
     """
     done = subprocess.run(  # noqa: S603  # this interpreter, our probe
-        [sys.executable, "-X", "importtime", "-c", IMPORT_PROBE],
+        [sys.executable, "-X", "importtime", "-c", CLI_PROBE],
         capture_output=True,
         text=True,
         check=True,
-        env={key: value for key, value in os.environ.items() if not key.startswith("PYTHON")},
+        env=probe_environment(),
     )
     own: dict[str, float] = {}
     for line in done.stderr.splitlines():
@@ -465,7 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     imports = ", ".join(f"{name} {seconds * 1000:.0f} ms" for seconds, name in heaviest)
     text = (
         f"{header}\n\n{table(results, replays)}\n\n{alone_report(results)}{startup_report(results, startup)}"
-        f"`python -X importtime -c '{IMPORT_PROBE}'`: {total:.2f} s in all; by package (its modules' own "
+        f"`python -X importtime -c '{CLI_PROBE}'`: {total:.2f} s in all; by package (its modules' own "
         f"time): {imports}\n"
     )
     print(text)

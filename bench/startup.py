@@ -85,25 +85,22 @@ class Startup:
         )
 
 
-def _environment() -> dict[str, str]:
-    # No PYTHONDONTWRITEBYTECODE, PYTHONPATH or the like: each probe starts as the `digest` script does.
+def probe_environment() -> dict[str, str]:
+    """The environment without ``PYTHON*`` (PYTHONDONTWRITEBYTECODE, PYTHONPATH): a probe starts as the script does."""
     return {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
 
 
-def _wall(command: Sequence[str], repeats: int) -> float:
-    """The median wall time of ``command``, started ``repeats`` times; `CalledProcessError` if it fails."""
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        subprocess.run(command, check=True, env=_environment(), capture_output=True)  # noqa: S603  # this interpreter
-        seconds.append(time.perf_counter() - started)
-    return statistics.median(seconds)
+def _wall(command: Sequence[str]) -> float:
+    """The wall time of one run of ``command``; `CalledProcessError` if it fails."""
+    started = time.perf_counter()
+    subprocess.run(command, check=True, env=probe_environment(), capture_output=True)  # noqa: S603  # this interpreter
+    return time.perf_counter() - started
 
 
 def library_modules() -> list[str]:
     """The modules a run imports that are not the project's own, in the order it imports them."""
     done = subprocess.run(  # noqa: S603  # this interpreter, our probe
-        [sys.executable, "-c", _LIST_PROBE], check=True, env=_environment(), capture_output=True, text=True
+        [sys.executable, "-c", _LIST_PROBE], check=True, env=probe_environment(), capture_output=True, text=True
     )
     names: list[str] = json.loads(done.stdout)
     return names
@@ -118,11 +115,11 @@ def measure(repeats: int) -> Startup:
         "cli": [sys.executable, "-c", CLI_PROBE],
     }
     for command in probes.values():  # warm the page cache and the bytecode files once, untimed
-        _wall(command, 1)
+        _wall(command)
     runs: dict[str, list[float]] = {name: [] for name in probes}
     for _ in range(repeats):
         for name, command in probes.items():
-            runs[name].append(_wall(command, 1))
+            runs[name].append(_wall(command))
     return Startup(
         interpreter=statistics.median(runs["interpreter"]),
         libraries=statistics.median(runs["libraries"]),
