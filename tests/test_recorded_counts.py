@@ -35,8 +35,9 @@ from digest.pipeline.window import day_window
 from testbed.corpus import DAYS
 from testbed.embedded import EmbeddedBackends, Server, free_port
 from testbed.snapshots import binary_identity, snapshot_key
-from tests.command import backend_env, run_digest
+from tests.command import backend_env, clean_env, run_digest
 from tests.conftest import VOLUME_SCALE
+from tests.misbehaving_server import Behaviour, recording_server
 
 LOG_CHECKS = ("error_lines", "log_storms", "envoy_flags")
 # The recorder is down from 09:00 to 13:00 on this day (its replay skips those hours).
@@ -353,6 +354,28 @@ def test_vmalert_parses_the_rules_and_refuses_a_broken_one(records: Records, tmp
     )
     assert done.returncode != 0
     assert "digest:pod_lines" in done.stderr + done.stdout
+
+
+def test_vmalert_asks_victorialogs_for_whole_answers_only(tmp_path: Path) -> None:
+    """Live and replay rules ask for whole answers; a real vmalert's replay sends allow_partial_response=0 each time."""
+    printed = {
+        mode: run_digest("rules", "--for", "vmalert", *extra, env=clean_env())
+        for mode, extra in (("live", ()), ("replay", ("--replay",)))
+    }
+    for done in printed.values():
+        assert done.returncode == 0, done.stderr
+        [group] = yaml.safe_load(done.stdout)["groups"]
+        assert group["params"] == {"allow_partial_response": ["0"]}
+    rule_file = tmp_path / "replay-rules.yml"
+    rule_file.write_text(printed["replay"].stdout)
+    start = datetime(2026, 7, 20, tzinfo=UTC)
+    answer = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+    with recording_server(Behaviour(body=answer)) as served:
+        replay(rule_file, served.url, served.url, start, start + timedelta(minutes=2), tmp_path / "vmalert.log")
+    asked = [request for request in served.requests if request.path.startswith("/select/logsql/")]
+    assert len(asked) == 2 * len(yaml.safe_load(printed["replay"].stdout)["groups"][0]["rules"])
+    for request in asked:
+        assert "allow_partial_response=0" in request.path.split("?", 1)[1].split("&"), request.path
 
 
 def test_rules_command_refuses_what_it_cannot_do(records: Records) -> None:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from checks.contract import SourceError, SourceErrorKind, Window
-from checks.log_questions import CountRow, LineCount, LineSeries, series_of
+from checks.log_questions import EVERY_LINE, CountRow, LineCount, LineSeries, PeakCount, ShapeCount, series_of
 from digest.backends.http import _AHEAD, Endpoint, QueryGate, asked_ahead
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.recorded import RecordedLogs
@@ -207,6 +207,21 @@ async def test_path_prefix_and_tenant_headers_reach_the_backend() -> None:
     assert b"time=2026-07-21T00%3A00%3A00Z" in first.body
     assert second.path == "/select/logsql/stats_query"
     assert (second.headers["AccountID"], second.headers["ProjectID"]) == ("12", "3")
+
+
+async def test_every_victorialogs_request_refuses_a_partial_answer() -> None:
+    """Counts, peaks, series and shapes all ask VictoriaLogs for whole answers only (``allow_partial_response=0``)."""
+    with recording_server(Behaviour(body=EMPTY_VECTOR)) as served:
+        logs = VictoriaLogsSource(Endpoint(name="VictoriaLogs", url=served.url))
+        await logs.count(DAY_LINES)
+        await logs.peak(PeakCount(window=DAY_LINES.window, by=("pod",), bucket_seconds=60))
+        await logs.series(replace(DAY_LINES, bucket_seconds=600))
+        await logs.shapes(ShapeCount(window=DAY_LINES.window, lines=EVERY_LINE))
+        await logs.aclose()
+    assert len(served.requests) == 4
+    for request in served.requests:
+        assert request.path == "/select/logsql/stats_query"
+        assert b"allow_partial_response=0" in request.body.split(b"&"), request.body[:120]
 
 
 async def test_concurrency_is_bounded() -> None:

@@ -17,6 +17,12 @@ renamed to plain label names (``kubernetes.pod_namespace`` → ``namespace``), w
   a minute's count on its neighbour's timestamp in a range answer of many minutes (measured: 19-31 of 1,440 minutes
   a day lost to duplicates; the bug upstream fixed in 1.11), never in an answer of one.
 
+* Every query vmalert sends says ``allow_partial_response=0`` (the group's ``params``; vmalert adds them to live and
+  replayed queries alike): a VictoriaLogs cluster's vlselect run with ``-search.allowPartialResponse`` would
+  otherwise answer a minute some vlstorage nodes could not serve with the others' counts, and a short count would
+  be recorded as the minute's. Refused, the minute has no record, and the digest scans it as it scans any minute the
+  recorder missed (`digest.backends.victorialogs`).
+
 **Loki's ruler** (remote write to VictoriaMetrics or Prometheus): one rule per column and term of each family,
 ``count_over_time`` over the minute before the evaluation, with the column in ``stats_result`` and the term's sign
 in ``digest_sign`` (a column LogQL cannot count in one expression is a sum of terms, some subtracted) and the term
@@ -47,7 +53,7 @@ from digest.backends.recorded import (
     RecordingPlan,
     label_of,
 )
-from digest.backends.victorialogs import LogsqlWriter
+from digest.backends.victorialogs import WHOLE_ANSWERS_ONLY, LogsqlWriter
 
 EVALUATORS = ("vmalert", "loki")
 
@@ -98,6 +104,7 @@ def vmalert_rules(plan: RecordingPlan, writer: LogsqlWriter, replay: bool = Fals
                 "name": f"digest-log-counts-{plan.heartbeat.rsplit(':', 1)[-1]}",
                 "type": "vlogs",
                 "interval": f"{MINUTE}s",
+                "params": {name: [value] for name, value in WHOLE_ANSWERS_ONLY.items()},
                 "rules": rules,
             }
         ]

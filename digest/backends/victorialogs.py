@@ -10,6 +10,13 @@ then max and sum per group), so per-minute rows never leave the server. The answ
 whose ``__name__`` is the column; rows are folded back into one `CountRow` per group and bucket, keyed by the
 logical field names.
 
+Every request says ``allow_partial_response=0``. A VictoriaLogs cluster whose vlselect runs with
+``-search.allowPartialResponse`` (set for dashboards that would rather draw something than nothing) answers a query
+that some vlstorage nodes could not serve with the counts of the nodes that could, as a plain 200 with no mark of
+what is missing; the argument overrides the flag (VictoriaLogs' querying docs, "Partial responses"), so such a query
+fails instead and its check is UNKNOWN rather than short. A single node and the versions before the cluster's partial
+responses read it as an argument they do not know, and ignore it.
+
 Logical roles map to the shipper's fields: Vector's ``kubernetes_logs`` names by default (`DEFAULT_FIELDS`), the
 policy's ``logs.fields`` overrides them. JSON keys are read with ``unpack_json … keep_original_fields``, so a
 pipeline that already parsed the access log into fields is read the same way as one that shipped the JSON text.
@@ -57,6 +64,9 @@ from checks.log_questions import (
 from checks.logsql import any_of_regex, field_name, quoted
 from digest.backends.http import HttpSource, answering_within, result_labels_and_text
 from digest.backends.scope import Matcher, render
+
+# In every request's form: a count from only some of a cluster's storage nodes is refused, never taken (above).
+WHOLE_ANSWERS_ONLY: Mapping[str, str] = {"allow_partial_response": "0"}
 
 # Vector's kubernetes_logs source (the fields it writes for every container line).
 DEFAULT_FIELDS: Mapping[Role, str] = {
@@ -180,7 +190,7 @@ class LogsqlWriter:
     def requests(self, question: LineCount | PeakCount) -> list[tuple[str, dict[str, str]]]:
         """The HTTP requests (path, form) that answer ``question``: what the source sends, for the benchmark floor."""
         query = self.count_query(question) if isinstance(question, LineCount) else self.peak_query(question)
-        return [("/select/logsql/stats_query", {"query": query, "time": rfc3339(question.window.end)})]
+        return [("/select/logsql/stats_query", _form(query, question.window))]
 
     def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
         """The LogsQL a reader pastes into VictoriaLogs' UI: the first of these lines, or the most repeated."""
@@ -210,7 +220,7 @@ class LogsqlWriter:
             f" | stats by ({_SHAPE}) count() as lines, max(_time) as last, row_min(_time, _time, _msg) as first"
             f" | sort by (lines desc, {_SHAPE}) | limit {question.group_limit}"
         )
-        return "/select/logsql/stats_query", {"query": query, "time": rfc3339(question.window.end)}
+        return "/select/logsql/stats_query", _form(query, question.window)
 
     def rows(
         self, samples: list[tuple[dict[str, str], float]], by: tuple[LogField, ...], bucketed: bool
@@ -300,6 +310,11 @@ class LogsqlWriter:
                 named = cast(tuple[str, ...], (group,) if len(names) == 1 else group)
                 answer.append(LineSeries(dict(zip(labels, named, strict=True)), folded))
         return answer
+
+
+def _form(query: str, window: Window) -> dict[str, str]:
+    """A stats query's form: the query, the window's end as its time, and no partial answer."""
+    return {"query": query, "time": rfc3339(window.end), **WHOLE_ANSWERS_ONLY}
 
 
 def _stamp(unix: int) -> str:
