@@ -234,11 +234,17 @@ class PrometheusServer:
     """
 
     def __init__(
-        self, days: Iterable[CorpusDay], ready_timeout_seconds: float = 120.0, snapshot: SnapshotKey | None = None
+        self,
+        days: Iterable[CorpusDay],
+        ready_timeout_seconds: float = 120.0,
+        snapshot: SnapshotKey | None = None,
+        extra_config: str = "",
     ) -> None:
         self._days = sorted(days, key=lambda day: day.date)
         self._ready_timeout = ready_timeout_seconds
         self._snapshot = snapshot
+        # YAML appended to the configuration's top level (a `remote_read` section, say).
+        self._extra_config = extra_config
         self.port = free_port()
         self.root: Path | None = None
         self.process: subprocess.Popen[bytes] | None = None
@@ -342,7 +348,7 @@ class PrometheusServer:
 
     def _launch(self, root: Path) -> None:
         config = root / "prometheus.yml"
-        config.write_text(_CONFIG)
+        config.write_text(_CONFIG + self._extra_config)
         binary = shutil.which("prometheus")
         if binary is None:
             raise PrometheusServerError("prometheus not on PATH: run scripts/install-backends first")

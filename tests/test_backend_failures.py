@@ -17,6 +17,7 @@ from digest.pipeline.window import day_window
 from testbed.corpus import DAYS
 from testbed.corpus.model import Series
 from testbed.embedded import EmbeddedBackends, free_port, load_corpus_day
+from testbed.prometheus_server import PrometheusServer
 from tests.command import backend_env, clean_env, run_digest
 from tests.misbehaving_server import Behaviour, misbehaving_server
 
@@ -66,6 +67,23 @@ async def test_log_outage_does_not_hide_a_metrics_problem(corpus_backends: Embed
     assert payload["status"] == "WARNING"
     assert payload["score"] == 9
     assert payload["not_checked"] == ["error_lines", "envoy_flags", "log_storms"]
+
+
+async def test_a_prometheus_whose_remote_read_fails_is_not_trusted(corpus_backends: EmbeddedBackends) -> None:
+    """A real Prometheus answers with its local data and a remote read's failure as a warning: UNKNOWN, never OK."""
+    # read_recent: the remote store is asked for every range, as where it holds what the local disk no longer does.
+    unreachable = f"http://127.0.0.1:{free_port()}/api/v1/read"
+    remote_read = f"remote_read:\n  - url: {unreachable}\n    read_recent: true\n"
+    with PrometheusServer([DAYS[CALM_FIXED_DAY]], extra_config=remote_read) as prometheus:
+        config = _config(prometheus.url, corpus_backends.logs.url)
+        digest = await make_digest(config, day_window(CALM_FIXED_DAY, config.settings.zone))
+    payload, text = to_json(digest), Renderer().render(digest, "text")
+    checks = {item["name"]: item for item in payload["checks"]}
+    assert payload["status"] == "UNKNOWN"
+    assert text.splitlines()[0] == "UNKNOWN · homelab · 2026-08-17 · not checked: oom_kills, conntrack, envoy_flags"
+    for name in ("oom_kills", "conntrack"):
+        assert checks[name]["status"] == "UNKNOWN"
+        assert "partial response (remote_read: error sending request" in checks[name]["error"]
 
 
 async def test_backends_answering_html_or_garbage() -> None:

@@ -109,6 +109,33 @@ async def test_bad_answers_become_one_error_type(behaviour: Behaviour, kind: Sou
     assert "<html" not in str(caught.value)
 
 
+def _warned(*warnings: str) -> Behaviour:
+    """A successful, empty answer that carries ``warnings``."""
+    payload = {"status": "success", "data": {"resultType": "vector", "result": []}, "warnings": list(warnings)}
+    return Behaviour(body=json.dumps(payload).encode())
+
+
+# Prometheus 2.42's own words for a remote read that failed (its local data answered, the rest is missing).
+REMOTE_READ_FAILED = (
+    'remote_read: error sending request: Post "http://127.0.0.1:9/api/v1/read": dial tcp 127.0.0.1:9: '
+    "connect: connection refused"
+)
+
+
+async def test_a_metrics_answer_warning_of_missing_data_is_partial() -> None:
+    """A failed remote read (or a Thanos store) said in ``warnings`` is a partial answer; PromQL's own notes pass."""
+    for warnings in ((REMOTE_READ_FAILED,), ("PromQL info: metric might not be a counter", REMOTE_READ_FAILED)):
+        with misbehaving_server(_warned(*warnings)) as url, pytest.raises(SourceError) as caught:
+            await _query(url)
+        assert caught.value.kind is SourceErrorKind.BAD_RESPONSE
+        assert "partial response (remote_read: error sending request" in str(caught.value)
+    notes = ("PromQL warning: encountered a mix of histograms and floats", "PromQL info: metric might not be a counter")
+    with misbehaving_server(_warned(*notes)) as url:
+        await _query(url)
+    with misbehaving_server(_warned(REMOTE_READ_FAILED)) as url:
+        await _query(url, logs=True)  # VictoriaLogs writes no such warnings: its answers are not judged by them
+
+
 INFINITE_COUNT = Behaviour(
     body=b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{"_time":"x"},"value":[1,"Inf"]}]}}'
 )

@@ -257,6 +257,9 @@ def tls_context(urls: Iterable[str]) -> ssl.SSLContext:
 class HttpSource:
     """Shared transport: one httpx client, a concurrency bound, and the error translation."""
 
+    # Whether an answer's ``warnings`` other than PromQL's own notes mean it is partial (`partial_warning`).
+    refuses_warnings = False
+
     def __init__(
         self,
         endpoint: Endpoint,
@@ -613,6 +616,10 @@ class HttpSource:
         if payload.get("isPartial") is True:
             # vmselect marks answers missing some storage nodes; a partial count must not pass for a full one.
             raise self._error(SourceErrorKind.BAD_RESPONSE, "partial response (some storage nodes did not answer)")
+        if self.refuses_warnings:
+            warning = partial_warning(payload.get("warnings"))
+            if warning is not None:
+                raise self._error(SourceErrorKind.BAD_RESPONSE, f"partial response ({_short_error(warning)})")
         return payload.get("data")
 
     def _vector(self, data: Any) -> list[Sample]:
@@ -745,6 +752,24 @@ def _body_hint(text: str) -> str:
     if not stripped or stripped.startswith("<") or len(stripped) > _MAX_ERROR_TEXT:
         return ""
     return f": {stripped.splitlines()[0]}"
+
+
+def partial_warning(warnings: object) -> str | None:
+    """The first of an answer's ``warnings`` that says data may be missing; None when there is none.
+
+    Prometheus answers a query whose remote read failed with its local data and the failure as a warning
+    ("remote_read: error sending request: …", measured on 2.42), and Thanos a query that a store could not serve
+    with the other stores' series and a warning: a plain success, short. PromQL's own notes ("PromQL warning: …",
+    "PromQL info: …", 2.47 and later: a counter not named ``_total``, histograms mixed with floats) are about the
+    query, not the data, and pass.
+    """
+    if not isinstance(warnings, list):
+        return None
+    for warning in warnings:
+        text = str(warning)
+        if not text.startswith("PromQL "):
+            return text
+    return None
 
 
 def _short_error(text: str) -> str:

@@ -8,6 +8,10 @@ prefix (``/select/<tenant>/prometheus``) is part of the base URL.
 
 On a shared store the cluster's matchers (`digest.backends.scope`) are added here to every selector of every query,
 so that no check, coverage question or doctor probe can read another cluster's series.
+
+An answer missing part of its data is refused, so that its check is UNKNOWN rather than short: vmselect's
+``isPartial``, and the warnings with which Prometheus reports a failed remote read and Thanos a store that did not
+answer (`digest.backends.http.partial_warning`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ def _moment(at: datetime) -> str:
 
 class PrometheusSource(HttpSource):
     """VictoriaMetrics, vmselect or Prometheus through the Prometheus query API, scoped to one cluster if asked."""
+
+    # A remote read or a store that failed leaves the answer short, said only in its warnings (`partial_warning`).
+    refuses_warnings = True
 
     def __init__(
         self,
