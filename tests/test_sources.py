@@ -129,7 +129,11 @@ async def test_a_metrics_answer_warning_of_missing_data_is_partial() -> None:
             await _query(url)
         assert caught.value.kind is SourceErrorKind.BAD_RESPONSE
         assert "partial response (remote_read: error sending request" in str(caught.value)
-    notes = ("PromQL warning: encountered a mix of histograms and floats", "PromQL info: metric might not be a counter")
+    notes = (
+        "PromQL warning: encountered a mix of histograms and floats",
+        "PromQL info: metric might not be a counter",
+        "12 more annotations omitted",
+    )
     with misbehaving_server(_warned(*notes)) as url:
         await _query(url)
     with misbehaving_server(_warned(REMOTE_READ_FAILED)) as url:

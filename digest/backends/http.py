@@ -754,20 +754,24 @@ def _body_hint(text: str) -> str:
     return f": {stripped.splitlines()[0]}"
 
 
+# Prometheus' last line when it answers with fewer of PromQL's notes than it made.
+_OMITTED_NOTES = re.compile(r"\d+ more annotations omitted")
+
+
 def partial_warning(warnings: object) -> str | None:
     """The first of an answer's ``warnings`` that says data may be missing; None when there is none.
 
     Prometheus answers a query whose remote read failed with its local data and the failure as a warning
     ("remote_read: error sending request: …", measured on 2.42), and Thanos a query that a store could not serve
-    with the other stores' series and a warning: a plain success, short. PromQL's own notes ("PromQL warning: …",
-    "PromQL info: …", 2.47 and later: a counter not named ``_total``, histograms mixed with floats) are about the
-    query, not the data, and pass.
+    with the other stores' series and a warning: a plain success, short. PromQL's own notes in newer versions
+    ("PromQL warning: …", "PromQL info: …": a counter not named ``_total``, histograms mixed with floats), and the
+    line that counts those left out ("12 more annotations omitted"), are about the query, not the data, and pass.
     """
     if not isinstance(warnings, list):
         return None
     for warning in warnings:
         text = str(warning)
-        if not text.startswith("PromQL "):
+        if not text.startswith("PromQL ") and _OMITTED_NOTES.fullmatch(text) is None:
             return text
     return None
 
