@@ -1037,6 +1037,10 @@ class LokiSource(HttpSource):
         200 with whatever the ingesters hold so far — an empty or short count that looks like a quiet day.
         ``/ready`` says 503 meanwhile. A gateway that does not expose ``/ready`` (404, 401…) cannot tell, and the
         queries go ahead: only an explicit 503 stops them.
+
+        A refused connection is the error at once, as it is for a query (`HttpSource._exchange_once`): letting the
+        queries go ahead would let one reach a Loki whose port opened in between, before it is ready (seen once in
+        the suite's CI: a count answered while Loki started). Other failures to ask are left to the queries to say.
         """
         if self._ready:
             return
@@ -1046,6 +1050,10 @@ class LokiSource(HttpSource):
             try:
                 async with asyncio.timeout(self._endpoint.timeout_seconds):
                     response = await self._client.get(self._base + "/ready")
+            except httpx.ConnectError as exc:
+                raise self._error(
+                    SourceErrorKind.UNREACHABLE, f"cannot reach {self._endpoint.display_url} ({type(exc).__name__})"
+                ) from None
             except (TimeoutError, httpx.HTTPError):
                 return  # the queries themselves will say what is wrong with the connection
             if response.status_code == 503:
