@@ -497,9 +497,8 @@ def test_not_ready_loki_is_named() -> None:
     # opens on a busy machine (with 0 s, Loki was sometimes ready before its first HTTP answer).
     with Unwaited(config_overrides={"ingester": {"lifecycler": {"min_ready_duration": "60s"}}}) as server:
         source = _loki_source(server.url, timeout_seconds=5.0)
-        seen: SourceError | None = None
 
-        async def first_http_answer() -> SourceError | None:
+        async def first_http_answer() -> SourceError | str:
             try:
                 for _ in range(400):  # bounded: about 20 s of polling while the port opens
                     try:
@@ -509,14 +508,14 @@ def test_not_ready_loki_is_named() -> None:
                         if error.kind not in (SourceErrorKind.UNREACHABLE, SourceErrorKind.TIMEOUT):
                             return error
                     else:
-                        return None
+                        return "Loki answered a count before it was ready"
                     await asyncio.sleep(0.05)
-                return None
+                return "no HTTP answer from Loki in 400 polls"
             finally:
                 await source.aclose()
 
         seen = asyncio.run(first_http_answer())
-    assert seen is not None, "Loki answered a count before it was ready"
+    assert isinstance(seen, SourceError), seen
     assert "not ready" in seen.message
 
 
