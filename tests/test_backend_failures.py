@@ -18,6 +18,7 @@ from testbed.corpus import DAYS
 from testbed.corpus.model import Series
 from testbed.embedded import EmbeddedBackends, free_port, load_corpus_day
 from testbed.prometheus_server import PrometheusServer
+from testbed.snapshots import binary_identity, snapshot_key
 from tests.command import backend_env, clean_env, run_digest
 from tests.misbehaving_server import Behaviour, misbehaving_server
 
@@ -74,7 +75,9 @@ async def test_a_prometheus_whose_remote_read_fails_is_not_trusted(corpus_backen
     # read_recent: the remote store is asked for every range, as where it holds what the local disk no longer does.
     unreachable = f"http://127.0.0.1:{free_port()}/api/v1/read"
     remote_read = f"remote_read:\n  - url: {unreachable}\n    read_recent: true\n"
-    with PrometheusServer([DAYS[CALM_FIXED_DAY]], extra_config=remote_read) as prometheus:
+    # The corpus' blocks, as the suite's own Prometheus holds them (restored, not backfilled again).
+    snapshot = snapshot_key("corpus-prometheus", [], binary_identity("promtool"), binary_identity("prometheus"))
+    with PrometheusServer(DAYS.values(), snapshot=snapshot, extra_config=remote_read) as prometheus:
         config = _config(prometheus.url, corpus_backends.logs.url)
         digest = await make_digest(config, day_window(CALM_FIXED_DAY, config.settings.zone))
     payload, text = to_json(digest), Renderer().render(digest, "text")
