@@ -21,7 +21,7 @@ from testbed.corpus import DAYS
 from testbed.embedded import EmbeddedBackends, load_corpus_day, loaded_backends, wait_for_corpus_day
 from testbed.loki_server import LokiServer, loaded_loki, loki_binary_or_skip
 from testbed.prometheus_server import PrometheusServer, missing_binaries
-from testbed.snapshots import binary_identity, snapshot_key
+from testbed.snapshots import SnapshotKey, binary_identity, snapshot_key
 
 pytest_plugins = ["tests.timings"]
 
@@ -62,14 +62,18 @@ def corpus_backends() -> Iterator[EmbeddedBackends]:
         yield backends
 
 
+def corpus_prometheus_snapshot() -> SnapshotKey | None:
+    """Where the corpus' Prometheus blocks are kept: one key for every Prometheus that holds the whole corpus."""
+    return snapshot_key("corpus-prometheus", [], binary_identity("promtool"), binary_identity("prometheus"))
+
+
 @pytest.fixture(scope="session")
 def prometheus_corpus() -> Iterator[PrometheusServer]:
     """A Prometheus 2.42 holding every corpus day's metrics (backfilled with promtool)."""
     missing = missing_binaries()
     if missing:
         pytest.fail(f"{', '.join(missing)} not on PATH: run scripts/install-backends")
-    snapshot = snapshot_key("corpus-prometheus", [], binary_identity("promtool"), binary_identity("prometheus"))
-    with PrometheusServer(DAYS.values(), snapshot=snapshot) as server:
+    with PrometheusServer(DAYS.values(), snapshot=corpus_prometheus_snapshot()) as server:
         yield server
 
 

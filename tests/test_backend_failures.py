@@ -18,8 +18,8 @@ from testbed.corpus import DAYS
 from testbed.corpus.model import Series
 from testbed.embedded import EmbeddedBackends, free_port, load_corpus_day
 from testbed.prometheus_server import PrometheusServer
-from testbed.snapshots import binary_identity, snapshot_key
 from tests.command import backend_env, clean_env, run_digest
+from tests.conftest import corpus_prometheus_snapshot
 from tests.misbehaving_server import Behaviour, misbehaving_server
 
 CALM_FIXED_DAY = date(2026, 8, 17)
@@ -76,7 +76,7 @@ async def test_a_prometheus_whose_remote_read_fails_is_not_trusted(corpus_backen
     unreachable = f"http://127.0.0.1:{free_port()}/api/v1/read"
     remote_read = f"remote_read:\n  - url: {unreachable}\n    read_recent: true\n"
     # The corpus' blocks, as the suite's own Prometheus holds them (restored, not backfilled again).
-    snapshot = snapshot_key("corpus-prometheus", [], binary_identity("promtool"), binary_identity("prometheus"))
+    snapshot = corpus_prometheus_snapshot()
     with PrometheusServer(DAYS.values(), snapshot=snapshot, extra_config=remote_read) as prometheus:
         config = _config(prometheus.url, corpus_backends.logs.url)
         digest = await make_digest(config, day_window(CALM_FIXED_DAY, config.settings.zone))

@@ -299,6 +299,12 @@ class HttpSource:
     def _error(self, kind: SourceErrorKind, message: str) -> SourceError:
         return SourceError(self._endpoint.name, kind, message)
 
+    def _unreachable(self, cause: BaseException) -> SourceError:
+        """The backend could not be reached at all (no connection), named by the failure's type."""
+        return self._error(
+            SourceErrorKind.UNREACHABLE, f"cannot reach {self._endpoint.display_url} ({type(cause).__name__})"
+        )
+
     async def _post_json(self, path: str, form: Mapping[str, str]) -> Any:
         """The decoded ``data`` of one query; identical queries in flight at the same time are sent once.
 
@@ -500,20 +506,13 @@ class HttpSource:
                 )
             ) from None
         except httpx.TransportError as exc:
-            raise self._error(
-                SourceErrorKind.UNREACHABLE,
-                f"cannot reach {self._endpoint.display_url} ({type(exc).__name__})",
-            ) from None
+            raise self._unreachable(exc) from None
         except httpx.DecodingError:
             raise self._error(SourceErrorKind.BAD_RESPONSE, "undecodable compressed body") from None
         except ExceptionGroup as group:
             # anyio's connect_tcp races addresses in a TaskGroup: a failure httpcore does not map (an
             # OverflowError from the socket layer) escapes as a group, which is still "cannot reach".
-            leaf = group.exceptions[0]
-            raise self._error(
-                SourceErrorKind.UNREACHABLE,
-                f"cannot reach {self._endpoint.display_url} ({type(leaf).__name__})",
-            ) from None
+            raise self._unreachable(group.exceptions[0]) from None
         text = body.decode(response.encoding or "utf-8", errors="replace")
         if response.status_code in _RETRY_STATUSES:
             try:

@@ -1051,9 +1051,7 @@ class LokiSource(HttpSource):
                 async with asyncio.timeout(self._endpoint.timeout_seconds):
                     response = await self._client.get(self._base + "/ready")
             except httpx.ConnectError as exc:
-                raise self._error(
-                    SourceErrorKind.UNREACHABLE, f"cannot reach {self._endpoint.display_url} ({type(exc).__name__})"
-                ) from None
+                raise self._unreachable(exc) from None
             except (TimeoutError, httpx.HTTPError):
                 return  # the queries themselves will say what is wrong with the connection
             if response.status_code == 503:
