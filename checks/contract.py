@@ -297,6 +297,10 @@ class Need:
     ``label`` is what a reader calls the source ("node_exporter", "logs"). ``per_node`` sources are expected on
     every node of the fleet. ``up_target`` means the query is an ``up`` series: seen only when it is 1.
     ``optional`` sources are measured only when they held any data in the window (Envoy's access log beside Istio).
+    ``may_lack``: a component a cluster may simply not have (a gateway, a mesh, a rule evaluator), as opposed to
+    what every cluster has (kube-state-metrics, node_exporter, pod logs). When every source of a check is such a
+    component and none held data in the window nor in the ``deployed_days`` before it, the check is *not watched*
+    (`Unwatched`): no grade effect, named once, never UNKNOWN every day about what was never there.
     """
 
     label: str
@@ -309,6 +313,11 @@ class Need:
     # The source this input is one series of (the conntrack limit is node_exporter's): where that source is unseen
     # on the same node and span, this input's gap says nothing more and is not named twice.
     part_of: str = ""
+    may_lack: bool = False
+    # Per node, but expected only on the nodes that had it in the window (the kernel OOM counter, which an old kernel
+    # or a disabled collector never exports): a node whose series stopped while the fleet's went on is a gap; a node
+    # that never had it is not.
+    own_nodes: bool = False
 
 
 InputKind = Literal["series", "lines", "log_field", "json_key"]
@@ -383,6 +392,20 @@ class Coverage:
     # Sources with no data in the window nor in the days before it (``deployed_days``): never deployed, not gone.
     # Not a gap: the check that needs one says it could not look, and the day is not graded on it.
     never_seen: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Unwatched:
+    """A check this cluster gives nothing to watch: every source it reads is a component never seen here.
+
+    ``sources`` are those components as a reader calls them ("access logs", "Istio metrics"); ``days`` the look-back
+    in which none held data (the coverage policy's ``deployed_days``). Not a blind spot and not a grade: the digest
+    names it once, quietly, with the policy key that leaves it out (``<check>.enabled: false``).
+    """
+
+    name: str
+    sources: tuple[str, ...]
+    days: int
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ from checks.contract import (
     SourceError,
     Sources,
     Status,
+    Unwatched,
     Window,
     local_time,
     node_name,
@@ -135,6 +136,22 @@ def node_exporter_conntrack_limit() -> Need:
     )
 
 
+def kernel_oom_counter(job: str) -> Need:
+    """The kernel's OOM kill counter on the nodes that export it (node_exporter's vmstat collector).
+
+    Expected only on the nodes that had it in the window or the ``history_days`` before (`Need.own_nodes`): an old
+    kernel or a disabled collector never exports it, and a node that never had it is not a blind spot. A node whose
+    counter stopped while the fleet's went on is: a kill there would go uncounted.
+    """
+    return Need(
+        "kernel OOM counter",
+        Backend.METRICS,
+        f'node_vmstat_oom_kill{{job=~"{job.replace(chr(34), "")}"}}',
+        per_node=True,
+        own_nodes=True,
+    )
+
+
 def kube_state_metrics(job: str) -> Need:
     """kube-state-metrics, proved by its ``up`` being 1."""
     return Need("kube-state-metrics", Backend.METRICS, f'up{{job=~"{job.replace(chr(34), "")}"}}', up_target=True)
@@ -152,17 +169,19 @@ def pod_logs(scope: Filter) -> Need:
 
 def access_logs(scope: Filter) -> Need:
     """The gateway's access log: optional, since a cluster may answer for its proxies through Istio's metrics."""
-    return Need("access logs", Backend.LOGS, optional=True, lines=scope)
+    return Need("access logs", Backend.LOGS, optional=True, lines=scope, may_lack=True)
 
 
 def istio_requests() -> Need:
     """Istio's request metrics: optional, like the access log (a gateway without a mesh has none)."""
-    return Need("Istio metrics", Backend.METRICS, "istio_requests_total", optional=True)
+    return Need("Istio metrics", Backend.METRICS, "istio_requests_total", optional=True, may_lack=True)
 
 
 def rule_evaluator(job: str) -> Need:
     """The alerting rule evaluator (vmalert, Prometheus), proved by its ``up`` being 1."""
-    return Need("rule evaluator", Backend.METRICS, f'up{{job=~"{job.replace(chr(34), "")}"}}', up_target=True)
+    return Need(
+        "rule evaluator", Backend.METRICS, f'up{{job=~"{job.replace(chr(34), "")}"}}', up_target=True, may_lack=True
+    )
 
 
 # The grid of buckets ------------------------------------------------------------------------------------------------
@@ -253,6 +272,8 @@ class Seen:
     present: dict[str, set[int]] = field(default_factory=dict)
     live: dict[str, set[int]] = field(default_factory=dict)
     never: bool = False  # no data in the window nor in the ``deployed_days`` before it: never deployed
+    # An ``own_nodes`` source: the nodes (raw label values) that had it in the ``history_days`` before the window.
+    before_nodes: set[str] = field(default_factory=set)
 
 
 def _loud_enough(lines: Mapping[int, float], run: tuple[int, int], policy: CoveragePolicy) -> bool:
@@ -416,6 +437,9 @@ async def measure(sources: Sources, window: Window, needs: Iterable[Need], polic
         if error is None and need.optional and not one.buckets:
             try:
                 one.expected = await _held_data_before(sources, grid, need)
+                if not one.expected and need.may_lack:
+                    # Silent today and yesterday: never here at all (not watched), or here before and gone?
+                    one.never = not await _held_data_in(sources, grid, need, policy.deployed_days)
             except SourceError as exc:
                 error = str(exc)
         elif error is None and _absent_all_window(need, one):
@@ -457,6 +481,14 @@ async def _measure_metrics(sources: Sources, grid: Grid, need: Need, policy: Cov
         seen.buckets.update(found)
         if need.per_node and found:
             seen.nodes[one.labels.get(label, "")].update(found)
+    if need.per_node and need.own_nodes and policy.history_days:
+        try:
+            before = await sources.metrics.instant(
+                f"count by ({label}) (last_over_time({need.query}[{policy.history_days}d]))", grid.window.start
+            )
+        except SourceError as exc:
+            return seen, str(exc)
+        seen.before_nodes = {sample.labels.get(label, "") for sample in before if sample.value > 0}
     return seen, None
 
 
@@ -550,9 +582,28 @@ def _absent_all_window(need: Need, seen: Seen) -> bool:
     return not (seen.present if need.up_target else seen.buckets)
 
 
+# A log source's look-back is asked in slices of at most this many days: Loki refuses a query longer than its
+# ``max_query_length`` (721 h by default), and the newest slice answers first for a source that was there.
+_LOOK_BACK_SLICE_DAYS = 30
+
+
 async def _held_data_in(sources: Sources, grid: Grid, need: Need, days: int) -> bool:
-    """Whether a metrics source held any series in the ``days`` before the window (one instant query)."""
-    samples = await sources.metrics.instant(f"count(count_over_time({need.query}[{days}d]))", grid.window.start)
+    """Whether a source held any data in the ``days`` before the window: existence, not volume.
+
+    Metrics: one instant query. Logs: a count of its lines, newest slice first, stopping at the first that holds one.
+    """
+    start = grid.window.start
+    if need.backend is Backend.LOGS:
+        end, left = start, days
+        while left > 0:
+            step = min(left, _LOOK_BACK_SLICE_DAYS)
+            earlier = Window(end - timedelta(days=step), end, grid.window.zone, f"{step} days before")
+            rows = await sources.logs.count(LineCount(window=earlier, scope=need.lines or EVERY_LINE))
+            if any(row.counts.get("lines", 0.0) > 0 for row in rows):
+                return True
+            end, left = earlier.start, left - step
+        return False
+    samples = await sources.metrics.instant(f"count(count_over_time({need.query}[{days}d]))", start)
     return any(sample.value > 0 for sample in samples)
 
 
@@ -715,7 +766,9 @@ def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -
     errors = [f"{need.label}: {report.errors[need]}" for need in needs if need in report.errors]
     if fleet.error and any(need.per_node for need in needs):
         errors.append(f"nodes: {fleet.error}")
-    never = tuple(need.label for need in needs if need in report.seen and report.seen[need].never)
+    # Never-deployed components a cluster may lack (Istio beside the access log, a rule evaluator) are not said here:
+    # with all of a check's sources such, the check is not watched (`unwatched`); with one of them, it says nothing.
+    never = tuple(need.label for need in needs if need in report.seen and report.seen[need].never and not need.may_lack)
     measured = [
         need
         for need in needs
@@ -772,6 +825,20 @@ def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -
     )
 
 
+def unwatched(report: Report, name: str, needs: Sequence[Need], policy: CoveragePolicy) -> Unwatched | None:
+    """Check ``name`` as not watched when every source it reads is a component this cluster never had; else None.
+
+    Only components a cluster may lack (`Need.may_lack`: a gateway's access log, a mesh's metrics, a rule
+    evaluator) qualify, and only when none held data in the window nor in the ``deployed_days`` before it. What
+    every cluster has (kube-state-metrics, node_exporter, pod logs) is never "not watched": its absence is blindness.
+    """
+    if not needs or not all(need.may_lack for need in needs):
+        return None
+    if not all(need in report.seen and report.seen[need].never for need in needs):
+        return None
+    return Unwatched(name=name, sources=tuple(need.label for need in needs), days=policy.deployed_days)
+
+
 def _node_gaps(
     report: Report,
     need: Need,
@@ -800,7 +867,13 @@ def _node_gaps(
     last = len(grid.points) - 1
     is_logs = need.backend is Backend.LOGS
     tolerance = policy.shipper_silence_minutes if is_logs else policy.node_gap_minutes
-    for node in sorted(set(fleet.first_seen) | set(by_node) | set(policy.absent_nodes)):
+    if need.own_nodes:
+        # Only the nodes that had it (today or in the days before): a node that never exported it is not blind here.
+        # A node known only from before (not in today's fleet) was deleted: not expected either.
+        nodes = set(by_node) | ({fleet.canonical(raw) for raw in seen.before_nodes} & set(fleet.first_seen))
+    else:
+        nodes = set(fleet.first_seen) | set(by_node) | set(policy.absent_nodes)
+    for node in sorted(nodes):
         first, until = fleet.first_seen.get(node, 0), fleet.deleted_after.get(node, last)
         # Buckets the whole source missed are said once, as the source's gap, not once per node. A node that was
         # heard whenever the source was (most of them) costs one set difference.

@@ -31,8 +31,10 @@ for those users (08-12 readiness spiral, the Recreate rollout). Other flagged 5x
 upstream's requests and two from 1 %: 08-16's 35 UC out of 200,580 (0.017 %) is the one-point day — rare enough to
 be a race, frequent enough to be a real misconfiguration (proxy idle timeout longer than the upstream keep-alive).
 
-No access-log line and no Istio series in the window: UNKNOWN (the gateway's logs are not where the policy says).
-A cluster without Envoy disables the check in the policy; it is then listed as disabled, never as OK.
+No access-log line and no Istio series in the window: UNKNOWN (the gateway's logs are not where the policy says, or
+no longer shipped). A cluster that had neither in the window nor in the 30 days before (``coverage.deployed_days``)
+has no Envoy or mesh to watch (ingress-nginx, or no ingress at all): the check is *not watched*, named once in a
+footer line and by ``digest doctor``, and costs nothing (`checks.coverage.unwatched`); ``enabled: false`` drops it.
 """
 
 from __future__ import annotations
@@ -240,8 +242,10 @@ class EnvoyFlagsCheck:
                 NAME,
                 "proxy answers not checked: no Envoy access log and no istio_requests_total in the window",
                 "no access-log lines or Istio series in the window",
-                hint="Is the gateway's access log shipped? Set envoy_flags.scope (or scope_filter) in the "
-                "policy to where it is, or disable the check on a cluster without Envoy.",
+                # A cluster that never had either is not here: its check is not watched (checks.coverage.unwatched).
+                hint="The gateway logged on earlier days: is its access log still shipped (the shipper's filters, "
+                "the gateway's access-log settings)? If it moved, set envoy_flags.scope (or scope_filter) in the "
+                "policy to where it is now.",
             )
         uc_upstreams = [
             name for name, upstream in upstreams.items() if any("UC" in _split(f) for f in upstream.flagged or {})

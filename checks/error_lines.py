@@ -109,13 +109,19 @@ _DAY_SECONDS = 86_400
 # name segment such as "cache" or "redis" from being taken for a hash.
 _SAFE = "[bcdfghjklmnpqrstvwxz2456789]"
 _DEPLOYMENT_POD = re.compile(rf"^(?P<workload>.+)-{_SAFE}{{6,10}}-{_SAFE}{{5}}$")
+# A CronJob's run: its Job is named after the schedule in minutes since the epoch (8 digits until 2160), its pod after
+# the Job: every run one workload, not one per minute.
+_CRONJOB_POD = re.compile(rf"^(?P<workload>.+)-\d{{8,10}}-{_SAFE}{{5}}$")
 _GENERATED_POD = re.compile(rf"^(?P<workload>.+)-{_SAFE}{{5}}$")
 _STATEFUL_POD = re.compile(r"^(?P<workload>.+)-\d+$")
 
 
 def workload_of(pod: str) -> str:
-    """The workload a pod belongs to: Deployment pods lose the ReplicaSet hash and suffix, others their suffix."""
-    for pattern in (_DEPLOYMENT_POD, _GENERATED_POD, _STATEFUL_POD):
+    """The workload a pod belongs to: a Deployment's pods, a CronJob's runs and the rest lose their generated parts.
+
+    A Deployment's pod its ReplicaSet hash and suffix, a CronJob's run its schedule and suffix, others their suffix.
+    """
+    for pattern in (_DEPLOYMENT_POD, _CRONJOB_POD, _GENERATED_POD, _STATEFUL_POD):
         match = pattern.match(pod)
         if match:
             return match.group("workload")
@@ -125,7 +131,7 @@ def workload_of(pod: str) -> str:
 def workload_pods(workload: str) -> str:
     """An RE2 regex (anchored by `Matches`) for the names of the pods `workload_of` maps to ``workload``."""
     name = re.escape(workload)
-    return rf"{name}-{_SAFE}{{6,10}}-{_SAFE}{{5}}|{name}-{_SAFE}{{5}}|{name}-\d+|{name}"
+    return rf"{name}-{_SAFE}{{6,10}}-{_SAFE}{{5}}|{name}-\d{{8,10}}-{_SAFE}{{5}}|{name}-{_SAFE}{{5}}|{name}-\d+|{name}"
 
 
 def signature_key(namespace: str, workload: str, shape: str) -> str:

@@ -60,11 +60,14 @@ from checks.presence import family_missing, kube_state_metrics_missing, kube_sta
 from checks.promql import (
     CONTAINER_LABELS,
     ContainerKey,
+    any_of,
     container_key,
+    container_matchers,
     counted_rise,
     entity_matchers,
     open_range,
     restart_steps,
+    step_read,
     with_matchers,
 )
 from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
@@ -91,6 +94,27 @@ INPUTS: tuple[Input, ...] = (
     ),
     Input(
         "series",
+        "kube_pod_container_status_terminated_reason",
+        "an OOM kill without a restart (a Job's, restartPolicy Never)",
+        required=False,
+        fix="kube-state-metrics' pod metrics",
+    ),
+    Input(
+        "series",
+        "kube_pod_info",
+        "when a killed pod was first seen, and its controller (Job, StatefulSet…)",
+        required=False,
+        fix="kube-state-metrics' pod metrics",
+    ),
+    Input(
+        "series",
+        "kube_pod_created",
+        "whether a killed pod was created in the window",
+        required=False,
+        fix="kube-state-metrics' pod metrics",
+    ),
+    Input(
+        "series",
         "node_vmstat_oom_kill",
         "the kernel's cross-check",
         required=False,
@@ -103,6 +127,7 @@ INPUTS: tuple[Input, ...] = (
 # What a reader graphs: on a day with kills, when each container's last termination became an OOM kill; on a day
 # without, each node's kernel counter, flat where nothing was killed (the containers' reasons would show old kills).
 _OOM_REASON = 'kube_pod_container_status_last_terminated_reason{reason="OOMKilled"}'
+_TERMINATED_OOM = 'kube_pod_container_status_terminated_reason{reason="OOMKilled"}'
 _LOOK = Look(metrics=f"max by (namespace, pod, container) ({_OOM_REASON})")
 _QUIET_LOOK = Look(metrics="max by (instance) (node_vmstat_oom_kill)")
 
@@ -132,7 +157,12 @@ class OomKillsCheck:
 
     def needs(self) -> tuple[Need, ...]:
         """The sources whose coverage this check's verdict depends on."""
-        return (coverage.kube_state_metrics(self.policy.ksm_job),)
+        # The kernel's counter on the nodes that export it: a node whose counter stopped is a hole in the count of
+        # kills kube-state-metrics cannot see (a child process killed), named rather than read as "no kill".
+        return (
+            coverage.kube_state_metrics(self.policy.ksm_job),
+            coverage.kernel_oom_counter(self.policy.node_exporter_job),
+        )
 
     def queries(self, window: Window, matchers: str | None = None) -> dict[str, str]:
         """The PromQL this check sends, by purpose; ``matchers`` narrow the per-minute subqueries (`restarted`)."""
@@ -166,6 +196,10 @@ class OomKillsCheck:
                 "max by (namespace, pod, container) (max_over_time(("
                 f"{by} ({terminated_at}) and on (namespace, pod, container) ({fresh_oom_filter}))[{steps}:1m]))"
             ),
+            # Containers whose *current* state was terminated by an OOM kill at some point of the window: a Job's
+            # container under restartPolicy Never is killed once and never restarts, so the restart counter and
+            # the last-terminated reason never move.
+            "terminated": f"{by} (max_over_time({_TERMINATED_OOM}[{window.promql_range()}]))",
             "node_kills": f"sum by (instance) ({counted_rise(node_oom_kills, window.seconds)})",
             # The nodes whose node_exporter answered but carried no kernel OOM counter: the cross-check is blind there.
             "kernel_blind": (
@@ -183,9 +217,11 @@ class OomKillsCheck:
         try:
             containers = await restarted_containers(sources, window)
             kills, kill_times = await self._kills(sources, window, containers)
+            terminated = await self._terminated(sources, window)
         except SourceError as exc:
             return unknown(NAME, "OOM kills not checked: the metrics backend did not answer", str(exc))
-        if not containers:
+        kills, kill_times = _merged(kills, kill_times, terminated)
+        if not containers and not terminated:
             absent = await family_missing(sources, window, NAME, "OOM kills", RESTARTS_TOTAL)
             if absent is not None:
                 return absent
@@ -227,6 +263,63 @@ class OomKillsCheck:
         )
         return kills, kill_times
 
+    async def _terminated(self, sources: Sources, window: Window) -> list[Terminated]:
+        """Containers OOM-killed in the window that did not restart (a Job's under restartPolicy Never).
+
+        kube-state-metrics shows such a container's current state as terminated, reason OOMKilled, for as long as
+        its pod object stays (a failed Job's pod stays until its TTL): the kill is the window's only if the pod was
+        seen before that state appeared, or was created in the window. A pod already terminated when the window (or
+        a fresh install of kube-state-metrics) began is history, not a kill of the day.
+        """
+        found = await sources.metrics.instant(self.queries(window)["terminated"], window.end)
+        keys = sorted({container_key(sample.labels) for sample in found if sample.value >= 1})
+        if not keys:
+            return []
+        matchers = container_matchers(keys)
+        pods = f'namespace=~"{any_of(key[0] for key in keys)}", pod=~"{any_of(key[1] for key in keys)}"'
+        steps = open_range(window.seconds)
+        by_pod = "max by (namespace, pod)"
+        oom_now = with_matchers(_TERMINATED_OOM, matchers)
+        info = with_matchers("kube_pod_info", pods)
+        first_oom, first_seen, created, kinds = await asyncio.gather(
+            # The first scrape that showed it killed: the sample's own timestamp, within a scrape of the kill.
+            sources.metrics.instant(
+                f"min by (namespace, pod, container) (min_over_time(timestamp({oom_now})[{steps}:1m]))", window.end
+            ),
+            sources.metrics.instant(
+                f"min_over_time(({by_pod} ({step_read(info, 60)}) * 0 + time())[{steps}:1m])", window.end
+            ),
+            sources.metrics.instant(
+                f"{by_pod} (last_over_time({with_matchers('kube_pod_created', pods)}[{window.promql_range()}]))",
+                window.end,
+            ),
+            sources.metrics.instant(
+                f"max by (namespace, pod, created_by_kind, created_by_name) "
+                f"(last_over_time({info}[{window.promql_range()}]))",
+                window.end,
+            ),
+        )
+        seen_from = {(one.labels.get("namespace", ""), one.labels.get("pod", "")): one.value for one in first_seen}
+        born = {(one.labels.get("namespace", ""), one.labels.get("pod", "")): one.value for one in created}
+        owner = {
+            (one.labels.get("namespace", ""), one.labels.get("pod", "")): (
+                one.labels.get("created_by_kind", ""),
+                one.labels.get("created_by_name", ""),
+            )
+            for one in kinds
+        }
+        start = window.start.timestamp()
+        out: list[Terminated] = []
+        for one in first_oom:
+            key = container_key(one.labels)
+            pod = key[:2]
+            # Seen running (or pending) for at least a step before it was seen killed, or created in the window.
+            before = seen_from.get(pod)
+            if (before is not None and one.value > before) or born.get(pod, 0.0) >= start:
+                kind, name = owner.get(pod, ("", ""))
+                out.append(Terminated(key=key, at=one.value, kind=kind, owner=name))
+        return out
+
     def _finding(
         self,
         window: Window,
@@ -238,11 +331,16 @@ class OomKillsCheck:
     ) -> Finding:
         start = window.start.timestamp()
         times = {container_key(sample.labels): sample.value for sample in kill_times if sample.value >= start}
+        # A kill without a restart has no termination time in kube-state-metrics: the first scrape that showed it,
+        # said as "by" that time rather than "at".
+        first_seen = {container_key(sample.labels) for sample in kill_times if sample.labels.get("first_seen")}
         counted = sorted(
             ((round(sample.value), container_key(sample.labels)) for sample in kills),
             reverse=True,
         )
         counted = [(count, key) for count, key in counted if count > 0]
+        # The owner of a container killed without a restart (a Job's): named, since its pod's name says little.
+        owned = {container_key(sample.labels): _owned(sample.labels) for sample in kills if sample.labels.get("kind")}
         container_kills = sum(count for count, _ in counted)
         kernel_kills = sum(round(sample.value) for sample in node_kills)
         offenders: list[Offender] = []
@@ -252,14 +350,20 @@ class OomKillsCheck:
             when = times.get(key)
             if when is not None:
                 labels["time"] = local_time(when, window)
+                if key in first_seen:
+                    labels["time_is"] = "first seen"
+            if key in owned:
+                labels["owned_by"] = owned[key]
             offenders.append(Offender(labels=labels, value=count, look=Look(metrics=_oom_reason(labels))))
         # The summary names the first container; the evidence lines name the others.
         for offender in offenders[1:]:
-            at = f" at {offender.labels['time']}" if "time" in offender.labels else ""
+            word = "by" if offender.labels.get("time_is") else "at"
+            at = f" {word} {offender.labels['time']}" if "time" in offender.labels else ""
             kills_word = "OOM kill" if offender.value == 1 else f"{fmt_int(offender.value)} OOM kills"
+            whose = f" ({offender.labels['owned_by']}, not restarted)" if "owned_by" in offender.labels else ""
             evidence.append(
                 f"then {offender.labels['namespace']}/{offender.labels['pod']}/{offender.labels['container']}: "
-                f"{kills_word}{at}"
+                f"{kills_word}{at}{whose}"
             )
 
         nodes = ", ".join(
@@ -289,10 +393,12 @@ class OomKillsCheck:
 
         if counted:
             count, key = counted[0]
-            at = f" at {local_time(times[key], window)}" if key in times else ""
+            word = "by" if key in first_seen else "at"
+            at = f" {word} {local_time(times[key], window)}" if key in times else ""
             times_word = "" if count == 1 else f" {fmt_int(count)} times"
             more = f" ({fmt_int(container_kills)} container kills in all)" if container_kills > count else ""
-            summary = f"{key[0]}/{key[1]}/{key[2]} OOM-killed{times_word}{at}{more}"
+            whose = f" ({owned[key]}, not restarted)" if key in owned else ""
+            summary = f"{key[0]}/{key[1]}/{key[2]} OOM-killed{times_word}{at}{whose}{more}"
         else:
             # "seen": a container terminated by it may be one kube-state-metrics did not see (a pod deleted between
             # two scrapes, a shard down), so the sentence claims only what was seen.
@@ -309,3 +415,40 @@ class OomKillsCheck:
             evidence=evidence,
             look=_LOOK,
         )
+
+
+@dataclass(frozen=True)
+class Terminated:
+    """A container OOM-killed in the window that did not restart: when it was first seen so, and its pod's owner."""
+
+    key: ContainerKey
+    at: float  # the first minute kube-state-metrics showed it terminated by the OOM killer (unix seconds)
+    kind: str  # the pod's controller kind (Job, StatefulSet…), "" for a bare pod
+    owner: str
+
+
+def _merged(
+    kills: Sequence[Sample], kill_times: Sequence[Sample], terminated: Sequence[Terminated]
+) -> tuple[list[Sample], list[Sample]]:
+    """The restart-counted kills and times with the terminated ones added, one count per container (the larger).
+
+    A container that restarts after an OOM kill may show the terminated state for a scrape before its restart: it is
+    the same kill, so a container's count is the larger of the two, never their sum.
+    """
+    counts = {container_key(sample.labels): sample for sample in kills}
+    times = {container_key(sample.labels): sample for sample in kill_times}
+    for one in terminated:
+        labels = dict(zip(CONTAINER_LABELS, one.key, strict=True))
+        if one.kind:
+            labels["kind"], labels["owner"] = one.kind, one.owner
+        if one.key not in counts or counts[one.key].value < 1:
+            counts[one.key] = Sample(labels=labels, value=1.0)
+        else:
+            counts[one.key] = Sample(labels={**counts[one.key].labels, **labels}, value=counts[one.key].value)
+        times.setdefault(one.key, Sample(labels={**labels, "first_seen": "true"}, value=one.at))
+    return list(counts.values()), list(times.values())
+
+
+def _owned(labels: Mapping[str, str]) -> str:
+    """``Job nightly-report`` (a CronJob's run: its Job), from the pod's controller kind and name."""
+    return f"{labels['kind']} {labels.get('owner', '')}".strip()

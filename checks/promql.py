@@ -144,8 +144,9 @@ def counted_rise(selector: str, range_seconds: int, by: str = "instance") -> str
     node-exporter DaemonSet rollout gives every series a new ``pod``) or monitoring starts (a fresh install at 09:00).
     VictoriaMetrics' ``increase()`` counts such a first value from zero when it is under ten times the next step (8
     OOM kills since boot, at noon, on every node), Prometheus' does not: the same day read two ways. This sums, minute
-    by minute, the rise since the series' previous value (looked for up to an hour back); a value with no previous
-    one adds nothing, a value below it (a reboot) adds itself. The same integer on both backends, no extrapolation.
+    by minute, the rise since the series' previous value (looked for as far back as the range, at least an hour: a
+    rise across a gap of any length inside the window is counted); a value with no previous one adds nothing, a value
+    below it (a reboot) adds itself. The same integer on both backends, no extrapolation.
 
     The counter is reduced to one series per ``by`` group (the node) before its rise is taken: an HA pair of
     scrapers writing every series twice, a few seconds apart, would otherwise count a kill twice whenever the copies
@@ -153,5 +154,9 @@ def counted_rise(selector: str, range_seconds: int, by: str = "instance") -> str
     """
     one = f"max by ({by})"
     now = f"{one} ({step_read(selector, 60)})"
-    rise = f"({now} - {one} (last_over_time({selector}[{_COUNTER_LOOK_BACK}] offset 1m)))"
+    # The previous value is looked for as far back as the window is long, not an hour: a series missing 10:00-16:00
+    # that comes back one higher rose across its gap, and that rise is a kill of the window (kernel counters are one
+    # series per node, so the longer look-back costs little).
+    back = max(range_seconds, 3600)
+    rise = f"({now} - {one} (last_over_time({selector}[{back}s] offset 1m)))"
     return f"sum_over_time((({rise} >= 0) or ({now} and ({rise} < 0)))[{open_range(range_seconds)}:1m])"

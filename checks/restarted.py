@@ -21,17 +21,19 @@ from checks.contract import Sources, Window
 from checks.promql import MAX_NARROWED, ContainerKey, container_key, container_matchers
 
 RESTARTS_TOTAL = "kube_pod_container_status_restarts_total"
+# Init containers have a counter of their own: a pod stuck in Init:CrashLoopBackOff never moves the one above.
+INIT_RESTARTS_TOTAL = "kube_pod_init_container_status_restarts_total"
 _MARGIN_SECONDS = 15 * 60
 
 
-def restarted_query(window: Window) -> str:
-    """Containers whose restart counter changed in (or just before) the window."""
-    return f"max by (namespace, pod, container) (changes({RESTARTS_TOTAL}[{window.seconds + _MARGIN_SECONDS}s])) > 0"
+def restarted_query(window: Window, counter: str = RESTARTS_TOTAL) -> str:
+    """Containers whose restart ``counter`` changed in (or just before) the window."""
+    return f"max by (namespace, pod, container) (changes({counter}[{window.seconds + _MARGIN_SECONDS}s])) > 0"
 
 
-async def restarted_containers(sources: Sources, window: Window) -> list[ContainerKey]:
+async def restarted_containers(sources: Sources, window: Window, counter: str = RESTARTS_TOTAL) -> list[ContainerKey]:
     """The containers to narrow the restart subqueries to; raises `SourceError` like any query."""
-    rows = await sources.metrics.instant(restarted_query(window), window.end)
+    rows = await sources.metrics.instant(restarted_query(window, counter), window.end)
     return sorted({container_key(sample.labels) for sample in rows})
 
 

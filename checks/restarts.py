@@ -70,17 +70,25 @@ from checks.contract import (
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
 from checks.promql import (
     CONTAINER_LABELS,
+    ContainerKey,
     container_key,
     counted_increase,
     open_range,
     restart_steps,
     with_matchers,
 )
-from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
+from checks.restarted import (
+    INIT_RESTARTS_TOTAL,
+    RESTARTS_TOTAL,
+    narrowing,
+    restarted_containers,
+    restarted_query,
+)
 
 NAME = "restarts"
 # Where a reader sees one offender: its own series over the window (`checks.contract.Look`).
 _LOOK = "max by (namespace, pod, container) (kube_pod_container_status_restarts_total{})"
+_INIT_LOOK = "max by (namespace, pod, container) (kube_pod_init_container_status_restarts_total{})"
 _LOOK_KEYS = ("namespace", "pod", "container")
 
 # What this check reads, for `digest doctor` (the queries below are what it sends).
@@ -91,6 +99,20 @@ INPUTS: tuple[Input, ...] = (
         "series",
         "kube_pod_container_status_last_terminated_reason",
         "why they restarted",
+        required=False,
+        fix="kube-state-metrics' pod metrics",
+    ),
+    Input(
+        "series",
+        "kube_pod_init_container_status_restarts_total",
+        "init containers' restarts (Init:CrashLoopBackOff)",
+        required=False,
+        fix="kube-state-metrics' pod metrics",
+    ),
+    Input(
+        "series",
+        "kube_pod_init_container_status_last_terminated_reason",
+        "why init containers restarted",
         required=False,
         fix="kube-state-metrics' pod metrics",
     ),
@@ -135,13 +157,15 @@ class RestartsCheck:
         """The sources whose coverage this check's verdict depends on."""
         return (coverage.kube_state_metrics(self.policy.ksm_job),)
 
-    def queries(self, window: Window, matchers: str | None = None) -> dict[str, str]:
-        """The PromQL this check sends, by purpose; ``matchers`` narrow the per-minute subqueries (`restarted`)."""
+    def queries(self, window: Window, matchers: str | None = None, init: bool = False) -> dict[str, str]:
+        """The PromQL this check sends, by purpose; ``matchers`` narrow the per-minute subqueries (`restarted`).
+
+        ``init``: the same questions of the init containers' own families (``kube_pod_init_container_status_*``).
+        """
         steps = open_range(window.seconds)  # (start, end]: not the previous day's last minute
-        restarts = with_matchers(RESTARTS_TOTAL, matchers or "")
-        reason_selector = with_matchers(
-            'kube_pod_container_status_last_terminated_reason{reason=~".+"}', matchers or ""
-        )
+        family = "kube_pod_init_container_status" if init else "kube_pod_container_status"
+        restarts = with_matchers(INIT_RESTARTS_TOTAL if init else RESTARTS_TOTAL, matchers or "")
+        reason_selector = with_matchers(f'{family}_last_terminated_reason{{reason=~".+"}}', matchers or "")
         # `max by` on every side: two kube-state-metrics replicas scraped side by side must neither double the
         # count nor make the join many-to-many.
         by = "max by (namespace, pod, container)"
@@ -152,7 +176,7 @@ class RestartsCheck:
         )
         return {
             "ksm_up": kube_state_metrics_up_query(self.policy.ksm_job, window),
-            "restarted": restarted_query(window),
+            "restarted": restarted_query(window, INIT_RESTARTS_TOTAL if init else RESTARTS_TOTAL),
             "restarts": f"sum by (namespace, pod, container) (sum_over_time({step}[{steps}:1m])) > 0",
             "reasons": (
                 "sum by (namespace, pod, container, reason) (sum_over_time(("
@@ -169,24 +193,29 @@ class RestartsCheck:
         if missing is not None:
             return missing
         try:
-            (restarts, reasons), probes = await asyncio.gather(
+            (restarts, reasons), (init_restarts, init_reasons), probes = await asyncio.gather(
                 self._restarts(sources, window),
+                self._restarts(sources, window, init=True),
                 sources.metrics.instant(queries["probes"], window.end),
             )
         except SourceError as exc:
             return unknown(NAME, "restarts not checked: the metrics backend did not answer", str(exc))
-        if not restarts:
+        if not restarts and not init_restarts:
             absent = await family_missing(sources, window, NAME, "restarts", RESTARTS_TOTAL)
             if absent is not None:
                 return absent
-        return self._finding(restarts, reasons, probes)
+        # A pod's init and app containers never share a name (the API refuses it): one key space, the init ones marked.
+        init = {container_key(sample.labels) for sample in init_restarts}
+        return self._finding([*restarts, *init_restarts], [*reasons, *init_reasons], probes, init)
 
-    async def _restarts(self, sources: Sources, window: Window) -> tuple[list[Sample], list[Sample]]:
+    async def _restarts(
+        self, sources: Sources, window: Window, init: bool = False
+    ) -> tuple[list[Sample], list[Sample]]:
         """Restarts and their reasons, asked only about the containers whose counter changed."""
-        containers = await restarted_containers(sources, window)
+        containers = await restarted_containers(sources, window, INIT_RESTARTS_TOTAL if init else RESTARTS_TOTAL)
         if not containers:
             return [], []
-        queries = self.queries(window, narrowing(containers))
+        queries = self.queries(window, narrowing(containers), init)
         restarts, reasons = await asyncio.gather(
             sources.metrics.instant(queries["restarts"], window.end),
             sources.metrics.instant(queries["reasons"], window.end),
@@ -198,6 +227,7 @@ class RestartsCheck:
         restarts: Sequence[Sample],
         reasons: Sequence[Sample],
         probes: Sequence[Sample],
+        init: frozenset[ContainerKey] | set[ContainerKey] = frozenset(),
     ) -> Finding:
         policy = self.policy
         containers: dict[tuple[str, str, str], _Container] = defaultdict(_Container)
@@ -221,7 +251,11 @@ class RestartsCheck:
         status, penalty = grade(level, policy.warn_penalty, policy.crit_penalty)
         offenders = [
             Offender(
-                labels={**dict(zip(CONTAINER_LABELS, key, strict=True)), "reasons": _reasons(containers[key])},
+                labels={
+                    **dict(zip(CONTAINER_LABELS, key, strict=True)),
+                    "reasons": _reasons(containers[key]),
+                    **({"init": "true"} if key in init else {}),
+                },
                 value=containers[key].restarts,
                 facts={
                     "restarts": Quantity(containers[key].restarts, Unit.COUNT),
@@ -270,7 +304,10 @@ class RestartsCheck:
             penalty=penalty,
             value=total_restarts,
             summary=summary,
-            offenders=[replace(one, look=metrics_look(_LOOK, one.labels, _LOOK_KEYS)) for one in offenders],
+            offenders=[
+                replace(one, look=metrics_look(_INIT_LOOK if "init" in one.labels else _LOOK, one.labels, _LOOK_KEYS))
+                for one in offenders
+            ],
             hint="For each restart reason: OOMKilled → compare the working set with the limit (memory_pressure); "
             "Error → the container's last logs (kubectl logs --previous) and its liveness probe.",
             evidence=evidence,
@@ -291,6 +328,9 @@ def _describe(offender: Offender) -> str:
     labels = offender.labels
     restarts = round(offender.value)
     word = "restart" if restarts == 1 else "restarts"
+    # An init container that crashes keeps its pod Pending (Init:CrashLoopBackOff): no app container ever starts.
+    init = " (init container)" if labels.get("init") else ""
     return (
-        f"{labels['namespace']}/{labels['pod']}/{labels['container']}: {fmt_int(restarts)} {word} ({labels['reasons']})"
+        f"{labels['namespace']}/{labels['pod']}/{labels['container']}{init}: {fmt_int(restarts)} {word} "
+        f"({labels['reasons']})"
     )

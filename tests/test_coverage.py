@@ -762,18 +762,20 @@ async def test_an_ha_pair_reads_like_one_scraper(variants: EmbeddedBackends) -> 
     assert (paired["status"], paired["score"]) == (single["status"], single["score"])
 
 
-async def test_a_rule_evaluator_never_deployed_is_said_once_and_keeps_the_day_ok(variants: EmbeddedBackends) -> None:
-    """No rule evaluator now nor in the 30 days before: alerts "never seen", the calm day still OK 10/10."""
+async def test_a_rule_evaluator_never_deployed_is_not_watched_and_keeps_the_day_ok(variants: EmbeddedBackends) -> None:
+    """No rule evaluator now nor in the 30 days before: alerts not watched, said once, the calm day still OK 10/10."""
     payload = await _digest(variants, VARIANTS["no_evaluator"].at)
     assert (payload["status"], payload["score"]) == ("OK", 10)
     assert "not seen" not in str(payload["headline"])
-    alerts = _check(payload, "alerts")
-    assert alerts["status"] == "UNKNOWN"
-    assert alerts["coverage"]["never_seen"] == ["rule evaluator"]  # type: ignore[index]
+    assert "alerts" not in [item["name"] for item in payload["checks"]]  # type: ignore[union-attr]
+    assert payload["unwatched"] == [
+        {"name": "alerts", "never_seen": ["rule evaluator"], "days": 30, "silence": "alerts.enabled"}
+    ]
     digest = await make_digest(_config(variants), day_window(VARIANTS["no_evaluator"].at, ZoneInfo("UTC")))
     text = Renderer().render(digest, "text")
-    assert "alerts not checked · never seen: rule evaluator" in text
-    assert "alerts.enabled: false" in text
+    assert "Not watched here: alerts (no rule evaluator in 30 days) · alerts.enabled: false in the policy" in text
+    assert "could not be checked" not in text
+    assert "not checked" not in text
 
 
 async def test_a_rule_evaluator_seen_before_and_missing_today_is_a_blind_spot(variants: EmbeddedBackends) -> None:

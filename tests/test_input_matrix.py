@@ -47,7 +47,7 @@ from testbed.embedded import EmbeddedBackends, loaded_backends
 from testbed.snapshots import binary_identity, snapshot_key
 from tests.test_coverage import VARIANTS as FLEET_VARIANTS
 from tests.test_coverage import load_copies, wait_for_copies
-from tests.test_coverage_ablations import Ablation, Copy, _keep_line, _keep_series
+from tests.test_coverage_ablations import Ablation, Copy, _cut, _keep_line, _keep_series
 
 CALM = date(2026, 7, 19)
 RACE = date(2026, 8, 16)  # seed 004: 35 × UC on shop/api, the day with flagged 5xx in the access log
@@ -84,6 +84,15 @@ def _family_gone_on_node(metric: str) -> Callable[[Series, int, str], Series | N
     return series
 
 
+def _family_stops_on_node(metric: str, hour: int) -> Callable[[Series, int, str], Series | None]:
+    def series(one: Series, start: int, _node: str) -> Series | None:
+        if one.labels["__name__"] != metric or not _on_node(one):
+            return one
+        return _cut(one, (start + hour * 3600) * 1000)
+
+    return series
+
+
 def _second_target_down(job: str) -> Callable[[Series, int, str], Sequence[Series] | Series | None]:
     """A second target of ``job`` (a shard, an HA peer), up until 06:00 and down after."""
     pattern = re.compile(job)
@@ -115,6 +124,16 @@ def _route_unflagged(line: bytes, _clock: str, _node: str) -> bool | bytes:
 
 def _case(need: Need, checks: tuple[str, ...]) -> Case:
     """How one entity loses ``need``: generated from what kind of input it is."""
+    if need.backend is Backend.METRICS and need.per_node and need.own_nodes:
+        # An input expected only where it was (the kernel OOM counter): one node's series stops mid-window.
+        name = f"{_metric(need)} stops on node {NODE} at 10:00"
+        return Case(
+            need,
+            checks,
+            f"node {NODE}",
+            CALM,
+            Ablation(name, _family_stops_on_node(_metric(need), 10), _keep_line, _no),
+        )
     if need.backend is Backend.METRICS and need.per_node:
         name = f"{_metric(need)} gone on node {NODE}"
         return Case(

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any, TextIO
 
 from checks import registry
-from checks.contract import Finding, Input, SourceError, Sources, Status, Window, fmt_duration
+from checks.contract import Finding, Input, SourceError, Sources, Status, Unwatched, Window, fmt_duration
 from checks.coverage import PARTIAL
 from checks.log_questions import EVERY_LINE, ROLES, Empty, Filter, Json, LineCount, LogField, Not
 from digest import __version__
@@ -213,6 +213,9 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
     window = last_window(timedelta(hours=24), now, settings.zone)
     digest = await make_digest(config, window)
     checks = [_check_report(digest, finding) for finding in digest.findings]
+    # A check with nothing to watch on this cluster (no Envoy, no rule evaluator) is not blind: it is said, with the
+    # key that drops the line, and does not make the doctor fail.
+    checks.extend(_unwatched_report(config.policy, one) for one in digest.unwatched)
     inputs = await _inputs(config, window, [check["name"] for check in checks], urls[0].fine(), urls[1].fine())
     for check in checks:
         check["inputs"] = inputs.get(check["name"], [])
@@ -227,7 +230,7 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
         {seen for finding in digest.findings if finding.coverage for seen in finding.coverage.never_seen}
     )
     records = await _records(config, tls, window, digest) if urls[0].fine() else None
-    graded_blind = [check for check in checks if check["graded"] and not check["runs"]]
+    graded_blind = [check for check in checks if check["graded"] and not check["runs"] and check["watched"]]
     healthy = all(report.fine() for report in urls) and all(r.fine() for r in scopes) and not graded_blind
     if fmt == "json":
         payload = {
@@ -271,10 +274,10 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
         lines.extend(f"  {report.line()}" for report in scopes)
     lines.extend(["", f"Checks, on the 24 h to {window.label.split(' to ', 1)[-1]} ({settings.timezone}):"])
     for check in checks:
-        mark = "✓" if check["runs"] else "✗" if check["graded"] else "–"
+        mark = "✓" if check["runs"] else "○" if not check["watched"] else "✗" if check["graded"] else "–"
         role = "graded" if check["graded"] else "diagnostic"
         lines.append(f"  {mark} {check['name']} ({role}): {check['said']}")
-        if not check["runs"] and check["hint"]:
+        if not check["runs"] and check["watched"] and check["hint"]:
             lines.append(f"      → {check['hint']}")
         lines.extend(f"      {_input_line(one)}" for one in check["inputs"])
     if digest.disabled:
@@ -367,6 +370,22 @@ def _check_report(digest: Digest, finding: Finding) -> dict[str, Any]:
         "hint": finding.hint or "",
         "observed": list(finding.observed),
         "unobserved": list(finding.unobserved),
+        "watched": True,
+    }
+
+
+def _unwatched_report(policy: Policy, one: Unwatched) -> dict[str, Any]:
+    """A check this cluster gives nothing to watch, as the doctor lists it."""
+    return {
+        "name": one.name,
+        "graded": policy.graded(one.name),
+        "runs": False,
+        "said": f"not watched: no {' or '.join(one.sources)} in the last {one.days} days; "
+        f"{one.name}.enabled: false in the policy drops this line",
+        "hint": "",
+        "observed": [],
+        "unobserved": list(one.sources),
+        "watched": False,
     }
 
 

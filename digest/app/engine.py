@@ -139,7 +139,7 @@ async def _digest(config: Config, window: Window, deadline: float, sources: Sour
         past = await previous_digests(cluster, window, sources, policy, deadline, history)
     # A namespace or a route that logged every earlier day and fell silent today is unseen, not quiet.
     collected = await judge_silent_logs(await today, past, checks, sources, window, policy)
-    digest = grade(cluster, window, collected.findings, collected.disabled, policy)
+    digest = grade(cluster, window, collected.findings, collected.disabled, policy, collected.unwatched)
     novelty = await _novelty(policy, sources, window, digest, past, history, deadline)
     digest = replace(digest, trends=trend_lines(digest, past, policy), novelty=novelty, complete=collected.complete)
     if history is not None:

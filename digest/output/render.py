@@ -237,6 +237,7 @@ def _context(digest: Digest, links: LinkMaker | None = None) -> dict[str, Any]:
         "healthy": [_line(finding, digest, links) for finding in digest.healthy],
         "unknown": [_line(finding, digest) for finding in digest.unknown],
         "disabled": list(digest.disabled),
+        "unwatched": unwatched_line(digest),
         "hints": [(finding.name, finding.hint) for finding in (*deductions, *digest.unknown) if finding.hint],
         "explanations": [explanation.text for explanation in digest.explanations],
         "trends": list(digest.trends),
@@ -251,6 +252,19 @@ def _context(digest: Digest, links: LinkMaker | None = None) -> dict[str, Any]:
         "gone": _gone(digest),
         "compared": _compared(digest),
     }
+
+
+def unwatched_line(digest: Digest) -> str:
+    """The one quiet line on what this cluster gives nothing to watch, with the key that drops it; "" when nothing.
+
+    ``Not watched here: envoy_flags (no access logs or Istio metrics in 30 days), alerts (no rule evaluator in 30
+    days) · envoy_flags.enabled: false in the policy drops it``
+    """
+    if not digest.unwatched:
+        return ""
+    named = ", ".join(f"{one.name} (no {' or '.join(one.sources)} in {one.days} days)" for one in digest.unwatched)
+    keys = ", ".join(f"{one.name}.enabled: false" for one in digest.unwatched)
+    return f"Not watched here: {named} · {keys} in the policy drops it"
 
 
 def _compared(digest: Digest) -> str:
@@ -574,6 +588,11 @@ def to_json(digest: Digest) -> dict[str, Any]:
         "trends": list(digest.trends),
         "novelty": novelty_json(digest),
         "disabled": list(digest.disabled),
+        # Checks this cluster gives nothing to watch: every source a component never seen (not graded, not blind).
+        "unwatched": [
+            {"name": one.name, "never_seen": list(one.sources), "days": one.days, "silence": f"{one.name}.enabled"}
+            for one in digest.unwatched
+        ],
         "caps": [
             {"checks": list(cap.checks), "max_penalty": cap.max_penalty, "raw_penalty": cap.raw_penalty}
             for cap in digest.caps

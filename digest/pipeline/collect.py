@@ -26,6 +26,8 @@ from checks.contract import (
     SourceError,
     SourceErrorKind,
     Sources,
+    Status,
+    Unwatched,
     Window,
     unknown,
 )
@@ -61,6 +63,9 @@ class Collected:
     findings: tuple[Finding, ...]
     disabled: tuple[str, ...]
     complete: bool = True
+    # Checks whose every source is a component this cluster never had (no Envoy, no rule evaluator): not among the
+    # findings, not graded, named once (`checks.coverage.unwatched`).
+    unwatched: tuple[Unwatched, ...] = ()
 
 
 @dataclass
@@ -233,6 +238,7 @@ async def collect(
         if counted is not None:
             findings[index] = replace(findings[index], counted_from=counted)
     partial = False
+    unwatched: list[Unwatched] = []
     if measuring is not None:
         report = await measuring
         for index, check in enumerate(checks):
@@ -243,5 +249,23 @@ async def collect(
             )
             findings[index] = coverage.apply(findings[index], seen, window)
             partial = partial or seen.partial
+            never = (
+                coverage.unwatched(report, check.name, check.needs(), policy.coverage)
+                if isinstance(report, coverage.Report)
+                else None
+            )
+            # Only a check that found nothing: one that did (a penalty, a WARN) saw something after all.
+            if never is not None and findings[index].penalty == 0 and findings[index].status in _NOTHING_FOUND:
+                unwatched.append(never)
+    left_out = {one.name for one in unwatched}
     disabled = tuple(name for name in CHECK_ORDER if not policy.enabled(name))
-    return Collected(findings=tuple(findings), disabled=disabled, complete=not failures.seen and not partial)
+    return Collected(
+        findings=tuple(finding for finding in findings if finding.name not in left_out),
+        disabled=disabled,
+        complete=not failures.seen and not partial,
+        unwatched=tuple(unwatched),
+    )
+
+
+# What a check with nothing to watch answers: nothing (OK) or that it had nothing to read (UNKNOWN).
+_NOTHING_FOUND = (Status.OK, Status.UNKNOWN)

@@ -3,7 +3,9 @@
 The status follows the score (10 OK, 9 WARNING, 8 and below CRITICAL by default), with one law on top: when any
 graded check is UNKNOWN, or any check (graded or diagnostic) saw only part of the window or of the fleet, the digest
 is never OK — it says UNKNOWN when nothing else is wrong, and the headline names what could not be checked or seen.
-A disabled check is listed as disabled, never counted as OK.
+A disabled check is listed as disabled, never counted as OK. A check with nothing to watch on this cluster (its every
+source a component never seen here: no Envoy, no rule evaluator) is *not watched*: neither graded nor UNKNOWN, named
+once in a footer line.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from checks.contract import Finding, Status, Window
+from checks.contract import Finding, Status, Unwatched, Window
 from digest.pipeline.explain import Explanation, explain
 from digest.pipeline.novelty import Novelty
 from digest.pipeline.policy import Policy
@@ -56,6 +58,8 @@ class Digest:
     # Every query answered, every check finished and saw the whole window and fleet (`Collected.complete`): the
     # digest may be kept as the window's final word (the week's day results).
     complete: bool = False
+    # Checks this cluster gives nothing to watch (`checks.coverage.unwatched`): not graded, not blind, said once.
+    unwatched: tuple[Unwatched, ...] = ()
 
     def is_graded(self, finding: Finding) -> bool:
         """Whether ``finding`` comes from a check that can cost points (and so gates the grade)."""
@@ -119,8 +123,15 @@ def apply_caps(findings: Sequence[Finding], policy: Policy) -> tuple[dict[str, i
     return applied, tuple(caps)
 
 
-def grade(cluster: str, window: Window, findings: Sequence[Finding], disabled: Sequence[str], policy: Policy) -> Digest:
-    """Score the findings under the policy."""
+def grade(
+    cluster: str,
+    window: Window,
+    findings: Sequence[Finding],
+    disabled: Sequence[str],
+    policy: Policy,
+    unwatched: Sequence[Unwatched] = (),
+) -> Digest:
+    """Score the findings under the policy (the checks in ``unwatched`` are not among them: nothing to grade)."""
     applied, caps = apply_caps(findings, policy)
     rules = policy.grade
     score = max(0, rules.max_score - sum(applied.values()))
@@ -155,4 +166,5 @@ def grade(cluster: str, window: Window, findings: Sequence[Finding], disabled: S
         status=status,
         graded_names=frozenset(finding.name for finding in graded),
         explanations=explain(findings),
+        unwatched=tuple(unwatched),
     )

@@ -260,6 +260,7 @@ def graded_only(collected: Collected, policy: Policy) -> Collected:
         findings=tuple(finding for finding in collected.findings if policy.graded(finding.name)),
         disabled=collected.disabled,
         complete=collected.complete,
+        unwatched=collected.unwatched,
     )
 
 

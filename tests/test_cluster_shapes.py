@@ -1,0 +1,536 @@
+"""Cluster shapes: the calm day rebuilt as clusters other than the homelab, each with what it has and what it lacks.
+
+The corpus is one cluster shape (Deployments, Envoy Gateway, a rule evaluator, the kernel's OOM counter on every
+node). Real clusters are other shapes, and the digest must learn from the data which one it reads: never UNKNOWN
+every day about what a cluster never had, never OK over what it has and lost. Each shape here is generated from the
+calm day (2026-07-19, scaled), loaded into real VictoriaMetrics + VictoriaLogs at a date of its own, 40 days apart so
+that no shape's 30-day look-back (``coverage.deployed_days``) sees another's data; a shape that *lost* something has
+the full calm day loaded the day before it:
+
+* **ingress-nginx**: no Envoy Gateway (its pods and access log replaced by an ingress-nginx controller's plain
+  access lines), no Istio, no rule evaluator. Calm: ``OK 10/10``, with envoy_flags and alerts *not watched*, said
+  once in a footer line.
+* **Envoy gone / rule evaluator gone**: the same components present the day before and missing today: never OK.
+* **A Job OOM-killed without a restart** (``restartPolicy: Never``; the pod Failed), on nodes without the kernel's
+  ``node_vmstat_oom_kill`` and on nodes with it: WARNING 9, the pod named with its Job, and no "no container
+  termination seen" when the kernel saw it too.
+* **The kernel counter stops** on one node at 10:00 while node_exporter answers (a kill after it would go
+  unseen): never OK, the node and span named; **missing 10:00–16:00 and back one higher**: the kill is counted.
+* **Jobs every minute** (a CronJob's runs, each a fresh pod that completes): calm, OK 10/10, nothing invented.
+* **A StatefulSet pod stuck in Init:CrashLoopBackOff** all day: ``OK 10/10 · 1 to look at``, the workload named.
+
+Each case says what the digest must say; the test prints every headline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from digest.app.engine import Config, make_digest
+from digest.app.settings import load_settings
+from digest.output.render import Renderer, to_json
+from digest.pipeline.policy import Policy, TrendsPolicy
+from digest.pipeline.window import day_window
+from testbed.corpus.model import Series
+from testbed.corpus.series import KSM
+from testbed.embedded import EmbeddedBackends, loaded_backends
+from testbed.snapshots import binary_identity, snapshot_key
+from tests.test_coverage import load_copies, wait_for_copies
+from tests.test_coverage_ablations import Ablation, Copy, _cut, _keep_line, _keep_series
+
+CALM = date(2026, 7, 19)
+FIRST = date(2019, 1, 1)
+# Farther apart than the 30 days a source is looked for before it is called never deployed.
+SPACING_DAYS = 40
+HOUR_MS = 3_600_000
+
+# Series and lines ----------------------------------------------------------------------------------------------
+
+SeriesFn = Callable[[Series, int, str], Series | Sequence[Series] | None]
+LineFn = Callable[[bytes, str, str], bool | bytes]
+
+
+def _name(one: Series) -> str:
+    return str(one.labels["__name__"])
+
+
+def _is_ksm_up(one: Series) -> bool:
+    return _name(one) == "up" and one.labels.get("job") == KSM["job"]
+
+
+def _node_of(one: Series) -> str:
+    return str(one.labels.get("instance", "")).split(":", 1)[0]
+
+
+def _make(name: str, labels: dict[str, str], points: Sequence[tuple[int, float]]) -> Series:
+    return Series({"__name__": name, **labels}, [t for t, _ in points], [v for _, v in points])
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A pod of a controller other than a Deployment, as kube-state-metrics exposes it (times: ms from the day)."""
+
+    namespace: str
+    name: str
+    kind: str  # created_by_kind: Job, StatefulSet, DaemonSet
+    owner: str
+    node: str
+    container: str
+    created_h: float  # hours into the day
+    ends_h: float | None = None  # the pod object gone (a completed Job's pod cleaned up)
+    init: bool = False  # the container is an init container
+
+
+def _ksm_pod(pod: Pod, grid: Sequence[int], day_ms: int) -> list[Series]:
+    """kube_pod_info, kube_pod_created, kube_pod_owner and phase series of ``pod`` on the scrape ``grid``."""
+    created = day_ms + int(pod.created_h * HOUR_MS)
+    ends = day_ms + int(pod.ends_h * HOUR_MS) if pod.ends_h is not None else None
+    times = [t for t in grid if t >= created and (ends is None or t < ends)]
+    ident = {**KSM, "namespace": pod.namespace, "pod": pod.name, "uid": f"uid-{pod.name}"}
+    return [
+        _make(
+            "kube_pod_info",
+            {**ident, "node": pod.node, "created_by_kind": pod.kind, "created_by_name": pod.owner},
+            [(t, 1.0) for t in times],
+        ),
+        _make("kube_pod_created", ident, [(t, created / 1000) for t in times]),
+        _make(
+            "kube_pod_owner",
+            {**ident, "owner_kind": pod.kind, "owner_name": pod.owner, "owner_is_controller": "true"},
+            [(t, 1.0) for t in times],
+        ),
+    ]
+
+
+def _phase(pod: Pod, grid: Sequence[int], day_ms: int, phase_at: Callable[[int], str]) -> list[Series]:
+    created = day_ms + int(pod.created_h * HOUR_MS)
+    ends = day_ms + int(pod.ends_h * HOUR_MS) if pod.ends_h is not None else None
+    times = [t for t in grid if t >= created and (ends is None or t < ends)]
+    ident = {**KSM, "namespace": pod.namespace, "pod": pod.name, "uid": f"uid-{pod.name}"}
+    return [
+        _make("kube_pod_status_phase", {**ident, "phase": phase}, [(t, float(phase_at(t) == phase)) for t in times])
+        for phase in ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+    ]
+
+
+def job_oom_killed(kernel: bool) -> SeriesFn:
+    """A CronJob's run OOM-killed at 14:00 under restartPolicy Never; the node's kernel counter counts it or is absent.
+
+    kube-state-metrics shows the container running, then terminated with reason OOMKilled and the pod Failed, its
+    restart counter at 0 throughout: the last-terminated reason (which needs a restart) never appears.
+    """
+    pod = Pod("batch", "nightly-report-29180520-x7k2p", "Job", "nightly-report-29180520", "pi5-2", "report", 13 + 5 / 6)
+
+    def series(one: Series, start: int, _node: str) -> Series | Sequence[Series] | None:
+        day_ms = start * 1000
+        killed = day_ms + 14 * HOUR_MS + 10_000  # seen a scrape after the kill
+        if _name(one) == "node_vmstat_oom_kill":
+            if not kernel:
+                return None  # a node_exporter without the vmstat collector: no node has the counter
+            if _node_of(one) != pod.node:
+                return one
+            values = [v + (1.0 if t >= killed else 0.0) for t, v in zip(one.timestamps_ms, one.values, strict=True)]
+            return Series(one.labels, one.timestamps_ms, values)
+        if not _is_ksm_up(one):
+            return one
+        grid = one.timestamps_ms
+        made = [one, *_ksm_pod(pod, grid, day_ms)]
+        made += _phase(pod, grid, day_ms, lambda t: "Failed" if t >= killed else "Running")
+        created = day_ms + int(pod.created_h * HOUR_MS)
+        times = [t for t in grid if t >= created]
+        container = {
+            **KSM,
+            "namespace": pod.namespace,
+            "pod": pod.name,
+            "uid": f"uid-{pod.name}",
+            "container": pod.container,
+        }
+        made += [
+            _make("kube_pod_container_status_restarts_total", container, [(t, 0.0) for t in times]),
+            _make("kube_pod_container_status_running", container, [(t, float(t < killed)) for t in times]),
+            _make("kube_pod_container_status_terminated", container, [(t, float(t >= killed)) for t in times]),
+            _make(
+                "kube_pod_container_status_terminated_reason",
+                {**container, "reason": "OOMKilled"},
+                [(t, 1.0) for t in times if t >= killed],
+            ),
+            _make(
+                "kube_pod_container_resource_limits",
+                {**container, "node": pod.node, "resource": "memory", "unit": "byte"},
+                [(t, 256.0 * 2**20) for t in times],
+            ),
+        ]
+        return made
+
+    return series
+
+
+def kernel_counter_cut(node: str, stop_h: int, back_h: int | None, rise: float) -> SeriesFn:
+    """``node``'s node_vmstat_oom_kill missing from ``stop_h`` (to ``back_h``), ``rise`` higher when it comes back."""
+
+    def series(one: Series, start: int, _node: str) -> Series | None:
+        if _name(one) != "node_vmstat_oom_kill" or _node_of(one) != node:
+            return one
+        stop = (start + stop_h * 3600) * 1000
+        if back_h is None:
+            return _cut(one, stop)
+        back = (start + back_h * 3600) * 1000
+        kept = _cut(one, stop, back)
+        assert kept is not None
+        values = [v + (rise if t >= back else 0.0) for t, v in zip(kept.timestamps_ms, kept.values, strict=True)]
+        return Series(kept.labels, kept.timestamps_ms, values)
+
+    return series
+
+
+_ENVOY_NAMESPACE = "envoy-gateway-system"
+_EVALUATOR = re.compile(r"vmalert|prometheus")
+
+
+def no_gateway_mesh_or_evaluator(one: Series, _start: int, _node: str) -> Series | None:
+    """Series of a cluster without Envoy Gateway and without a rule evaluator (its ``up`` and ALERTS gone)."""
+    if one.labels.get("namespace") == _ENVOY_NAMESPACE:
+        return None
+    if _name(one) == "up" and _EVALUATOR.search(str(one.labels.get("job", ""))):
+        return None
+    if _name(one).startswith("ALERTS"):
+        return None
+    return one
+
+
+def no_evaluator(one: Series, _start: int, _node: str) -> Series | None:
+    """The rule evaluator's ``up`` and ALERTS gone (it was uninstalled, or its scrape job dropped)."""
+    if _name(one) == "up" and _EVALUATOR.search(str(one.labels.get("job", ""))):
+        return None
+    return None if _name(one).startswith("ALERTS") else one
+
+
+_NGINX_POD = "ingress-nginx-controller-7d9f8c6b5d-q2w4x"
+
+
+def ingress_nginx_lines(line: bytes, _clock: str, _node: str) -> bool | bytes:
+    """The gateway's access log as an ingress-nginx controller writes it (plain text, no JSON, no flags)."""
+    if f'"pod_namespace":"{_ENVOY_NAMESPACE}"'.encode() not in line:
+        return True
+    record = json.loads(line)
+    if record["kubernetes"]["container_name"] != "envoy":
+        return False
+    try:
+        access = json.loads(record["message"])
+    except ValueError:
+        return False  # Envoy's own log lines: the controller writes its own, not these
+    path = access.get("x-envoy-origin-path") or "/"
+    status = access.get("response_code") or 0
+    upstream = str(access.get("upstream_cluster") or "-").replace("/", "-")
+    record["message"] = (
+        f"{access.get('downstream_remote_address', '-').split(':')[0]} - - [{record['timestamp']}] "
+        f'"{access.get("method", "GET")} {path} HTTP/2.0" {status} {access.get("bytes_sent", 0)} "-" '
+        f'"{access.get("user-agent", "-")}" {access.get("bytes_received", 0)} 0.0{access.get("duration", 0)} '
+        f"[{upstream}] [] {access.get('upstream_host', '-')} {status}"
+    )
+    record["kubernetes"] = {
+        **record["kubernetes"],
+        "pod_namespace": "ingress-nginx",
+        "pod_name": _NGINX_POD,
+        "container_name": "controller",
+    }
+    record["file"] = f"/var/log/pods/ingress-nginx_{_NGINX_POD}_uid/controller/0.log"
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def no_access_log(line: bytes, _clock: str, _node: str) -> bool:
+    """The gateway's access log not shipped (its pods still run and log nothing the shipper keeps)."""
+    return f'"pod_namespace":"{_ENVOY_NAMESPACE}"'.encode() not in line
+
+
+def cronjob_every_minute(one: Series, start: int, _node: str) -> Series | Sequence[Series] | None:
+    """A CronJob that runs every minute: each run a Job and a pod that completes in 20 s and is cleaned up later."""
+    if not _is_ksm_up(one):
+        return one
+    day_ms = start * 1000
+    grid = one.timestamps_ms
+    made: list[Series] = [one]
+    for minute in range(0, 24 * 60, 1):
+        stamp = 29_180_520 + minute
+        suffix = "".join("bcdfghjklmnpqrstvwxz2456789"[(minute * 7 + k * 3) % 27] for k in range(5))
+        pod = Pod(
+            "ops",
+            f"heartbeat-{stamp}-{suffix}",
+            "Job",
+            f"heartbeat-{stamp}",
+            f"pi5-{minute % 3 + 1}",
+            "ping",
+            minute / 60,
+            ends_h=minute / 60 + 0.1,
+        )
+        done = day_ms + int(pod.created_h * HOUR_MS) + 20_000
+        made += _ksm_pod(pod, grid, day_ms)
+        made += _phase(pod, grid, day_ms, lambda t, done=done: "Succeeded" if t >= done else "Running")
+        container = {**KSM, "namespace": pod.namespace, "pod": pod.name, "uid": f"uid-{pod.name}", "container": "ping"}
+        created = day_ms + int(pod.created_h * HOUR_MS)
+        ends = day_ms + int((pod.ends_h or 0) * HOUR_MS)
+        times = [t for t in grid if created <= t < ends]
+        made += [
+            _make("kube_pod_container_status_restarts_total", container, [(t, 0.0) for t in times]),
+            _make(
+                "kube_pod_container_status_terminated_reason",
+                {**container, "reason": "Completed"},
+                [(t, 1.0) for t in times if t >= done],
+            ),
+        ]
+    return made
+
+
+def init_crash_loop(one: Series, start: int, _node: str) -> Series | Sequence[Series] | None:
+    """A StatefulSet's pod whose init container crashes all day (Init:CrashLoopBackOff, 182 restarts, Pending)."""
+    if not _is_ksm_up(one):
+        return one
+    day_ms = start * 1000
+    grid = one.timestamps_ms
+    pod = Pod("data", "postgres-0", "StatefulSet", "postgres", "pi5-3", "init-perms", -2, init=True)
+    made = [one, *_ksm_pod(pod, grid, day_ms), *_phase(pod, grid, day_ms, lambda _t: "Pending")]
+    ident = {**KSM, "namespace": pod.namespace, "pod": pod.name, "uid": f"uid-{pod.name}"}
+    init = {**ident, "container": "init-perms"}
+    main = {**ident, "container": "postgres"}
+    # A restart every ~7.9 minutes (the back-off's 5-minute ceiling plus the run): 182 in the day.
+    restarts = [(t, float(max(0, (t - day_ms) // 474_000))) for t in grid]
+    made += [
+        _make("kube_pod_init_container_status_restarts_total", init, restarts),
+        _make(
+            "kube_pod_init_container_status_last_terminated_reason",
+            {**init, "reason": "Error"},
+            [(t, 1.0) for t in grid],
+        ),
+        _make(
+            "kube_pod_init_container_status_waiting_reason",
+            {**init, "reason": "CrashLoopBackOff"},
+            [(t, 1.0) for t in grid],
+        ),
+        _make("kube_pod_container_status_restarts_total", main, [(t, 0.0) for t in grid]),
+        _make(
+            "kube_pod_container_status_waiting_reason",
+            {**main, "reason": "PodInitializing"},
+            [(t, 1.0) for t in grid],
+        ),
+        _make("kube_pod_status_ready", {**ident, "condition": "true"}, [(t, 0.0) for t in grid]),
+        _make("kube_pod_status_ready", {**ident, "condition": "false"}, [(t, 1.0) for t in grid]),
+    ]
+    return made
+
+
+def _no(_node: str) -> tuple[str, ...]:
+    return ()
+
+
+# The shapes ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One cluster shape: how the calm day is changed, whether the full day precedes it, and what must be said."""
+
+    name: str
+    ablation: Ablation
+    had_it: bool = False  # the full calm day is loaded the day before (a component there yesterday)
+    status: str = "OK"
+    score: int | None = 10
+    says: tuple[str, ...] = ()  # phrases of the headline
+    text_says: tuple[str, ...] = ()  # phrases of the whole text digest
+    text_never: tuple[str, ...] = ()
+    unwatched: tuple[str, ...] = ()
+    not_ok: tuple[str, ...] = ()  # checks that must not be OK
+    never_better_than_full: bool = False
+
+
+def _shape(name: str, series: SeriesFn = _keep_series, lines: LineFn = _keep_line, **expected: Any) -> Shape:
+    return Shape(name, Ablation(name, series, lines, _no), **expected)
+
+
+SHAPES = (
+    _shape("homelab as it is", score=10),
+    _shape(
+        "ingress-nginx, no Istio, no rule evaluator",
+        no_gateway_mesh_or_evaluator,
+        ingress_nginx_lines,
+        unwatched=("envoy_flags", "alerts"),
+        text_says=("Not watched here: envoy_flags (no access logs or Istio metrics in 30 days)", "alerts.enabled"),
+        text_never=("UNKNOWN", "not checked", "could not be checked"),
+    ),
+    _shape(
+        "Envoy's access log gone today",
+        lines=no_access_log,
+        had_it=True,
+        status="UNKNOWN",
+        score=None,
+        says=("not checked: envoy_flags",),
+        text_says=("envoy_flags not checked · no access-log lines or Istio series in the window",),
+        not_ok=("envoy_flags",),
+    ),
+    _shape(
+        "rule evaluator gone today",
+        no_evaluator,
+        had_it=True,
+        status="UNKNOWN",
+        score=None,
+        says=("rule evaluator",),
+        not_ok=("alerts",),
+    ),
+    _shape(
+        "a Job OOM-killed without a restart, no kernel counter",
+        job_oom_killed(kernel=False),
+        status="WARNING",
+        score=9,
+        # kube-state-metrics keeps no time of a kill without a restart: the first minute that showed it.
+        text_says=("batch/nightly-report-29180520-x7k2p/report OOM-killed by 14:01", "Job nightly-report-29180520"),
+        text_never=("no OOM kill",),
+    ),
+    _shape(
+        "a Job OOM-killed without a restart, kernel counter",
+        job_oom_killed(kernel=True),
+        status="WARNING",
+        score=9,
+        text_says=("OOM-killed by 14:01", "node_vmstat_oom_kill: pi5-2 +1"),
+        text_never=("no container termination seen", "not seen as a container termination"),
+    ),
+    _shape(
+        "the kernel counter stops on pi5-1 at 10:00",
+        kernel_counter_cut("pi5-1", 10, None, 0.0),
+        status="UNKNOWN",
+        score=None,
+        says=("pi5-1", "kernel OOM counter", "after 10:00"),
+        not_ok=("oom_kills",),
+    ),
+    _shape(
+        "the kernel counter missing 10:00-16:00 on pi5-1, back one higher",
+        kernel_counter_cut("pi5-1", 10, 16, 1.0),
+        status="WARNING",
+        score=9,
+        says=("pi5-1",),
+        text_says=("node_vmstat_oom_kill: pi5-1 +1",),
+    ),
+    _shape(
+        "a CronJob every minute",
+        cronjob_every_minute,
+        text_never=("UNKNOWN", "OOM-killed", "to look at"),
+    ),
+    _shape(
+        "a StatefulSet pod in Init:CrashLoopBackOff",
+        init_crash_loop,
+        says=("1 to look at", "data/postgres", "crash loop"),
+        text_says=("init container",),
+    ),
+)
+
+
+@dataclass
+class Loaded:
+    """The backend pair and the copies it holds, by shape (and ``<shape> · the day before``)."""
+
+    backends: EmbeddedBackends
+    copies: dict[str, Copy] = field(default_factory=dict)
+
+
+def _until_22(one: Series, start: int, _node: str) -> Series | None:
+    """The day's series up to 22:00: the next copy's series begin there (the corpus' days start at D-1 22:00)."""
+    return _cut(one, (start + 22 * 3600) * 1000)
+
+
+# The full calm day, as the day before a shape that lost something: its series end where the shape's begin.
+DAY_BEFORE = Ablation("the day before", _until_22, _keep_line, _no)
+
+
+def _copies() -> dict[str, Copy]:
+    copies: dict[str, Copy] = {}
+    at = FIRST
+    for shape in SHAPES:
+        if shape.had_it:
+            copies[f"{shape.name} · the day before"] = Copy(CALM, DAY_BEFORE, at - timedelta(days=1))
+        copies[shape.name] = Copy(CALM, shape.ablation, at)
+        at += timedelta(days=SPACING_DAYS)
+    return copies
+
+
+def _listed(copies: dict[str, Copy]) -> list[list[str]]:
+    return [[key, copy.day.isoformat(), copy.at.isoformat()] for key, copy in copies.items()]
+
+
+def _verifier(copies: dict[str, Copy]) -> Callable[[EmbeddedBackends, dict[str, Any]], None]:
+    def verify(backends: EmbeddedBackends, manifest: dict[str, Any]) -> None:
+        assert manifest["copies"] == _listed(copies), "the kept shapes are not today's: remove the snapshot"
+        wait_for_copies(backends, copies.values(), manifest["lines"])
+
+    return verify
+
+
+def _loader(copies: dict[str, Copy]) -> Callable[[EmbeddedBackends], dict[str, Any]]:
+    def load(backends: EmbeddedBackends) -> dict[str, Any]:
+        manifest: dict[str, Any] = {"lines": load_copies(backends, copies.values()), "copies": _listed(copies)}
+        _verifier(copies)(backends, manifest)
+        return manifest
+
+    return load
+
+
+@pytest.fixture(scope="module")
+def loaded() -> Iterator[Loaded]:
+    """Every shape (and the day before those that lost something) in one pair, kept as a snapshot between runs."""
+    copies = _copies()
+    here = Path(__file__).resolve()
+    snapshot = snapshot_key(
+        "cluster-shapes",
+        [here, here.with_name("test_coverage.py"), here.with_name("test_coverage_ablations.py")],
+        binary_identity("victoria-metrics"),
+        binary_identity("victoria-logs"),
+    )
+    what = f"{len(copies)} cluster shapes: VictoriaMetrics + VictoriaLogs"
+    with loaded_backends(what, snapshot, _loader(copies), _verifier(copies)) as backends:
+        yield Loaded(backends, copies)
+
+
+async def _digest(backends: EmbeddedBackends, at: date) -> tuple[dict[str, Any], str]:
+    settings = load_settings(
+        vm_url=backends.metrics.url, vl_url=backends.logs.url, cluster="homelab", timezone="UTC", policy_file=None
+    )
+    config = Config(settings=settings, policy=Policy(trends=TrendsPolicy(enabled=False)))
+    digest = await make_digest(config, day_window(at, ZoneInfo("UTC")))
+    return to_json(digest), Renderer().render(digest, "text")
+
+
+async def test_each_cluster_shape_reads_as_its_cluster(loaded: Loaded) -> None:
+    """Every shape: its grade, what is not watched, what is named unseen; never OK over a lost input."""
+    bound = asyncio.Semaphore(3)
+
+    async def one(shape: Shape) -> tuple[dict[str, Any], str]:
+        async with bound:
+            return await _digest(loaded.backends, loaded.copies[shape.name].at)
+
+    results = await asyncio.gather(*(one(shape) for shape in SHAPES))
+    failures: list[str] = []
+    for shape, (payload, text) in zip(SHAPES, results, strict=True):
+        headline = str(payload["headline"])
+        print(f"{shape.name:<66} {headline}")
+        print("   " + text.rstrip().replace("\n", "\n   "))  # shown with -s, or under a failure: read it
+        checks = {str(item["name"]): item for item in payload["checks"]}
+        got = (payload["status"], payload["score"] if shape.score is not None else None)
+        if got != (shape.status, shape.score):
+            failures.append(f"{shape.name}: {headline} (expected {shape.status} {shape.score})")
+        failures += [f"{shape.name}: headline lacks {p!r}: {headline}" for p in shape.says if p not in headline]
+        failures += [f"{shape.name}: text lacks {p!r}:\n{text}" for p in shape.text_says if p not in text]
+        failures += [f"{shape.name}: text says {p!r}:\n{text}" for p in shape.text_never if p in text]
+        unwatched = tuple(str(item["name"]) for item in payload["unwatched"])
+        if unwatched != shape.unwatched:
+            failures.append(f"{shape.name}: not watched {unwatched}, expected {shape.unwatched}")
+        for name in shape.not_ok:
+            if name not in checks or checks[name]["status"] == "OK":
+                failures.append(f"{shape.name}: {name} is {checks.get(name, {}).get('status')}, expected not OK")
+    assert not failures, "\n".join(failures)
