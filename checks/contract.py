@@ -132,6 +132,9 @@ class Sources:
     metrics: MetricsSource
     logs: LogsSource
     deadline: float | None = None
+    # The metrics are scoped to one cluster and the logs are not (a log store shared by several clusters, read
+    # whole): a node heard only in the logs is another cluster's, and their lines cannot be graded as this one's.
+    logs_unscoped: bool = False
 
 
 # Kept between an optional question given up and the deadline: the check's own work after it (building the
@@ -360,6 +363,7 @@ class GapKind(enum.StrEnum):
     NODE = "node"  # one node's exporter (node_exporter, cAdvisor) had no data then
     SHIPPER = "shipper"  # no log line came from one node then: its log shipper is stuck or gone
     NAMESPACE = "namespace"  # no log line came from a namespace that logged every earlier day, while its pods ran
+    WORKLOAD = "workload"  # no log line came from a workload that logged every earlier day, while its pods were ready
     ROUTE = "route"  # no access-log line came for a route that had requests every earlier day, while its pods ran
 
 
@@ -458,6 +462,8 @@ class Finding:
     # Log lines per namespace in the window, from a check that counted every line (error_lines): the digest compares
     # them with earlier days, so that a namespace that always logged and fell silent today is named as unseen.
     namespace_lines: Mapping[str, float] = field(default_factory=dict)
+    # The same per workload (``namespace/workload``): one workload's logs lost while its namespace's others arrive.
+    workload_lines: Mapping[str, float] = field(default_factory=dict)
     # Access-log lines per route (upstream) in the window (envoy_flags): a route that had requests every earlier day
     # and none today, its namespace's pods running, is unseen rather than a route without 5xx.
     route_lines: Mapping[str, float] = field(default_factory=dict)

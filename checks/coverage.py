@@ -352,6 +352,10 @@ class Report:
     seen: Mapping[Need, Seen]
     errors: Mapping[Need, str]
     fleet: Fleet
+    # Logs not scoped to the cluster while the metrics are (a shared log store): the nodes heard in the logs that
+    # the cluster's metrics do not know — another cluster's. Neither in the fleet nor judged; the log checks say so.
+    foreign_nodes: tuple[str, ...] = ()
+    logs_unscoped: bool = False
     # Each source's gaps, judged once: the checks that share a source (every log check needs the logs) would
     # otherwise judge it again, once each — a day of a 200-node fleet is ~30,000 node buckets per source.
     judged: dict[tuple[Need, CoveragePolicy], _Judged] = field(default_factory=dict, compare=False, repr=False)
@@ -399,7 +403,11 @@ def fleet_queries(grid: Grid, policy: CoveragePolicy) -> dict[str, str]:
             f" or label_replace(label_replace(count by ({policy.node_exporter_node_label}) (count_over_time("
             f'up{{job=~"{job}"}}{bucket})), "node", "$1", "{policy.node_exporter_node_label}", "(.+)"),'
             ' "why", "target", "", "")'
-            f' or label_replace(max_over_time(kube_node_spec_unschedulable{bucket}) > 0, "why", "drained", "", "")'
+            # Drained: cordoned *and* left by its pods (but its DaemonSets' and static pods, which a drain leaves).
+            # Cordoned with its pods still on it is not drained: they run, log and can be killed there.
+            f" or label_replace((max_over_time(kube_node_spec_unschedulable{bucket}) > 0) unless on (node) "
+            f'count by (node) (count_over_time(kube_pod_info{{node!="", created_by_kind!~"DaemonSet|Node"}}{bucket})),'
+            ' "why", "drained", "", "")'
             ' or label_replace(1 - min_over_time(kube_node_status_condition{condition="Ready", status="true"}'
             f'{bucket}) > 0, "why", "not ready", "", ""))'
         ),
@@ -415,8 +423,14 @@ def _node_label(need: Need, policy: CoveragePolicy) -> str:
     return policy.cadvisor_node_label if need.label == "cAdvisor" else policy.node_exporter_node_label
 
 
-async def measure(sources: Sources, window: Window, needs: Iterable[Need], policy: CoveragePolicy) -> Report:
-    """Ask the backends, once per metrics source, once for all log sources, plus the fleet; never raises."""
+async def measure(
+    sources: Sources, window: Window, needs: Iterable[Need], policy: CoveragePolicy, logs_unscoped: bool = False
+) -> Report:
+    """Ask the backends, once per metrics source, once for all log sources, plus the fleet; never raises.
+
+    ``logs_unscoped``: the metrics are scoped to one cluster and the logs are not (a shared log store read whole):
+    the fleet is the metrics' alone, and a node heard only in the logs is another cluster's (`Report.foreign_nodes`).
+    """
     grid = Grid.of(window)
     unique = list(dict.fromkeys(needs))
     per_node = any(need.per_node for need in unique)
@@ -451,8 +465,22 @@ async def measure(sources: Sources, window: Window, needs: Iterable[Need], polic
             errors[need] = error
         else:
             seen[need] = one
-    fleet = _fleet(grid, policy, seen, fleet_rows) if per_node else _NO_FLEET
-    return Report(grid=grid, seen=seen, errors=errors, fleet=fleet)
+    trusted = {need: one for need, one in seen.items() if not (logs_unscoped and need.backend is Backend.LOGS)}
+    fleet = _fleet(grid, policy, trusted, fleet_rows) if per_node else _NO_FLEET
+    foreign: set[str] = set()
+    if logs_unscoped and per_node and fleet.error is None and fleet.first_seen:
+        for need, one in seen.items():
+            if need.backend is Backend.LOGS and need.per_node:
+                foreign.update(fleet.canonical(raw) for raw in one.nodes if raw)
+        foreign -= set(fleet.first_seen) | set(fleet.deleted_after)
+    return Report(
+        grid=grid,
+        seen=seen,
+        errors=errors,
+        fleet=fleet,
+        foreign_nodes=tuple(sorted(foreign)),
+        logs_unscoped=logs_unscoped,
+    )
 
 
 _NO_FLEET = Fleet(first_seen={}, deleted_after={}, excused={})
@@ -871,6 +899,9 @@ def _node_gaps(
         # Only the nodes that had it (today or in the days before): a node that never exported it is not blind here.
         # A node known only from before (not in today's fleet) was deleted: not expected either.
         nodes = set(by_node) | ({fleet.canonical(raw) for raw in seen.before_nodes} & set(fleet.first_seen))
+    elif is_logs and report.logs_unscoped:
+        # Logs read whole from a store shared with other clusters: only this cluster's nodes are judged.
+        nodes = set(fleet.first_seen) | set(policy.absent_nodes)
     else:
         nodes = set(fleet.first_seen) | set(by_node) | set(policy.absent_nodes)
     for node in sorted(nodes):
@@ -908,7 +939,7 @@ def fell_silent(
 
 
 # What each kind of silent entity missed, as a gap's source.
-_SILENT_SOURCE = {GapKind.NAMESPACE: "logs", GapKind.ROUTE: "access log"}
+_SILENT_SOURCE = {GapKind.NAMESPACE: "logs", GapKind.WORKLOAD: "logs", GapKind.ROUTE: "access log"}
 
 
 def with_silent(finding: Finding, kind: GapKind, names: Sequence[str], window: Window) -> Finding:
@@ -953,6 +984,13 @@ def _hint(coverage: Coverage, window: Window) -> str:
         return (
             f"Are the logs of namespace {', '.join(names)} still shipped (the shipper's namespace filters and "
             "exclusions, the pods' log output)? Its pods ran, and it logged on every earlier day."
+        )
+    if GapKind.WORKLOAD in kinds:
+        names = sorted({gap.name for gap in coverage.missing if gap.kind is GapKind.WORKLOAD})
+        return (
+            f"Are the logs of {', '.join(names)} still shipped (the shipper's exclusions and annotations for its "
+            "pods, the pods' log output)? Its pods were ready, it logged on every earlier day, and its namespace's "
+            "other workloads logged today."
         )
     if GapKind.ROUTE in kinds:
         names = sorted({gap.name for gap in coverage.missing if gap.kind is GapKind.ROUTE})
@@ -1023,7 +1061,14 @@ def phrases(gaps: Iterable[Gap], window: Window) -> list[str]:
     for gap in unique:
         if gap.kind is not GapKind.HOURS and gap.source not in grouped[(gap.kind, gap.name, gap.start, gap.end)]:
             grouped[(gap.kind, gap.name, gap.start, gap.end)].append(gap.source)
-    order = {GapKind.TARGET: 0, GapKind.NODE: 1, GapKind.SHIPPER: 2, GapKind.NAMESPACE: 3, GapKind.ROUTE: 4}
+    order = {
+        GapKind.TARGET: 0,
+        GapKind.NODE: 1,
+        GapKind.SHIPPER: 2,
+        GapKind.NAMESPACE: 3,
+        GapKind.WORKLOAD: 4,
+        GapKind.ROUTE: 5,
+    }
     for (kind, name, start, end), sources in sorted(grouped.items(), key=lambda item: (order[item[0][0]], item[0])):
         span = when(Gap(kind, name, "", start, end), window)
         full = start <= window.start and end >= window.end
@@ -1038,6 +1083,8 @@ def phrases(gaps: Iterable[Gap], window: Window) -> list[str]:
             out.append(f"node {name} ({joined}, {span})" if full else f"node {name} ({joined} {span})")
         elif kind is GapKind.NAMESPACE:
             out.append(f"logs of namespace {name} ({span})" if full else f"logs of namespace {name} {span}")
+        elif kind is GapKind.WORKLOAD:
+            out.append(f"logs of workload {name} ({span})" if full else f"logs of workload {name} {span}")
         elif kind is GapKind.ROUTE:
             out.append(f"access log of route {name} ({span})" if full else f"access log of route {name} {span}")
         else:

@@ -332,6 +332,7 @@ class ErrorLinesCheck:
             ),
             signatures_note=note,
             namespace_lines=_by_namespace(totals),
+            workload_lines={f"{namespace}/{workload}": count for (namespace, workload), count in totals.items()},
         )
 
     def signature_workloads(self, window: Window, ranked: list[tuple[float, tuple[str, str]]]) -> list[tuple[str, str]]:

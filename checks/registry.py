@@ -33,6 +33,7 @@ from checks import (
     oom_kills,
     readiness,
     restarts,
+    workloads,
 )
 from checks.alerts import AlertsCheck, AlertsPolicy
 from checks.conntrack import ConntrackCheck, ConntrackPolicy
@@ -48,6 +49,7 @@ from checks.memory_pressure import MemoryPressureCheck, MemoryPressurePolicy
 from checks.oom_kills import OomKillsCheck, OomKillsPolicy
 from checks.readiness import ReadinessCheck, ReadinessPolicy
 from checks.restarts import RestartsCheck, RestartsPolicy
+from checks.workloads import WorkloadsCheck, WorkloadsPolicy
 
 Question = str | LineCount | PeakCount
 
@@ -101,6 +103,7 @@ CHECKS: tuple[Entry, ...] = (
     Entry("readiness", ReadinessPolicy, ReadinessCheck, False, _queries, readiness.INPUTS),
     Entry("empty_endpoints", EmptyEndpointsPolicy, EmptyEndpointsCheck, False, _queries, empty_endpoints.INPUTS),
     Entry("deployments", DeploymentsPolicy, DeploymentsCheck, False, _queries, deployments.INPUTS),
+    Entry("workloads", WorkloadsPolicy, WorkloadsCheck, False, _queries, workloads.INPUTS),
     # Its fields are counted over its scope before it leaves the access logs out: the lines error_lines reads by
     # default, so that the doctor counts them once.
     Entry(

@@ -125,6 +125,8 @@ INPUTS: tuple[Input, ...] = (
     ),
 )
 LIVENESS_FAILED = 'prober_probe_total{probe_type="Liveness", result="failed"}'
+_REASON = 'kube_pod_container_status_last_terminated_reason{reason=~".+"}'
+_INIT_REASON = 'kube_pod_init_container_status_last_terminated_reason{reason=~".+"}'
 
 
 @dataclass(frozen=True)
@@ -163,9 +165,8 @@ class RestartsCheck:
         ``init``: the same questions of the init containers' own families (``kube_pod_init_container_status_*``).
         """
         steps = open_range(window.seconds)  # (start, end]: not the previous day's last minute
-        family = "kube_pod_init_container_status" if init else "kube_pod_container_status"
         restarts = with_matchers(INIT_RESTARTS_TOTAL if init else RESTARTS_TOTAL, matchers or "")
-        reason_selector = with_matchers(f'{family}_last_terminated_reason{{reason=~".+"}}', matchers or "")
+        reason_selector = with_matchers(_INIT_REASON if init else _REASON, matchers or "")
         # `max by` on every side: two kube-state-metrics replicas scraped side by side must neither double the
         # count nor make the join many-to-many.
         by = "max by (namespace, pod, container)"

@@ -18,6 +18,8 @@ the full calm day loaded the day before it:
   unseen): never OK, the node and span named; **missing 10:00–16:00 and back one higher**: the kill is counted.
 * **Jobs every minute** (a CronJob's runs, each a fresh pod that completes): calm, OK 10/10, nothing invented.
 * **A StatefulSet pod stuck in Init:CrashLoopBackOff** all day: ``OK 10/10 · 1 to look at``, the workload named.
+* **A StatefulSet rollout stuck**, **a DaemonSet's pod unavailable**, **a CronJob's run failed** (yesterday's failed
+  run still listed): each ``OK 10/10 · 1 to look at``, named with its kind; yesterday's failure not counted.
 
 Each case says what the digest must say; the test prints every headline.
 """
@@ -45,8 +47,8 @@ from testbed.corpus.model import Series
 from testbed.corpus.series import KSM
 from testbed.embedded import EmbeddedBackends, loaded_backends
 from testbed.snapshots import binary_identity, snapshot_key
-from tests.test_coverage import load_copies, wait_for_copies
-from tests.test_coverage_ablations import Ablation, Copy, _cut, _keep_line, _keep_series
+from tests.test_coverage import wait_for_copies
+from tests.test_coverage_ablations import Ablation, Copy, _cut, _day_start, _keep_line, _keep_series, _lines, _series
 
 CALM = date(2026, 7, 19)
 FIRST = date(2019, 1, 1)
@@ -123,13 +125,68 @@ def _phase(pod: Pod, grid: Sequence[int], day_ms: int, phase_at: Callable[[int],
     ]
 
 
+def _job(
+    namespace: str, job: str, cronjob: str, created_s: int, failed_s: int | None, points: Sequence[int]
+) -> list[Series]:
+    """A Job's families as kube-state-metrics exports them: created, its CronJob, and its Failed condition."""
+    ident = {**KSM, "namespace": namespace, "job_name": job}
+    times = [t for t in points if t >= created_s * 1000]
+    failed_ms = failed_s * 1000 if failed_s is not None else 2**62
+    return [
+        _make("kube_job_created", ident, [(t, float(created_s)) for t in times]),
+        _make(
+            "kube_job_owner",
+            {**ident, "owner_kind": "CronJob", "owner_name": cronjob, "owner_is_controller": "true"},
+            [(t, 1.0) for t in times],
+        ),
+        _make("kube_job_failed", {**ident, "condition": "true"}, [(t, float(t >= failed_ms)) for t in times]),
+        _make("kube_job_failed", {**ident, "condition": "false"}, [(t, float(t < failed_ms)) for t in times]),
+    ]
+
+
+def _oom_killed_run(pod: Pod, grid: Sequence[int], day_ms: int, killed: int) -> list[Series]:
+    """A Job's pod whose container was OOM-killed at ``killed`` (ms) without a restart, the pod Failed since."""
+    made = [*_ksm_pod(pod, grid, day_ms), *_phase(pod, grid, day_ms, lambda t: "Failed" if t >= killed else "Running")]
+    created = day_ms + int(pod.created_h * HOUR_MS)
+    times = [t for t in grid if t >= created]
+    container = {
+        **KSM,
+        "namespace": pod.namespace,
+        "pod": pod.name,
+        "uid": f"uid-{pod.name}",
+        "container": pod.container,
+    }
+    made += [
+        _make("kube_pod_container_status_restarts_total", container, [(t, 0.0) for t in times]),
+        _make("kube_pod_container_status_running", container, [(t, float(t < killed)) for t in times]),
+        _make("kube_pod_container_status_terminated", container, [(t, float(t >= killed)) for t in times]),
+        _make(
+            "kube_pod_container_status_terminated_reason",
+            {**container, "reason": "OOMKilled"},
+            [(t, 1.0) for t in times if t >= killed],
+        ),
+        _make(
+            "kube_pod_container_resource_limits",
+            {**container, "node": pod.node, "resource": "memory", "unit": "byte"},
+            [(t, 256.0 * 2**20) for t in times],
+        ),
+    ]
+    return made
+
+
 def job_oom_killed(kernel: bool) -> SeriesFn:
     """A CronJob's run OOM-killed at 14:00 under restartPolicy Never; the node's kernel counter counts it or is absent.
 
     kube-state-metrics shows the container running, then terminated with reason OOMKilled and the pod Failed, its
-    restart counter at 0 throughout: the last-terminated reason (which needs a restart) never appears.
+    restart counter at 0 throughout: the last-terminated reason (which needs a restart) never appears. Yesterday's
+    run was OOM-killed too, and its pod is still listed all day (a failed Job's pod stays): history, not today's kill.
     """
-    pod = Pod("batch", "nightly-report-29180520-x7k2p", "Job", "nightly-report-29180520", "pi5-2", "report", 13 + 5 / 6)
+    today = Pod(
+        "batch", "nightly-report-29180520-x7k2p", "Job", "nightly-report-29180520", "pi5-2", "report", 13 + 5 / 6
+    )
+    yesterday = Pod(
+        "batch", "nightly-report-29179080-b4d7k", "Job", "nightly-report-29179080", "pi5-3", "report", 13 + 5 / 6 - 24
+    )
 
     def series(one: Series, start: int, _node: str) -> Series | Sequence[Series] | None:
         day_ms = start * 1000
@@ -137,39 +194,22 @@ def job_oom_killed(kernel: bool) -> SeriesFn:
         if _name(one) == "node_vmstat_oom_kill":
             if not kernel:
                 return None  # a node_exporter without the vmstat collector: no node has the counter
-            if _node_of(one) != pod.node:
+            if _node_of(one) != today.node:
                 return one
             values = [v + (1.0 if t >= killed else 0.0) for t, v in zip(one.timestamps_ms, one.values, strict=True)]
             return Series(one.labels, one.timestamps_ms, values)
         if not _is_ksm_up(one):
             return one
         grid = one.timestamps_ms
-        made = [one, *_ksm_pod(pod, grid, day_ms)]
-        made += _phase(pod, grid, day_ms, lambda t: "Failed" if t >= killed else "Running")
-        created = day_ms + int(pod.created_h * HOUR_MS)
-        times = [t for t in grid if t >= created]
-        container = {
-            **KSM,
-            "namespace": pod.namespace,
-            "pod": pod.name,
-            "uid": f"uid-{pod.name}",
-            "container": pod.container,
-        }
-        made += [
-            _make("kube_pod_container_status_restarts_total", container, [(t, 0.0) for t in times]),
-            _make("kube_pod_container_status_running", container, [(t, float(t < killed)) for t in times]),
-            _make("kube_pod_container_status_terminated", container, [(t, float(t >= killed)) for t in times]),
-            _make(
-                "kube_pod_container_status_terminated_reason",
-                {**container, "reason": "OOMKilled"},
-                [(t, 1.0) for t in times if t >= killed],
-            ),
-            _make(
-                "kube_pod_container_resource_limits",
-                {**container, "node": pod.node, "resource": "memory", "unit": "byte"},
-                [(t, 256.0 * 2**20) for t in times],
-            ),
+        made = [
+            one,
+            *_oom_killed_run(today, grid, day_ms, killed),
+            *_oom_killed_run(yesterday, grid, day_ms, killed - 86_400_000),
         ]
+        made += _job("batch", today.owner, "nightly-report", start + 13 * 3600 + 3000, (killed + 60_000) // 1000, grid)
+        made += _job(
+            "batch", yesterday.owner, "nightly-report", start - 11 * 3600 - 600, (killed - 86_340_000) // 1000, grid
+        )
         return made
 
     return series
@@ -248,6 +288,11 @@ def ingress_nginx_lines(line: bytes, _clock: str, _node: str) -> bool | bytes:
     return json.dumps(record, separators=(",", ":")).encode()
 
 
+def web_logs_lost(line: bytes, _clock: str, _node: str) -> bool:
+    """shop/web's lines lost (a shipper exclusion on its pods) while shop/api, in the same namespace, logs on."""
+    return b'"pod_name":"web-' not in line
+
+
 def no_access_log(line: bytes, _clock: str, _node: str) -> bool:
     """The gateway's access log not shipped (its pods still run and log nothing the shipper keeps)."""
     return f'"pod_namespace":"{_ENVOY_NAMESPACE}"'.encode() not in line
@@ -288,6 +333,7 @@ def cronjob_every_minute(one: Series, start: int, _node: str) -> Series | Sequen
                 [(t, 1.0) for t in times if t >= done],
             ),
         ]
+        made += _job("ops", f"heartbeat-{stamp}", "heartbeat", created // 1000, None, [t for t in grid if t < ends])
     return made
 
 
@@ -299,6 +345,7 @@ def init_crash_loop(one: Series, start: int, _node: str) -> Series | Sequence[Se
     grid = one.timestamps_ms
     pod = Pod("data", "postgres-0", "StatefulSet", "postgres", "pi5-3", "init-perms", -2, init=True)
     made = [one, *_ksm_pod(pod, grid, day_ms), *_phase(pod, grid, day_ms, lambda _t: "Pending")]
+    made += _statefulset("data", "postgres", grid, lambda _t: (1, 0, 1, "postgres-5b8f6c", "postgres-5b8f6c"))
     ident = {**KSM, "namespace": pod.namespace, "pod": pod.name, "uid": f"uid-{pod.name}"}
     init = {**ident, "container": "init-perms"}
     main = {**ident, "container": "postgres"}
@@ -328,6 +375,113 @@ def init_crash_loop(one: Series, start: int, _node: str) -> Series | Sequence[Se
     return made
 
 
+def _statefulset(
+    namespace: str, name: str, points: Sequence[int], at: Callable[[int], tuple[int, int, int, str, str]]
+) -> list[Series]:
+    """A StatefulSet's families: ``at(t)`` gives (replicas, ready, updated, current revision, update revision)."""
+    ident = {**KSM, "namespace": namespace, "statefulset": name}
+    states = [(t, *at(t)) for t in points]
+    made = [
+        _make("kube_statefulset_replicas", ident, [(t, float(r)) for t, r, _, _, _, _ in states]),
+        _make("kube_statefulset_status_replicas", ident, [(t, float(r)) for t, r, _, _, _, _ in states]),
+        _make("kube_statefulset_status_replicas_ready", ident, [(t, float(ready)) for t, _, ready, _, _, _ in states]),
+        _make("kube_statefulset_status_replicas_updated", ident, [(t, float(u)) for t, _, _, u, _, _ in states]),
+    ]
+    for family, index in (("current", 4), ("update", 5)):
+        for revision in sorted({state[index] for state in states}):
+            made.append(
+                _make(
+                    f"kube_statefulset_status_{family}_revision",
+                    {**ident, "revision": revision},
+                    [(state[0], 1.0) for state in states if state[index] == revision],
+                )
+            )
+    return made
+
+
+def statefulset_rollout_stuck(one: Series, start: int, _node: str) -> Series | Sequence[Series] | None:
+    """data/postgres (3 replicas) rolled to a new revision at 09:00 whose first pod never becomes ready."""
+    if not _is_ksm_up(one):
+        return one
+    nine = (start + 9 * 3600) * 1000
+
+    def at(t: int) -> tuple[int, int, int, str, str]:
+        if t < nine:
+            return 3, 3, 3, "postgres-5b8f6c", "postgres-5b8f6c"
+        return 3, 2, 1, "postgres-5b8f6c", "postgres-7c9d4f"
+
+    return [one, *_statefulset("data", "postgres", one.timestamps_ms, at)]
+
+
+def daemonset_short(one: Series, start: int, _node: str) -> Series | Sequence[Series] | None:
+    """kube-system/csi-node on three nodes, one of its pods unavailable from 12:00 (the others fine)."""
+    if not _is_ksm_up(one):
+        return one
+    noon = (start + 12 * 3600) * 1000
+    ident = {**KSM, "namespace": "kube-system", "daemonset": "csi-node"}
+    points = one.timestamps_ms
+    return [
+        one,
+        _make("kube_daemonset_status_desired_number_scheduled", ident, [(t, 3.0) for t in points]),
+        _make("kube_daemonset_status_current_number_scheduled", ident, [(t, 3.0) for t in points]),
+        _make("kube_daemonset_status_updated_number_scheduled", ident, [(t, 3.0) for t in points]),
+        _make("kube_daemonset_status_number_available", ident, [(t, 2.0 if t >= noon else 3.0) for t in points]),
+        _make("kube_daemonset_status_number_unavailable", ident, [(t, 1.0 if t >= noon else 0.0) for t in points]),
+    ]
+
+
+def job_failed(one: Series, start: int, _node: str) -> Series | Sequence[Series] | None:
+    """A CronJob's run failed at 03:20 (BackoffLimitExceeded); yesterday's failed run is still listed all day."""
+    if not _is_ksm_up(one):
+        return one
+    points = one.timestamps_ms
+    return [
+        one,
+        *_job("batch", "db-backup-29180520", "db-backup", start + 3 * 3600, start + 3 * 3600 + 20 * 60, points),
+        *_job("batch", "db-backup-29179080", "db-backup", start - 21 * 3600, start - 20 * 3600, points),
+    ]
+
+
+def in_cluster(name: str) -> SeriesFn:
+    """Every series labelled ``cluster=<name>``, as a central store's remote write labels them."""
+
+    def series(one: Series, _start: int, _node: str) -> Series:
+        return Series({**one.labels, "cluster": name}, one.timestamps_ms, one.values)
+
+    return series
+
+
+def staging_series(one: Series, _start: int, _node: str) -> Series:
+    """The staging cluster's series: its own nodes (staging-1..3), labelled ``cluster=staging``."""
+    labels = {key: value.replace("pi5-", "staging-") for key, value in one.labels.items()}
+    return Series({**labels, "cluster": "staging"}, one.timestamps_ms, one.values)
+
+
+_LEDGER_POD = "ledger-7d9f8c6b5d-q2w4x"
+
+
+def staging_lines(line: bytes, _clock: str, _node: str) -> bytes:
+    """The staging cluster's records, no cluster field: its own nodes, and a flood of payments/ledger errors.
+
+    Every line of its shop and feeds workloads becomes an error line of payments/ledger: a flood of tens of thousands
+    in staging that prod's digest must not grade as prod's.
+    """
+    renamed = line.replace(b"pi5-", b"staging-")
+    if b'"pod_namespace":"shop"' not in renamed and b'"pod_namespace":"feeds"' not in renamed:
+        return renamed
+    record = json.loads(renamed)
+    record["kubernetes"] = {
+        **record["kubernetes"],
+        "pod_namespace": "payments",
+        "pod_name": _LEDGER_POD,
+        "container_name": "ledger",
+    }
+    record["level"] = "error"
+    record["message"] = "ERROR ledger: settlement batch rejected: upstream returned 502"
+    record["file"] = f"/var/log/pods/payments_{_LEDGER_POD}_uid/ledger/0.log"
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
 def _no(_node: str) -> tuple[str, ...]:
     return ()
 
@@ -349,7 +503,11 @@ class Shape:
     text_never: tuple[str, ...] = ()
     unwatched: tuple[str, ...] = ()
     not_ok: tuple[str, ...] = ()  # checks that must not be OK
-    never_better_than_full: bool = False
+    # Another cluster's copy loaded at the same date in the same store (a shared store), and the settings to read it.
+    companion: Ablation | None = None
+    settings: tuple[tuple[str, str], ...] = ()
+    cluster: str = "homelab"
+    trend_days: int = 0  # earlier days the digest compares with (the day before, for a shape that had_it)
 
 
 def _shape(name: str, series: SeriesFn = _keep_series, lines: LineFn = _keep_line, **expected: Any) -> Shape:
@@ -377,6 +535,17 @@ SHAPES = (
         not_ok=("envoy_flags",),
     ),
     _shape(
+        "one workload's logs lost, its namespace's others logging",
+        lines=web_logs_lost,
+        had_it=True,
+        trend_days=1,
+        status="UNKNOWN",
+        score=None,
+        says=("not seen: logs of workload shop/web (24 h)",),
+        text_never=("logs of namespace",),
+        not_ok=("error_lines", "log_storms"),
+    ),
+    _shape(
         "rule evaluator gone today",
         no_evaluator,
         had_it=True,
@@ -391,8 +560,11 @@ SHAPES = (
         status="WARNING",
         score=9,
         # kube-state-metrics keeps no time of a kill without a restart: the first minute that showed it.
-        text_says=("batch/nightly-report-29180520-x7k2p/report OOM-killed by 14:01", "Job nightly-report-29180520"),
-        text_never=("no OOM kill",),
+        text_says=(
+            "batch/nightly-report-29180520-x7k2p/report OOM-killed by 14:01 (Job nightly-report-29180520",
+            "Job batch/nightly-report-29180520 failed by 14:02",
+        ),
+        text_never=("no OOM kill", "29179080", "could not be checked"),
     ),
     _shape(
         "a Job OOM-killed without a restart, kernel counter",
@@ -400,7 +572,7 @@ SHAPES = (
         status="WARNING",
         score=9,
         text_says=("OOM-killed by 14:01", "node_vmstat_oom_kill: pi5-2 +1"),
-        text_never=("no container termination seen", "not seen as a container termination"),
+        text_never=("no container termination seen", "not seen as a container termination", "29179080"),
     ),
     _shape(
         "the kernel counter stops on pi5-1 at 10:00",
@@ -421,13 +593,45 @@ SHAPES = (
     _shape(
         "a CronJob every minute",
         cronjob_every_minute,
-        text_never=("UNKNOWN", "OOM-killed", "to look at"),
+        text_never=("UNKNOWN", "OOM-killed", "to look at", "could not be checked"),
     ),
     _shape(
         "a StatefulSet pod in Init:CrashLoopBackOff",
         init_crash_loop,
-        says=("1 to look at", "data/postgres", "crash loop"),
+        says=("1 to look at: data/postgres (crash loop: 182 restarts, StatefulSet not ready)",),
         text_says=("init container",),
+    ),
+    _shape(
+        "a StatefulSet rollout stuck from 09:00",
+        statefulset_rollout_stuck,
+        says=("1 to look at: data/postgres (StatefulSet not ready, StatefulSet rollout not complete)",),
+        text_says=("StatefulSet data/postgres: rollout not complete for 15 h from 09:00",),
+    ),
+    _shape(
+        "a DaemonSet's pod unavailable from 12:00",
+        daemonset_short,
+        says=("1 to look at: kube-system/csi-node (DaemonSet not available)",),
+        text_says=("DaemonSet kube-system/csi-node: 1 pod(s) not available for 12 h from 12:00",),
+    ),
+    _shape(
+        "a store shared with staging, metrics scoped to prod, logs without a cluster field",
+        in_cluster("prod"),
+        companion=Ablation("staging", staging_series, staging_lines, _no),
+        settings=(("metrics_selector", 'cluster="prod"'),),
+        cluster="prod",
+        status="UNKNOWN",
+        score=None,
+        says=("not checked: error_lines", "logs not scoped to prod: they hold another cluster's"),
+        text_says=("the logs hold lines of nodes this cluster does not have (staging-1, staging-2, staging-3)",),
+        text_never=("payments/ledger", "not seen"),
+        not_ok=("error_lines", "log_storms"),
+    ),
+    _shape(
+        "a CronJob's run failed, yesterday's still listed",
+        job_failed,
+        says=("1 to look at: batch/db-backup (Job failed)",),
+        text_says=("Job batch/db-backup-29180520 failed by 03:20 (a run of CronJob db-backup)",),
+        text_never=("29179080",),
     ),
 )
 
@@ -456,6 +660,8 @@ def _copies() -> dict[str, Copy]:
         if shape.had_it:
             copies[f"{shape.name} · the day before"] = Copy(CALM, DAY_BEFORE, at - timedelta(days=1))
         copies[shape.name] = Copy(CALM, shape.ablation, at)
+        if shape.companion is not None:
+            copies[f"{shape.name} · {shape.companion.name}"] = Copy(CALM, shape.companion, at)
         at += timedelta(days=SPACING_DAYS)
     return copies
 
@@ -472,9 +678,33 @@ def _verifier(copies: dict[str, Copy]) -> Callable[[EmbeddedBackends, dict[str, 
     return verify
 
 
+# Series whose values are times (unix seconds): moved with their copy, or a Job created "in 2026" would be created
+# in every window of the copies' years.
+_TIME_VALUED = (b'"__name__":"kube_pod_created"', b'"__name__":"kube_job_created"')
+
+
+def _moved(copy: Copy) -> Iterator[bytes]:
+    """The copy's import lines, the values of its time-valued series moved by as much as its timestamps."""
+    shift = _day_start(copy.at) - _day_start(copy.day)
+    for line in _series(copy):
+        if any(name in line for name in _TIME_VALUED):
+            record = json.loads(line)
+            record["values"] = [value + shift for value in record["values"]]
+            line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
+        yield line
+
+
+def _load(backends: EmbeddedBackends, copies: dict[str, Copy]) -> int:
+    counter = [0]
+    for copy in copies.values():
+        backends.import_series(_moved(copy))
+        backends.ingest_logs(_lines(copy, counter))
+    return counter[0]
+
+
 def _loader(copies: dict[str, Copy]) -> Callable[[EmbeddedBackends], dict[str, Any]]:
     def load(backends: EmbeddedBackends) -> dict[str, Any]:
-        manifest: dict[str, Any] = {"lines": load_copies(backends, copies.values()), "copies": _listed(copies)}
+        manifest: dict[str, Any] = {"lines": _load(backends, copies), "copies": _listed(copies)}
         _verifier(copies)(backends, manifest)
         return manifest
 
@@ -497,11 +727,17 @@ def loaded() -> Iterator[Loaded]:
         yield Loaded(backends, copies)
 
 
-async def _digest(backends: EmbeddedBackends, at: date) -> tuple[dict[str, Any], str]:
+async def _digest(backends: EmbeddedBackends, at: date, shape: Shape) -> tuple[dict[str, Any], str]:
     settings = load_settings(
-        vm_url=backends.metrics.url, vl_url=backends.logs.url, cluster="homelab", timezone="UTC", policy_file=None
+        vm_url=backends.metrics.url,
+        vl_url=backends.logs.url,
+        cluster=shape.cluster,
+        timezone="UTC",
+        policy_file=None,
+        **dict(shape.settings),
     )
-    config = Config(settings=settings, policy=Policy(trends=TrendsPolicy(enabled=False)))
+    trends = TrendsPolicy(days=shape.trend_days) if shape.trend_days else TrendsPolicy(enabled=False)
+    config = Config(settings=settings, policy=Policy(trends=trends))
     digest = await make_digest(config, day_window(at, ZoneInfo("UTC")))
     return to_json(digest), Renderer().render(digest, "text")
 
@@ -512,7 +748,7 @@ async def test_each_cluster_shape_reads_as_its_cluster(loaded: Loaded) -> None:
 
     async def one(shape: Shape) -> tuple[dict[str, Any], str]:
         async with bound:
-            return await _digest(loaded.backends, loaded.copies[shape.name].at)
+            return await _digest(loaded.backends, loaded.copies[shape.name].at, shape)
 
     results = await asyncio.gather(*(one(shape) for shape in SHAPES))
     failures: list[str] = []

@@ -45,10 +45,24 @@ OOM_DAY = date(2026, 7, 20)  # seed 001: an OOM kill beside the error flood
 NODE = "pi5-1"  # the node the ablations of the calm day touch
 
 
-def _drained(one: Series, start: int, node: str) -> Series | None:
+def _cordoned(one: Series, start: int, node: str) -> Series | None:
     if one.labels["__name__"] == "kube_node_spec_unschedulable" and one.labels.get("node") == node:
         return Series(one.labels, one.timestamps_ms, [1.0] * len(one.values))
-    return _absent_exporter(one, start, node)
+    return one
+
+
+def _drained(one: Series, start: int, node: str) -> Series | None:
+    """Cordoned and drained: its pods moved to pi5-2, its DaemonSet's pod left on it, its node_exporter gone."""
+    if one.labels["__name__"] == "kube_pod_info" and one.labels.get("node") == node:
+        if str(one.labels["pod"]).startswith("vector-"):  # a DaemonSet's pod stays: drain leaves it
+            return Series({**one.labels, "created_by_kind": "DaemonSet"}, one.timestamps_ms, one.values)
+        return Series({**one.labels, "node": "pi5-2", "host_ip": NODE_IPS["pi5-2"]}, one.timestamps_ms, one.values)
+    kept = _cordoned(one, start, node)
+    return None if kept is None else _absent_exporter(kept, start, node)
+
+
+def _node_logs_until_eight(line: bytes, clock: str, node: str) -> bool:
+    return f'"pod_node_name":"{node}"'.encode() not in line or clock < "08:00:00"
 
 
 def _not_ready(one: Series, start: int, node: str) -> Series | None:
@@ -223,6 +237,12 @@ def _from_nine(_line: bytes, clock: str, _node: str) -> bool:
 
 VARIANTS = {
     "drained": Copy(CALM, Ablation("drained, exporter gone", _drained, _keep_line, lambda _n: ()), date(2024, 1, 1)),
+    # Cordoned, its pods still on it (ready all day), its log shipper stuck from 08:00: cordoned is not drained.
+    "cordoned": Copy(
+        CALM,
+        Ablation("cordoned, logs stuck at 08:00", _cordoned, _node_logs_until_eight, lambda _n: ()),
+        date(2023, 12, 22),
+    ),
     "absent": Copy(CALM, Ablation("exporter gone", _absent_exporter, _keep_line, lambda _n: ()), date(2024, 1, 11)),
     "by_ip": Copy(CALM, Ablation("exporters named by IP", _by_ip, _keep_line, lambda _n: ()), date(2024, 1, 21)),
     "full": Copy(CALM, Ablation("full", _keep_series, _keep_line, lambda _n: ()), date(2024, 1, 31)),
@@ -395,6 +415,20 @@ async def test_drained_node_is_named_not_blind(variants: EmbeddedBackends) -> No
         await make_digest(_config(variants), day_window(VARIANTS["drained"].at, ZoneInfo("UTC"))), "text"
     )
     assert f"○ node {NODE} · drained" in text
+
+
+async def test_a_cordoned_node_whose_pods_stay_is_not_drained(variants: EmbeddedBackends) -> None:
+    """Cordoned but not drained (its pods ran on it all day): its logs stuck from 08:00 are unseen, not excused."""
+    payload = await _digest(variants, VARIANTS["cordoned"].at)
+    assert payload["status"] == "UNKNOWN"
+    assert f"not seen: logs from {NODE} (after 08:00)" in str(payload["headline"])
+    coverage = payload["coverage"]
+    assert isinstance(coverage, dict)
+    assert coverage["excused"] == []
+    text = Renderer().render(
+        await make_digest(_config(variants), day_window(VARIANTS["cordoned"].at, ZoneInfo("UTC"))), "text"
+    )
+    assert "drained" not in text
 
 
 async def test_not_ready_node_is_named_not_blind(variants: EmbeddedBackends) -> None:

@@ -203,7 +203,9 @@ async def test_restart_subqueries_are_skipped_narrowed_or_sent_whole(gated: int,
     if narrowed is None:
         assert subqueries == []
         return
-    assert len(subqueries) == 3  # restarts, reasons, kills
+    # restarts, reasons, kills; and the init containers' restarts and reasons (their own gate answered the same)
+    assert len(subqueries) == 5
+    assert sum("kube_pod_init_container_status_restarts_total" in query for query in subqueries) == 2
     for query in subqueries:
         assert ('pod=~"' in query) is narrowed
 

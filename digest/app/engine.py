@@ -97,7 +97,9 @@ async def open_sources(settings: Settings, policy: Policy | None = None) -> Asyn
         # Counts recorded by vmalert or Loki's ruler where they cover the window; the logs scanned for the rest.
         counted = RecordedLogs(logs, records, recording_plan(policy or Policy(), settings.logs_scope))
     try:
-        yield Sources(metrics=metrics, logs=counted)
+        # Half scoped: the metrics name one cluster, the logs do not (the settings name no logs selector).
+        half = bool(settings.metrics_scope) and not settings.logs_scope
+        yield Sources(metrics=metrics, logs=counted, logs_unscoped=half)
     finally:
         await metrics.aclose()
         await logs.aclose()
@@ -141,7 +143,13 @@ async def _digest(config: Config, window: Window, deadline: float, sources: Sour
     collected = await judge_silent_logs(await today, past, checks, sources, window, policy)
     digest = grade(cluster, window, collected.findings, collected.disabled, policy, collected.unwatched)
     novelty = await _novelty(policy, sources, window, digest, past, history, deadline)
-    digest = replace(digest, trends=trend_lines(digest, past, policy), novelty=novelty, complete=collected.complete)
+    digest = replace(
+        digest,
+        trends=trend_lines(digest, past, policy),
+        novelty=novelty,
+        complete=collected.complete,
+        foreign_log_nodes=collected.foreign_nodes,
+    )
     if history is not None:
         await asyncio.to_thread(
             history.keep_day, window, digest

@@ -115,6 +115,9 @@ def headline(digest: Digest) -> str:
         # A graded check blind for its own reason (its query failed, its records lack a field): what could not be
         # checked is said where the reader stops, not only further down — on a CRITICAL day too.
         line += " · not checked: " + ", ".join(blind)
+    if digest.foreign_log_nodes:
+        # Said where the reader stops: the log checks are not graded because the logs are several clusters'.
+        line += f" · logs not scoped to {digest.cluster}: they hold another cluster's"
     if digest.status in (DigestStatus.OK, DigestStatus.UNKNOWN):
         # No point lost, but a diagnostic found something: a reader who stops at the headline must not read "all
         # fine" over a crash loop. (WARNING and CRITICAL send the reader down already.)
@@ -131,6 +134,7 @@ _LOOK_AT_NOUNS = {
     "restarts": "restarts",
     "readiness": "not ready",
     "deployments": "unavailable replicas",
+    "workloads": "StatefulSet, DaemonSet or Job",
     "memory_pressure": "memory pressure",
     "cpu_throttling": "CPU throttling",
     "empty_endpoints": "no ready endpoint",
@@ -148,13 +152,16 @@ def to_look_at(digest: Digest) -> list[str]:
     said: dict[str, list[str]] = {}
     for finding in digest.diagnoses:
         by_subject: dict[str, float] = {}
+        troubles: dict[str, list[str]] = {}
         for offender in finding.offenders:
             subject = _subject(offender.labels)
             by_subject[subject] = by_subject.get(subject, 0.0) + offender.value
+            if offender.labels.get("trouble"):  # said by the offender itself ("StatefulSet rollout not complete")
+                troubles.setdefault(subject, []).append(offender.labels["trouble"])
         for subject, value in by_subject.items():
-            noun = _look_at_noun(finding, value)
-            if noun not in said.setdefault(subject, []):
-                said[subject].append(noun)
+            for noun in troubles.get(subject) or [_look_at_noun(finding, value)]:
+                if noun not in said.setdefault(subject, []):
+                    said[subject].append(noun)
     return [f"{subject} ({', '.join(nouns)})" if subject else ", ".join(nouns) for subject, nouns in said.items()]
 
 
@@ -588,6 +595,8 @@ def to_json(digest: Digest) -> dict[str, Any]:
         "trends": list(digest.trends),
         "novelty": novelty_json(digest),
         "disabled": list(digest.disabled),
+        # Nodes heard in logs not scoped to the cluster (the metrics are) that the cluster does not have.
+        "foreign_log_nodes": list(digest.foreign_log_nodes),
         # Checks this cluster gives nothing to watch: every source a component never seen (not graded, not blind).
         "unwatched": [
             {"name": one.name, "never_seen": list(one.sources), "days": one.days, "silence": f"{one.name}.enabled"}

@@ -16,6 +16,7 @@ from datetime import datetime
 
 from checks import coverage, registry
 from checks.contract import (
+    Backend,
     Check,
     CountedFrom,
     Coverage,
@@ -66,6 +67,8 @@ class Collected:
     # Checks whose every source is a component this cluster never had (no Envoy, no rule evaluator): not among the
     # findings, not graded, named once (`checks.coverage.unwatched`).
     unwatched: tuple[Unwatched, ...] = ()
+    # Logs read whole from a store shared with other clusters: the nodes heard there that this cluster has not.
+    foreign_nodes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -197,7 +200,11 @@ async def _coverage(
     try:
         async with asyncio.timeout(deadline_seconds):
             return await coverage.measure(
-                sources, window, (need for check in checks for need in check.needs()), policy.coverage
+                sources,
+                window,
+                (need for check in checks for need in check.needs()),
+                policy.coverage,
+                sources.logs_unscoped,
             )
     except TimeoutError:
         return f"no answer within the check deadline of {deadline_seconds:g} s"
@@ -216,6 +223,7 @@ async def collect(
         metrics=_WatchedMetrics(sources.metrics, failures),
         logs=_WatchedLogs(sources.logs, failures),
         deadline=asyncio.get_running_loop().time() + deadline_seconds,
+        logs_unscoped=sources.logs_unscoped,
     )
     # Each check its own log watcher, to say afterwards where the counts it asked for came from.
     watchers = [_WatchedLogs(sources.logs, failures) for _ in checks]
@@ -239,8 +247,10 @@ async def collect(
             findings[index] = replace(findings[index], counted_from=counted)
     partial = False
     unwatched: list[Unwatched] = []
+    foreign: tuple[str, ...] = ()
     if measuring is not None:
         report = await measuring
+        foreign = report.foreign_nodes if isinstance(report, coverage.Report) else ()
         for index, check in enumerate(checks):
             seen = (
                 coverage.coverage_of(report, check.needs(), policy.coverage)
@@ -248,6 +258,8 @@ async def collect(
                 else Coverage(fraction=0.0, partial=True, error=report)
             )
             findings[index] = coverage.apply(findings[index], seen, window)
+            if foreign and any(need.backend is Backend.LOGS for need in check.needs()):
+                findings[index] = _not_this_clusters(findings[index], foreign)
             partial = partial or seen.partial
             never = (
                 coverage.unwatched(report, check.name, check.needs(), policy.coverage)
@@ -262,8 +274,35 @@ async def collect(
     return Collected(
         findings=tuple(finding for finding in findings if finding.name not in left_out),
         disabled=disabled,
-        complete=not failures.seen and not partial,
+        complete=not failures.seen and not partial and not foreign,
         unwatched=tuple(unwatched),
+        foreign_nodes=foreign,
+    )
+
+
+def _not_this_clusters(finding: Finding, foreign: Sequence[str]) -> Finding:
+    """A log check's finding on logs that hold another cluster's lines: UNKNOWN and costing nothing, with why.
+
+    The metrics are scoped to this cluster and the logs are not; the logs named nodes the cluster does not have, so
+    their counts are several clusters' — a flood there may be none of this cluster's, a quiet day may hide one.
+    """
+    named = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+    return replace(
+        finding,
+        status=Status.UNKNOWN,
+        penalty=0,
+        summary=f"{finding.name} not checked: the logs are not scoped to this cluster",
+        error=f"the logs hold lines of nodes this cluster does not have ({named}): another cluster's lines would "
+        "be graded as this one's",
+        hint="The log store is shared: set DIGEST_LOGS_SELECTOR to this cluster's stream field or label (as "
+        "DIGEST_METRICS_SELECTOR scopes the metrics); digest doctor lists the clusters it holds.",
+        offenders=(),
+        evidence=(),
+        signatures=(),
+        signatures_note="",
+        namespace_lines={},
+        workload_lines={},
+        route_lines={},
     )
 
 

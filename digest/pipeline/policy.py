@@ -55,6 +55,7 @@ from checks.memory_pressure import MemoryPressurePolicy
 from checks.oom_kills import OomKillsPolicy
 from checks.readiness import ReadinessPolicy
 from checks.restarts import RestartsPolicy
+from checks.workloads import WorkloadsPolicy
 
 # Each check's policy section, from the registry (the typed fields of `Policy` below are kept in step by a test).
 CHECK_POLICIES: dict[str, type[Any]] = {entry.name: entry.policy_type for entry in registry.CHECKS}
@@ -122,6 +123,7 @@ class Policy:
     readiness: ReadinessPolicy = field(default_factory=ReadinessPolicy)
     empty_endpoints: EmptyEndpointsPolicy = field(default_factory=EmptyEndpointsPolicy)
     deployments: DeploymentsPolicy = field(default_factory=DeploymentsPolicy)
+    workloads: WorkloadsPolicy = field(default_factory=WorkloadsPolicy)
     log_storms: LogStormsPolicy = field(default_factory=LogStormsPolicy)
     alerts: AlertsPolicy = field(default_factory=AlertsPolicy)
     caps: tuple[Cap, ...] = (Cap(checks=("oom_kills", "error_lines"), max_penalty=2),)

@@ -60,6 +60,8 @@ class Digest:
     complete: bool = False
     # Checks this cluster gives nothing to watch (`checks.coverage.unwatched`): not graded, not blind, said once.
     unwatched: tuple[Unwatched, ...] = ()
+    # The logs are not scoped to the cluster and hold lines of these nodes, which it does not have (`Collected`).
+    foreign_log_nodes: tuple[str, ...] = ()
 
     def is_graded(self, finding: Finding) -> bool:
         """Whether ``finding`` comes from a check that can cost points (and so gates the grade)."""

@@ -1,4 +1,4 @@
-"""Logs that are gone for one entity: a namespace, or a gateway route, that logged every earlier day and not today.
+"""Logs that are gone for one entity: a namespace, a workload or a route, that logged every earlier day and not today.
 
 Coverage measures the logs per node (a stuck shipper), not per namespace or route: a shipper that drops one
 namespace (an exclusion filter, a changed annotation, a tenant routed elsewhere) leaves every node shipping, and
@@ -7,9 +7,12 @@ error_lines grades what arrived as if it were the whole — 60,000 error lines a
 log format, an access-log filter, a route renamed) leaves the gateway logging, and envoy_flags grades the other
 routes as if they were all.
 
-The entities are namespaces (input: their lines, `Finding.namespace_lines` from error_lines) and routes (input: their
-access-log records, `Finding.route_lines` from envoy_flags); the earlier days the trends already compare hold the same
-counts. An entity that wrote at least ``coverage.silence_lines`` lines an hour on average on every earlier day and
+The entities are namespaces (input: their lines, `Finding.namespace_lines` from error_lines), workloads (their lines,
+`Finding.workload_lines`: one workload's pods excluded by the shipper while the rest of its namespace logs) and routes
+(input: their access-log records, `Finding.route_lines` from envoy_flags); the earlier days the trends already compare
+hold the same counts. A workload of a namespace named silent is said once, as its namespace.
+
+An entity that wrote at least ``coverage.silence_lines`` lines an hour on average on every earlier day and
 none today, while what runs it ran (a namespace: a pod of it ready; a route: its Service, named like it, with a
 ready endpoint — see `backend_query`), is unseen for the whole window: the checks
 that read those lines are partial and name it ("logs of namespace payments (24 h)", "access log of route
@@ -29,6 +32,7 @@ from dataclasses import dataclass, replace
 from checks import coverage
 from checks.contract import Backend, Check, Finding, GapKind, SourceError, Sources, Status, Window
 from checks.envoy_flags import upstream_namespace, upstream_route
+from checks.error_lines import workload_pods
 from checks.promql import any_of, quote, regex_literal
 from digest.pipeline.collect import Collected
 from digest.pipeline.policy import Policy
@@ -60,6 +64,28 @@ def running_query(namespaces: Sequence[str], window: Window) -> str:
     ready = f'kube_pod_status_ready{{condition="true", namespace=~"{any_of(namespaces)}"}}'
     ran = f"max by (namespace) (max_over_time({ready}[{window.promql_range()}])) >= 1"
     return f'label_replace({ran}, "owner", "$1", "namespace", "(.+)")'
+
+
+# At most this many fallen-silent workloads are asked about at once (a shipper that lost a whole cluster's logs is
+# a node or namespace gap already, named there).
+_MOST_WORKLOADS = 50
+
+
+def workload_running_query(workloads: Sequence[str], window: Window) -> str:
+    """PromQL: the ``namespace/workload`` among ``workloads`` that had a pod ready in the window, as label "owner".
+
+    A workload's pods are found by their names' pattern (`checks.error_lines.workload_pods`), as its lines are.
+    """
+    legs = []
+    for owner in sorted(workloads)[:_MOST_WORKLOADS]:
+        namespace, workload = owner.split("/", 1)
+        ready = (
+            f'kube_pod_status_ready{{condition="true", namespace="{quote(namespace)}", '
+            f'pod=~"{quote(workload_pods(workload))}"}}'
+        )
+        ran = f"max(max_over_time({ready}[{window.promql_range()}])) >= 1"
+        legs.append(f'label_replace({ran}, "owner", "{quote(owner)}", "", "")')
+    return " or ".join(legs)
 
 
 def backend_query(owners: Sequence[str], window: Window) -> str:
@@ -105,6 +131,14 @@ KINDS = (
         _log_readers,
     ),
     _Entities(
+        GapKind.WORKLOAD,
+        "error_lines",
+        lambda finding: finding.workload_lines,
+        lambda name: name,
+        workload_running_query,
+        _log_readers,
+    ),
+    _Entities(
         GapKind.ROUTE,
         "envoy_flags",
         lambda finding: finding.route_lines,
@@ -135,6 +169,7 @@ async def judge_silent_logs(
         return collected
     findings = tuple(collected.findings)
     named = False
+    silent_namespaces: set[str] = set()
     for kind in KINDS:
         today = _lines(_finding(collected.findings, kind.counter), kind)
         if today is None:
@@ -143,6 +178,9 @@ async def judge_silent_logs(
             lines for digest in past if (lines := _lines(_finding(digest.findings, kind.counter), kind)) is not None
         ]
         candidates = coverage.fell_silent(today, earlier, policy.coverage)
+        if kind.kind is GapKind.WORKLOAD:
+            # A workload of a namespace named silent already is said once, as its namespace.
+            candidates = [name for name in candidates if name.split("/", 1)[0] not in silent_namespaces]
         owners = sorted({kind.owner(name) for name in candidates} - {""})
         if not owners:
             continue
@@ -155,6 +193,8 @@ async def judge_silent_logs(
         silent = [name for name in candidates if kind.owner(name) in ran]
         if not silent:
             continue
+        if kind.kind is GapKind.NAMESPACE:
+            silent_namespaces.update(silent)
         named = True
         readers = kind.readers(checks)
         findings = tuple(

@@ -186,6 +186,7 @@ def _encode(collected: Collected) -> str:
             "value": finding.value,
             # Lines per namespace (error_lines): a namespace that logged every day and fell silent is named unseen.
             "namespace_lines": dict(finding.namespace_lines),
+            "workload_lines": dict(finding.workload_lines),
             # Access-log lines per route (envoy_flags): a route that had requests every day and none today is unseen.
             "route_lines": dict(finding.route_lines),
             # The top signatures (their redacted shapes, never an example line): "gone since yesterday" reads them.
@@ -220,6 +221,7 @@ def _decode(payload: str) -> Collected:
             signatures=tuple(_decode_signatures(item.get("signatures", []))),
             namespace_lines={str(name): float(lines) for name, lines in item.get("namespace_lines", {}).items()},
             route_lines={str(name): float(lines) for name, lines in item.get("route_lines", {}).items()},
+            workload_lines={str(name): float(lines) for name, lines in item.get("workload_lines", {}).items()},
         )
         for item in raw["findings"]
     )
