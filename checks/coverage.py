@@ -22,10 +22,24 @@ of them held data:
   expected to be absent.
 
 Optional sources (Envoy's access log, Istio's metrics: a cluster may have either) count only when they held data in
-the window or the day before — then their silence is a gap like any other. A metrics source with no series in the
-window nor in the ``deployed_days`` (30) before it was never deployed (a cluster without a rule evaluator): not a gap
-but `Coverage.never_seen`, so that its check says "never seen" and a calm day is not UNKNOWN every day; a source seen
-before and missing today is a gap. An ``up`` source is measured per target (``max by (instance)``): a
+the window — their silence then is a gap like any other. A source with no data in the window nor in the
+``deployed_days`` (30) before it was never deployed. If it is a component a cluster may simply lack (`Need.may_lack`:
+the access log, Istio's metrics, a rule evaluator) and every source of a check is such, the check is *not watched*
+(`unwatched`): no grade, no UNKNOWN, one quiet line — a cluster with ingress-nginx and no Envoy is not blind every
+day. What every cluster has (kube-state-metrics, node_exporter, pod logs) is `Coverage.never_seen` instead: its check
+says "never seen" and cannot be OK. A source seen before and missing today is a gap (or, for an optional one, its
+check is UNKNOWN). The look-back asks existence, not volume: one instant query for a metric, a log source's count in
+slices of 30 days, newest first (Loki refuses longer queries by default).
+
+A per-node input that some nodes never export (the kernel's OOM counter: an old kernel, a collector turned off) is
+expected only on the nodes that had it in the window or the ``history_days`` before (`Need.own_nodes`): a node whose
+series stopped at 10:00 while the fleet's went on is a gap named by node and span, a node that never had it is not.
+
+A log store read whole beside metrics scoped to one cluster (``Sources.logs_unscoped``: a shared store, no logs
+selector) may hold other clusters' lines: the fleet is then the metrics' alone, a node heard only in the logs is
+another cluster's (`Report.foreign_nodes`), never judged or named as this one's blind spot.
+
+An ``up`` source is measured per target (``max by (instance)``): a
 kube-state-metrics shard down or gone is a gap named by its instance, a target replaced by another is not.
 
 From those buckets each check gets a `Coverage`: the fraction of the window in which all its sources held data, the
@@ -453,12 +467,12 @@ async def measure(
                 one.expected = await _held_data_before(sources, grid, need)
                 if not one.expected and need.may_lack:
                     # Silent today and yesterday: never here at all (not watched), or here before and gone?
-                    one.never = not await _held_data_in(sources, grid, need, policy.deployed_days)
+                    one.never = not await held_data_in(sources, grid, need, policy.deployed_days)
             except SourceError as exc:
                 error = str(exc)
         elif error is None and _absent_all_window(need, one):
             try:
-                one.never = not await _held_data_in(sources, grid, need, policy.deployed_days)
+                one.never = not await held_data_in(sources, grid, need, policy.deployed_days)
             except SourceError as exc:
                 error = str(exc)
         if error is not None:
@@ -615,7 +629,7 @@ def _absent_all_window(need: Need, seen: Seen) -> bool:
 _LOOK_BACK_SLICE_DAYS = 30
 
 
-async def _held_data_in(sources: Sources, grid: Grid, need: Need, days: int) -> bool:
+async def held_data_in(sources: Sources, grid: Grid, need: Need, days: int) -> bool:
     """Whether a source held any data in the ``days`` before the window: existence, not volume.
 
     Metrics: one instant query. Logs: a count of its lines, newest slice first, stopping at the first that holds one.

@@ -25,6 +25,21 @@ kill on the node, including child processes that did not terminate the container
 read with `checks.promql.counted_rise`: a series' first value (every kill since boot, when a node-exporter rollout
 relabels the series or monitoring starts mid-day) is history, not a kill of the window, on every backend.
 
+A container killed **without a restart** (a Job's under ``restartPolicy: Never``: killed once, its pod Failed) never
+moves the restart counter nor the last-terminated reason. Its *current* state says it:
+``kube_pod_container_status_terminated_reason{reason="OOMKilled"}``, asked first as one cheap rollup over the window;
+for the few containers it names, the kill is the window's when the pod was seen (``kube_pod_info``) before that state
+appeared or was created in the window (``kube_pod_created``) — a failed Job's pod stays listed for days, and a fresh
+install of kube-state-metrics sees old kills as new series. kube-state-metrics keeps no time for such a kill: the
+first scrape that showed it stands in, said "by 14:01". A container that restarted after the kill may show both: it
+counts once. The pod's controller (``created_by_kind``, ``created_by_name``) names it: "(Job nightly-report-…, not
+restarted)".
+
+The kernel counter is also a *source* of this check's coverage (`checks.coverage.kernel_oom_counter`), per node, on
+the nodes that export it: a node whose counter stopped at 10:00 while node_exporter answered is named unseen from
+10:00 (a child process killed there would go uncounted), and a counter missing 10:00–16:00 that comes back one
+higher counts that kill (`counted_rise` looks back as far as the window is long).
+
 Threshold (the seed's rule): any OOM kill in the window costs one point; together with error lines at most two
 (the cap lives in the policy, not here). Without kube-state-metrics (no ``up`` series for its job, or ``up`` never 1)
 the check is UNKNOWN: no OOMKilled series means "healthy" only when the exporter was there to emit it.

@@ -28,6 +28,11 @@ Signal (kube-state-metrics and the kubelet's prober, queries.md §5.1, §5.2):
       max by (namespace, pod, container) (<rise of prober_probe_total{probe_type="Liveness", result="failed"}
                                            minute by minute over the window>) > 0
 
+Init containers have counters of their own (``kube_pod_init_container_status_restarts_total`` and its
+last-terminated reason): a pod stuck in ``Init:CrashLoopBackOff`` never moves its containers' counter, so the same
+questions are asked of the init families, and such a container is named "(init container)". A pod's init and app
+containers never share a name, so one key per container holds both.
+
 Pods that were not ready without restarting are the ``readiness`` check's: a restart counter says nothing about
 them, so this check never speaks for them.
 

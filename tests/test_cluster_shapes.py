@@ -38,7 +38,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from digest.app.engine import Config, make_digest
+from checks import coverage
+from checks.contract import Backend
+from checks.envoy_flags import EnvoyFlagsCheck, EnvoyFlagsPolicy
+from digest.app.engine import Config, make_digest, open_sources
 from digest.app.settings import load_settings
 from digest.output.render import Renderer, to_json
 from digest.pipeline.policy import Policy, TrendsPolicy
@@ -46,7 +49,10 @@ from digest.pipeline.window import day_window
 from testbed.corpus.model import Series
 from testbed.corpus.series import KSM
 from testbed.embedded import EmbeddedBackends, loaded_backends
+from testbed.loki_server import LokiServer
+from testbed.prometheus_server import PrometheusServer
 from testbed.snapshots import binary_identity, snapshot_key
+from tests.command import backend_env, run_digest
 from tests.test_coverage import wait_for_copies
 from tests.test_coverage_ablations import Ablation, Copy, _cut, _day_start, _keep_line, _keep_series, _lines, _series
 
@@ -288,6 +294,41 @@ def ingress_nginx_lines(line: bytes, _clock: str, _node: str) -> bool | bytes:
     return json.dumps(record, separators=(",", ":")).encode()
 
 
+def istio_only(one: Series, _start: int, _node: str) -> Series | Sequence[Series] | None:
+    """No Envoy Gateway: Istio's sidecars report the requests (both reporters), every one answered 200."""
+    if one.labels.get("namespace") == _ENVOY_NAMESPACE:
+        return None
+    if not _is_ksm_up(one):
+        return one
+    made: list[Series] = [one]
+    for service, per_second in (("api", 2.0), ("web", 0.5)):
+        for reporter in ("source", "destination"):
+            labels = {
+                "job": "istio-mesh",
+                "reporter": reporter,
+                "destination_service_namespace": "shop",
+                "destination_service_name": service,
+                "response_code": "200",
+                "response_flags": "-",
+            }
+            values = [(t, round((t - one.timestamps_ms[0]) / 1000 * per_second)) for t in one.timestamps_ms]
+            made.append(_make("istio_requests_total", labels, [(t, float(v)) for t, v in values]))
+    return made
+
+
+# Families a kube-state-metrics run with --metric-allowlist or fewer --resources may leave out, and the kubelet's
+# probe metrics that few clusters scrape.
+_OPTIONAL_FAMILIES = re.compile(
+    r"kube_pod_container_status_last_terminated_timestamp|kube_endpointslice_.*|kube_replicaset_.*|"
+    r"kube_deployment_spec_strategy_.*|prober_probe_total"
+)
+
+
+def without_optional_families(one: Series, _start: int, _node: str) -> Series | None:
+    """kube-state-metrics without its optional families, and no prober metrics."""
+    return None if _OPTIONAL_FAMILIES.fullmatch(_name(one)) else one
+
+
 def web_logs_lost(line: bytes, _clock: str, _node: str) -> bool:
     """shop/web's lines lost (a shipper exclusion on its pods) while shop/api, in the same namespace, logs on."""
     return b'"pod_name":"web-' not in line
@@ -525,6 +566,18 @@ SHAPES = (
         text_never=("UNKNOWN", "not checked", "could not be checked"),
     ),
     _shape(
+        "Istio only, no gateway access log",
+        istio_only,
+        no_access_log,
+        text_says=("✓ envoy_flags · no flagged 5xx in",),
+        text_never=("UNKNOWN", "Not watched"),
+    ),
+    _shape(
+        "kube-state-metrics without optional families, no prober metrics",
+        without_optional_families,
+        text_never=("UNKNOWN", "not checked"),
+    ),
+    _shape(
         "Envoy's access log gone today",
         lines=no_access_log,
         had_it=True,
@@ -727,7 +780,7 @@ def loaded() -> Iterator[Loaded]:
         yield Loaded(backends, copies)
 
 
-async def _digest(backends: EmbeddedBackends, at: date, shape: Shape) -> tuple[dict[str, Any], str]:
+async def _digest(backends: EmbeddedBackends, at: date, shape: Shape) -> tuple[dict[str, Any], str, str]:
     settings = load_settings(
         vm_url=backends.metrics.url,
         vl_url=backends.logs.url,
@@ -739,20 +792,21 @@ async def _digest(backends: EmbeddedBackends, at: date, shape: Shape) -> tuple[d
     trends = TrendsPolicy(days=shape.trend_days) if shape.trend_days else TrendsPolicy(enabled=False)
     config = Config(settings=settings, policy=Policy(trends=trends))
     digest = await make_digest(config, day_window(at, ZoneInfo("UTC")))
-    return to_json(digest), Renderer().render(digest, "text")
+    renderer = Renderer()
+    return to_json(digest), renderer.render(digest, "text"), renderer.render(digest, "html")
 
 
 async def test_each_cluster_shape_reads_as_its_cluster(loaded: Loaded) -> None:
     """Every shape: its grade, what is not watched, what is named unseen; never OK over a lost input."""
     bound = asyncio.Semaphore(3)
 
-    async def one(shape: Shape) -> tuple[dict[str, Any], str]:
+    async def one(shape: Shape) -> tuple[dict[str, Any], str, str]:
         async with bound:
             return await _digest(loaded.backends, loaded.copies[shape.name].at, shape)
 
     results = await asyncio.gather(*(one(shape) for shape in SHAPES))
     failures: list[str] = []
-    for shape, (payload, text) in zip(SHAPES, results, strict=True):
+    for shape, (payload, text, html) in zip(SHAPES, results, strict=True):
         headline = str(payload["headline"])
         print(f"{shape.name:<66} {headline}")
         print("   " + text.rstrip().replace("\n", "\n   "))  # shown with -s, or under a failure: read it
@@ -766,7 +820,67 @@ async def test_each_cluster_shape_reads_as_its_cluster(loaded: Loaded) -> None:
         unwatched = tuple(str(item["name"]) for item in payload["unwatched"])
         if unwatched != shape.unwatched:
             failures.append(f"{shape.name}: not watched {unwatched}, expected {shape.unwatched}")
+        if shape.unwatched and "<i>Not watched here: " not in html:
+            failures.append(f"{shape.name}: the HTML digest lacks its not-watched line:\n{html}")
         for name in shape.not_ok:
             if name not in checks or checks[name]["status"] == "OK":
                 failures.append(f"{shape.name}: {name} is {checks.get(name, {}).get('status')}, expected not OK")
     assert not failures, "\n".join(failures)
+
+
+def _shape_named(prefix: str) -> Shape:
+    return next(shape for shape in SHAPES if shape.name.startswith(prefix))
+
+
+def test_a_cluster_without_envoy_reads_ok_in_digest_run_and_doctor(loaded: Loaded) -> None:
+    """ingress-nginx, no Istio, no rule evaluator: `digest run` OK 10/10 with its footer, `digest doctor` ready."""
+    at = loaded.copies[_shape_named("ingress-nginx").name].at
+    env = backend_env(loaded.backends)
+    run = run_digest("run", "--date", at.isoformat(), env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(f"OK 10/10 · homelab · {at.isoformat()}\n"), run.stdout
+    assert "Not watched here: envoy_flags (no access logs or Istio metrics in 30 days)" in run.stdout
+    assert "UNKNOWN" not in run.stdout
+    doctor = run_digest("doctor", "--at", f"{(at + timedelta(days=1)).isoformat()}T00:00:00Z", env=env, timeout=300)
+    print(doctor.stdout)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert "○ envoy_flags (graded): not watched: no access logs or Istio metrics in the last 30 days" in doctor.stdout
+    assert "○ alerts (diagnostic): not watched: no rule evaluator in the last 30 days" in doctor.stdout
+    assert "Ready: every graded check can run." in doctor.stdout
+
+
+async def test_the_look_back_for_a_component_asks_older_slices(loaded: Loaded) -> None:
+    """A log component silent for the 30 days before the window but there 40 days before: found in the second slice."""
+    at = loaded.copies[_shape_named("ingress-nginx").name].at
+    settings = load_settings(
+        vm_url=loaded.backends.metrics.url, vl_url=loaded.backends.logs.url, timezone="UTC", policy_file=None
+    )
+    grid = coverage.Grid.of(day_window(at, ZoneInfo("UTC")))
+    access_logs = next(need for need in EnvoyFlagsCheck(EnvoyFlagsPolicy()).needs() if need.backend is Backend.LOGS)
+    async with open_sources(settings) as sources:
+        assert not await coverage.held_data_in(sources, grid, access_logs, 30)
+        # "homelab as it is", 40 days before, had its access log: the second 30-day slice holds it.
+        assert await coverage.held_data_in(sources, grid, access_logs, 60)
+
+
+@pytest.mark.parametrize("logs", ["loki", "victorialogs"])
+async def test_never_seen_and_seen_before_on_every_backend(
+    logs: str,
+    prometheus_corpus: PrometheusServer,
+    loki_corpus: LokiServer,
+    corpus_backends: EmbeddedBackends,
+) -> None:
+    """The look-back reads the same on Prometheus, Loki and VictoriaLogs: the corpus' components seen, Istio never."""
+    urls = {"loki_url": loki_corpus.url} if logs == "loki" else {"vl_url": corpus_backends.logs.url}
+    settings = load_settings(vm_url=prometheus_corpus.url, timezone="UTC", policy_file=None, **urls)
+    envoy = EnvoyFlagsCheck(EnvoyFlagsPolicy())
+    access_logs, istio = envoy.needs()
+    evaluator = coverage.rule_evaluator(".*(vmalert|prometheus).*")
+    after = coverage.Grid.of(day_window(date(2026, 11, 30), ZoneInfo("UTC")))  # 18 days after the last corpus day
+    before = coverage.Grid.of(day_window(date(2026, 7, 1), ZoneInfo("UTC")))  # before the first
+    async with open_sources(settings) as sources:
+        assert await coverage.held_data_in(sources, after, access_logs, 30)
+        assert await coverage.held_data_in(sources, after, evaluator, 30)
+        assert not await coverage.held_data_in(sources, after, istio, 30)
+        assert not await coverage.held_data_in(sources, before, access_logs, 30)
+        assert not await coverage.held_data_in(sources, before, evaluator, 30)
