@@ -48,7 +48,7 @@ from digest.pipeline.policy import Policy, TrendsPolicy
 from digest.pipeline.window import day_window
 from testbed.corpus.model import Series
 from testbed.corpus.series import KSM
-from testbed.embedded import EmbeddedBackends, loaded_backends
+from testbed.embedded import LOG_STREAM_FIELDS, EmbeddedBackends, loaded_backends
 from testbed.loki_server import LokiServer
 from testbed.prometheus_server import PrometheusServer
 from testbed.snapshots import binary_identity, snapshot_key
@@ -523,6 +523,20 @@ def staging_lines(line: bytes, _clock: str, _node: str) -> bytes:
     return json.dumps(record, separators=(",", ":")).encode()
 
 
+def with_cluster_field(name: str, lines: LineFn = _keep_line) -> LineFn:
+    """Each record (rewritten by ``lines`` first) with a top-level ``cluster`` field, a stream field of the store."""
+
+    def line(record: bytes, clock: str, node: str) -> bool | bytes:
+        kept = lines(record, clock, node)
+        if kept is False:
+            return False
+        body = record if kept is True else kept
+        assert isinstance(body, bytes)
+        return b'{"cluster":"' + name.encode() + b'",' + body[1:]
+
+    return line
+
+
 def _no(_node: str) -> tuple[str, ...]:
     return ()
 
@@ -680,6 +694,20 @@ SHAPES = (
         not_ok=("error_lines", "log_storms"),
     ),
     _shape(
+        "a store shared with staging, logs scoped to prod, metrics without a selector",
+        in_cluster("prod"),
+        with_cluster_field("prod"),
+        companion=Ablation("staging", staging_series, with_cluster_field("staging", staging_lines), _no),
+        settings=(("logs_selector", 'cluster="prod"'),),
+        cluster="prod",
+        status="UNKNOWN",
+        score=None,
+        says=("metrics not scoped to prod: they hold prod, staging",),
+        text_says=("the metrics hold several clusters (prod, staging)",),
+        text_never=("staging-", "not seen", "payments/ledger"),
+        not_ok=("oom_kills", "conntrack"),
+    ),
+    _shape(
         "a CronJob's run failed, yesterday's still listed",
         job_failed,
         says=("1 to look at: batch/db-backup (Job failed)",),
@@ -751,7 +779,8 @@ def _load(backends: EmbeddedBackends, copies: dict[str, Copy]) -> int:
     counter = [0]
     for copy in copies.values():
         backends.import_series(_moved(copy))
-        backends.ingest_logs(_lines(copy, counter))
+        # ``cluster`` a stream field, as a shared store's shipper makes it (records without it have none).
+        backends.ingest_logs(_lines(copy, counter), stream_fields=f"{LOG_STREAM_FIELDS},cluster")
     return counter[0]
 
 

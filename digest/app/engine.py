@@ -99,7 +99,14 @@ async def open_sources(settings: Settings, policy: Policy | None = None) -> Asyn
     try:
         # Half scoped: the metrics name one cluster, the logs do not (the settings name no logs selector).
         half = bool(settings.metrics_scope) and not settings.logs_scope
-        yield Sources(metrics=metrics, logs=counted, logs_unscoped=half)
+        # The other half: the label the logs are scoped by, when the metrics are not scoped at all.
+        by = next((one.name for one in settings.logs_scope if one.operator == "="), "")
+        yield Sources(
+            metrics=metrics,
+            logs=counted,
+            logs_unscoped=half,
+            metrics_unscoped_by=by if not settings.metrics_scope else "",
+        )
     finally:
         await metrics.aclose()
         await logs.aclose()
@@ -149,6 +156,7 @@ async def _digest(config: Config, window: Window, deadline: float, sources: Sour
         novelty=novelty,
         complete=collected.complete,
         foreign_log_nodes=collected.foreign_nodes,
+        metrics_clusters=collected.metrics_clusters,
     )
     if history is not None:
         await asyncio.to_thread(

@@ -118,6 +118,8 @@ def headline(digest: Digest) -> str:
     if digest.foreign_log_nodes:
         # Said where the reader stops: the log checks are not graded because the logs are several clusters'.
         line += f" · logs not scoped to {digest.cluster}: they hold another cluster's"
+    if digest.metrics_clusters:
+        line += f" · metrics not scoped to {digest.cluster}: they hold {', '.join(digest.metrics_clusters)}"
     if digest.status in (DigestStatus.OK, DigestStatus.UNKNOWN):
         # No point lost, but a diagnostic found something: a reader who stops at the headline must not read "all
         # fine" over a crash loop. (WARNING and CRITICAL send the reader down already.)
@@ -597,6 +599,8 @@ def to_json(digest: Digest) -> dict[str, Any]:
         "disabled": list(digest.disabled),
         # Nodes heard in logs not scoped to the cluster (the metrics are) that the cluster does not have.
         "foreign_log_nodes": list(digest.foreign_log_nodes),
+        # The clusters an unscoped metrics store holds (by the logs' scope label), when it holds several.
+        "metrics_clusters": list(digest.metrics_clusters),
         # Checks this cluster gives nothing to watch: every source a component never seen (not graded, not blind).
         "unwatched": [
             {"name": one.name, "never_seen": list(one.sources), "days": one.days, "silence": f"{one.name}.enabled"}

@@ -69,6 +69,8 @@ class Collected:
     unwatched: tuple[Unwatched, ...] = ()
     # Logs read whole from a store shared with other clusters: the nodes heard there that this cluster has not.
     foreign_nodes: tuple[str, ...] = ()
+    # Metrics read whole from a store that holds several clusters (by the label the logs are scoped by): their names.
+    metrics_clusters: tuple[str, ...] = ()
 
 
 @dataclass
@@ -233,6 +235,7 @@ async def collect(
         if policy.coverage.enabled
         else None
     )
+    clusters = asyncio.ensure_future(_metrics_clusters(sources, window))
     findings = list(
         await asyncio.gather(
             *(
@@ -269,24 +272,69 @@ async def collect(
             # Only a check that found nothing: one that did (a penalty, a WARN) saw something after all.
             if never is not None and findings[index].penalty == 0 and findings[index].status in _NOTHING_FOUND:
                 unwatched.append(never)
+    several = await clusters
+    if len(several) > 1:
+        # Several clusters' series in the metrics: no count, node or gap can be told to be this cluster's.
+        findings = [_not_this_clusters(finding, several, metrics=True) for finding in findings]
+        unwatched = []
     left_out = {one.name for one in unwatched}
     disabled = tuple(name for name in CHECK_ORDER if not policy.enabled(name))
     return Collected(
         findings=tuple(finding for finding in findings if finding.name not in left_out),
         disabled=disabled,
-        complete=not failures.seen and not partial and not foreign,
+        complete=not failures.seen and not partial and not foreign and len(several) < 2,
         unwatched=tuple(unwatched),
         foreign_nodes=foreign,
+        metrics_clusters=several if len(several) > 1 else (),
     )
 
 
-def _not_this_clusters(finding: Finding, foreign: Sequence[str]) -> Finding:
-    """A log check's finding on logs that hold another cluster's lines: UNKNOWN and costing nothing, with why.
+async def _metrics_clusters(sources: Sources, window: Window) -> tuple[str, ...]:
+    """The values of the label the logs are scoped by in the metrics' ``up`` series, when the metrics are not scoped.
 
-    The metrics are scoped to this cluster and the logs are not; the logs named nodes the cluster does not have, so
-    their counts are several clusters' — a flood there may be none of this cluster's, a quiet day may hide one.
+    One instant query; () when nothing is to be asked or it fails (the checks' own queries will say what failed).
+    """
+    label = sources.metrics_unscoped_by
+    if not label:
+        return ()
+    try:
+        rows = await sources.metrics.instant(
+            f"count by ({label}) (count_over_time(up[{window.promql_range()}]))", window.end
+        )
+    except SourceError:
+        return ()
+    return tuple(sorted({row.labels.get(label, "") for row in rows} - {""}))
+
+
+def _not_this_clusters(finding: Finding, foreign: Sequence[str], metrics: bool = False) -> Finding:
+    """A finding on data that holds another cluster's: UNKNOWN and costing nothing, with why.
+
+    Logs (``metrics`` False): the metrics are scoped to this cluster and the logs are not, and the logs named nodes
+    the cluster does not have, so their counts are several clusters' — a flood there may be none of this cluster's, a
+    quiet day may hide one. Metrics: the logs are scoped and the metrics are not, and hold several clusters (named
+    by the logs' label): every count, node and gap may be another cluster's, so none is named.
     """
     named = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+    if metrics:
+        coverage = finding.coverage and replace(finding.coverage, missing=(), excused=())
+        return replace(
+            finding,
+            status=Status.UNKNOWN,
+            penalty=0,
+            summary=f"{finding.name} not checked: the metrics are not scoped to this cluster",
+            error=f"the metrics hold several clusters ({named}): another cluster's series would be graded as "
+            "this one's",
+            hint="The metrics store is shared: set DIGEST_METRICS_SELECTOR as DIGEST_LOGS_SELECTOR is set; digest "
+            "doctor lists the clusters it holds.",
+            offenders=(),
+            evidence=(),
+            coverage=coverage,
+            signatures=(),
+            signatures_note="",
+            namespace_lines={},
+            workload_lines={},
+            route_lines={},
+        )
     return replace(
         finding,
         status=Status.UNKNOWN,

@@ -62,6 +62,8 @@ class Digest:
     unwatched: tuple[Unwatched, ...] = ()
     # The logs are not scoped to the cluster and hold lines of these nodes, which it does not have (`Collected`).
     foreign_log_nodes: tuple[str, ...] = ()
+    # The metrics are not scoped to the cluster and hold these clusters (`Collected.metrics_clusters`).
+    metrics_clusters: tuple[str, ...] = ()
 
     def is_graded(self, finding: Finding) -> bool:
         """Whether ``finding`` comes from a check that can cost points (and so gates the grade)."""
