@@ -315,35 +315,34 @@ def _not_this_clusters(finding: Finding, foreign: Sequence[str], metrics: bool =
     by the logs' label): every count, node and gap may be another cluster's, so none is named.
     """
     named = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+    coverage = finding.coverage
     if metrics:
-        coverage = finding.coverage and replace(finding.coverage, missing=(), excused=())
-        return replace(
-            finding,
-            status=Status.UNKNOWN,
-            penalty=0,
-            summary=f"{finding.name} not checked: the metrics are not scoped to this cluster",
-            error=f"the metrics hold several clusters ({named}): another cluster's series would be graded as "
-            "this one's",
-            hint="The metrics store is shared: set DIGEST_METRICS_SELECTOR as DIGEST_LOGS_SELECTOR is set; digest "
-            "doctor lists the clusters it holds.",
-            offenders=(),
-            evidence=(),
-            coverage=coverage,
-            signatures=(),
-            signatures_note="",
-            namespace_lines={},
-            workload_lines={},
-            route_lines={},
+        what = "metrics"
+        error = f"the metrics hold several clusters ({named}): another cluster's series would be graded as this one's"
+        hint = (
+            "The metrics store is shared: set DIGEST_METRICS_SELECTOR as DIGEST_LOGS_SELECTOR is set; digest doctor "
+            "lists the clusters it holds."
+        )
+        # The fleet was several clusters': no gap can be told to be this one's.
+        coverage = coverage and replace(coverage, missing=(), excused=())
+    else:
+        what = "logs"
+        error = (
+            f"the logs hold lines of nodes this cluster does not have ({named}): another cluster's lines would be "
+            "graded as this one's"
+        )
+        hint = (
+            "The log store is shared: set DIGEST_LOGS_SELECTOR to this cluster's stream field or label (as "
+            "DIGEST_METRICS_SELECTOR scopes the metrics); digest doctor lists the clusters it holds."
         )
     return replace(
         finding,
         status=Status.UNKNOWN,
         penalty=0,
-        summary=f"{finding.name} not checked: the logs are not scoped to this cluster",
-        error=f"the logs hold lines of nodes this cluster does not have ({named}): another cluster's lines would "
-        "be graded as this one's",
-        hint="The log store is shared: set DIGEST_LOGS_SELECTOR to this cluster's stream field or label (as "
-        "DIGEST_METRICS_SELECTOR scopes the metrics); digest doctor lists the clusters it holds.",
+        summary=f"{finding.name} not checked: the {what} are not scoped to this cluster",
+        error=error,
+        hint=hint,
+        coverage=coverage,
         offenders=(),
         evidence=(),
         signatures=(),
