@@ -28,8 +28,9 @@ the access log, Istio's metrics, a rule evaluator) and every source of a check i
 (`unwatched`): no grade, no UNKNOWN, one quiet line — a cluster with ingress-nginx and no Envoy is not blind every
 day. What every cluster has (kube-state-metrics, node_exporter, pod logs) is `Coverage.never_seen` instead: its check
 says "never seen" and cannot be OK. A source seen before and missing today is a gap (or, for an optional one, its
-check is UNKNOWN). The look-back asks existence, not volume: one instant query for a metric, a log source's count in
-slices of 30 days, newest first (Loki refuses longer queries by default).
+check is UNKNOWN). The look-back is one instant query for a metric; for a log source a count of its lines, the day
+before first, then slices of 30 days back (Loki refuses longer queries by default), stopping at the first that holds
+one.
 
 A per-node input that some nodes never export (the kernel's OOM counter: an old kernel, a collector turned off) is
 expected only on the nodes that had it in the window or the ``history_days`` before (`Need.own_nodes`): a node whose
@@ -278,7 +279,6 @@ class Seen:
 
     buckets: set[int] = field(default_factory=set)
     nodes: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
-    expected: bool = False  # an optional source silent in the window, but not the day before: its silence is a gap
     # Logs only: lines per bucket, for the source and per node (how loud it was around a silence: `_loud_enough`).
     lines: dict[int, float] = field(default_factory=dict)
     node_lines: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
@@ -437,14 +437,14 @@ def _node_label(need: Need, policy: CoveragePolicy) -> str:
     return policy.cadvisor_node_label if need.label == "cAdvisor" else policy.node_exporter_node_label
 
 
-async def measure(
-    sources: Sources, window: Window, needs: Iterable[Need], policy: CoveragePolicy, logs_unscoped: bool = False
-) -> Report:
+async def measure(sources: Sources, window: Window, needs: Iterable[Need], policy: CoveragePolicy) -> Report:
     """Ask the backends, once per metrics source, once for all log sources, plus the fleet; never raises.
 
-    ``logs_unscoped``: the metrics are scoped to one cluster and the logs are not (a shared log store read whole):
-    the fleet is the metrics' alone, and a node heard only in the logs is another cluster's (`Report.foreign_nodes`).
+    ``sources.logs_unscoped``: the metrics are scoped to one cluster and the logs are not (a shared log store read
+    whole): the fleet is the metrics' alone, and a node heard only in the logs is another cluster's
+    (`Report.foreign_nodes`).
     """
+    logs_unscoped = sources.logs_unscoped
     grid = Grid.of(window)
     unique = list(dict.fromkeys(needs))
     per_node = any(need.per_node for need in unique)
@@ -462,12 +462,10 @@ async def measure(
     errors: dict[Need, str] = {}
     for need in unique:
         one, error = results[need]
-        if error is None and need.optional and not one.buckets:
+        if error is None and need.optional and need.may_lack and not one.buckets:
             try:
-                one.expected = await _held_data_before(sources, grid, need)
-                if not one.expected and need.may_lack:
-                    # Silent today and yesterday: never here at all (not watched), or here before and gone?
-                    one.never = not await held_data_in(sources, grid, need, policy.deployed_days)
+                # Silent today: never here at all (not watched), or here before and gone (its check is UNKNOWN)?
+                one.never = not await held_data_in(sources, grid, need, policy.deployed_days)
             except SourceError as exc:
                 error = str(exc)
         elif error is None and _absent_all_window(need, one):
@@ -606,17 +604,6 @@ async def _measure_logs(sources: Sources, grid: Grid, need: Need, policy: Covera
     return seen, None
 
 
-async def _held_data_before(sources: Sources, grid: Grid, need: Need) -> bool:
-    """Whether an optional source that is silent in the window held data the day before: then it is expected."""
-    start = grid.window.start
-    if need.backend is Backend.LOGS:
-        day_before = Window(start - timedelta(days=1), start, grid.window.zone, "day before")
-        rows = await sources.logs.count(LineCount(window=day_before, scope=need.lines or EVERY_LINE))
-        return any(row.counts.get("lines", 0.0) > 0 for row in rows)
-    samples = await sources.metrics.instant(f"count(count_over_time({need.query}[1d]))", start)
-    return any(sample.value > 0 for sample in samples)
-
-
 def _absent_all_window(need: Need, seen: Seen) -> bool:
     """A metrics source without a single series in the window (an ``up`` target at 0 is there, and down)."""
     if need.backend is not Backend.METRICS or need.optional:
@@ -630,15 +617,17 @@ _LOOK_BACK_SLICE_DAYS = 30
 
 
 async def held_data_in(sources: Sources, grid: Grid, need: Need, days: int) -> bool:
-    """Whether a source held any data in the ``days`` before the window: existence, not volume.
+    """Whether a source held any data in the ``days`` before the window.
 
-    Metrics: one instant query. Logs: a count of its lines, newest slice first, stopping at the first that holds one.
+    Metrics: one instant query. Logs: a count of its lines, newest slice first, stopping at the first that holds one;
+    the first slice is the day before alone, so a source that was there yesterday (lost today) costs a day's count,
+    not a month's.
     """
     start = grid.window.start
     if need.backend is Backend.LOGS:
         end, left = start, days
         while left > 0:
-            step = min(left, _LOOK_BACK_SLICE_DAYS)
+            step = min(left, 1 if end == start else _LOOK_BACK_SLICE_DAYS)
             earlier = Window(end - timedelta(days=step), end, grid.window.zone, f"{step} days before")
             rows = await sources.logs.count(LineCount(window=earlier, scope=need.lines or EVERY_LINE))
             if any(row.counts.get("lines", 0.0) > 0 for row in rows):

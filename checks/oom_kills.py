@@ -232,7 +232,7 @@ class OomKillsCheck:
         try:
             containers = await restarted_containers(sources, window)
             kills, kill_times = await self._kills(sources, window, containers)
-            terminated = await self._terminated(sources, window)
+            terminated = await self._terminated(sources, window, queries["terminated"])
         except SourceError as exc:
             return unknown(NAME, "OOM kills not checked: the metrics backend did not answer", str(exc))
         kills, kill_times = _merged(kills, kill_times, terminated)
@@ -278,7 +278,7 @@ class OomKillsCheck:
         )
         return kills, kill_times
 
-    async def _terminated(self, sources: Sources, window: Window) -> list[Terminated]:
+    async def _terminated(self, sources: Sources, window: Window, query: str) -> list[Terminated]:
         """Containers OOM-killed in the window that did not restart (a Job's under restartPolicy Never).
 
         kube-state-metrics shows such a container's current state as terminated, reason OOMKilled, for as long as
@@ -286,7 +286,7 @@ class OomKillsCheck:
         seen before that state appeared, or was created in the window. A pod already terminated when the window (or
         a fresh install of kube-state-metrics) began is history, not a kill of the day.
         """
-        found = await sources.metrics.instant(self.queries(window)["terminated"], window.end)
+        found = await sources.metrics.instant(query, window.end)
         keys = sorted({container_key(sample.labels) for sample in found if sample.value >= 1})
         if not keys:
             return []

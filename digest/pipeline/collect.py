@@ -202,11 +202,7 @@ async def _coverage(
     try:
         async with asyncio.timeout(deadline_seconds):
             return await coverage.measure(
-                sources,
-                window,
-                (need for check in checks for need in check.needs()),
-                policy.coverage,
-                sources.logs_unscoped,
+                sources, window, (need for check in checks for need in check.needs()), policy.coverage
             )
     except TimeoutError:
         return f"no answer within the check deadline of {deadline_seconds:g} s"
@@ -269,8 +265,8 @@ async def collect(
                 if isinstance(report, coverage.Report)
                 else None
             )
-            # Only a check that found nothing: one that did (a penalty, a WARN) saw something after all.
-            if never is not None and findings[index].penalty == 0 and findings[index].status in _NOTHING_FOUND:
+            # Only a check that found nothing: one that did (a WARN, a CRIT) saw something after all.
+            if never is not None and findings[index].status in _NOTHING_FOUND:
                 unwatched.append(never)
     several = await clusters
     if len(several) > 1:
