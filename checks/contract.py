@@ -120,6 +120,72 @@ class MetricsSource(Protocol):
         ...
 
 
+class Sightings:
+    """Where a source was seen to hold data, or to hold none, by span of time: a look-back's memory.
+
+    Whether a cluster ever had a component (an access log, a rule evaluator) is asked over the 30 days before each
+    window (`checks.coverage.held_data_in`). On Loki a month of an absent stream is 720 hourly sub-queries, asked
+    again every day, and by a replay for every day and trend day. What a window or an earlier look-back already
+    answered is kept here, per source (`checks.coverage.source_key`), as spans ``[start, end)`` in unix seconds:
+    a span that held data settles a look-back that contains it, and spans that held none are not asked again.
+    ``unsaved`` is what was learnt since the engine last stored it (the state file's history keeps it between
+    digests). Plain data, touched only on the event loop's thread: no lock, no I/O.
+    """
+
+    def __init__(self, spans: Sequence[tuple[str, float, float, bool]] = ()) -> None:
+        self._held: dict[str, list[tuple[float, float]]] = {}
+        self._empty: dict[str, list[tuple[float, float]]] = {}
+        self.unsaved: list[tuple[str, float, float, bool]] = []
+        self._asking: dict[str, asyncio.Lock] = {}
+        self.learn(spans)
+
+    def asking(self, source: str) -> asyncio.Lock:
+        """Held while one look-back of ``source`` asks.
+
+        The windows a replay grades at once then ask in turn, and each asks only what the ones before it did not
+        learn (a month once, then a day each).
+        """
+        return self._asking.setdefault(source, asyncio.Lock())
+
+    def learn(self, spans: Sequence[tuple[str, float, float, bool]]) -> None:
+        """Add spans (source, start, end, held) known from elsewhere (the state file): not ``unsaved``."""
+        for source, start, end, held in spans:
+            self._add(source, start, end, held)
+
+    def take_unsaved(self) -> list[tuple[str, float, float, bool]]:
+        """What was recorded since the last call (to store it), and forget that it was unsaved."""
+        taken, self.unsaved = self.unsaved, []
+        return taken
+
+    def _add(self, source: str, start: float, end: float, held: bool) -> None:
+        if end > start:
+            (self._held if held else self._empty).setdefault(source, []).append((start, end))
+
+    def record(self, source: str, start: float, end: float, held: bool) -> None:
+        """``source`` held data somewhere in ``[start, end)`` (``held``), or none at all in it."""
+        if end > start:
+            self._add(source, start, end, held)
+            self.unsaved.append((source, start, end, held))
+
+    def held_within(self, source: str, start: float, end: float) -> bool:
+        """Whether ``source`` is known to have held data inside ``[start, end)``."""
+        return any(start <= first and last <= end for first, last in self._held.get(source, ()))
+
+    def unknown(self, source: str, start: float, end: float) -> list[tuple[float, float]]:
+        """The parts of ``[start, end)`` not known to have held nothing, newest first."""
+        parts: list[tuple[float, float]] = []
+        cursor = start
+        for first, last in sorted(self._empty.get(source, ())):
+            if last <= cursor or first >= end:
+                continue
+            if first > cursor:
+                parts.append((cursor, first))
+            cursor = last
+        if cursor < end:
+            parts.append((cursor, end))
+        return parts[::-1]
+
+
 @dataclass(frozen=True)
 class Sources:
     """The backends a check may query, and when its answer is due.
@@ -138,6 +204,9 @@ class Sources:
     # The reverse: the logs are scoped by this label (``cluster``) and the metrics are not. A metrics store holding
     # several values of it holds several clusters, whose OOM kills and nodes would be graded and named as this one's.
     metrics_unscoped_by: str = ""
+    # What each source was seen to hold before, kept across the windows of one run (a replay's days and their
+    # trend days) and, by the engine, in the state file: a look-back asks only what it does not already know.
+    sightings: Sightings | None = None
 
 
 # Kept between an optional question given up and the deadline: the check's own work after it (building the

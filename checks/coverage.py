@@ -66,7 +66,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from checks.contract import (
     Backend,
@@ -76,6 +76,7 @@ from checks.contract import (
     GapKind,
     Need,
     RangeSeries,
+    Sightings,
     SourceError,
     Sources,
     Status,
@@ -477,6 +478,13 @@ async def measure(sources: Sources, window: Window, needs: Iterable[Need], polic
             errors[need] = error
         else:
             seen[need] = one
+            if sources.sightings is not None and need.backend is Backend.LOGS:
+                # What this window held is known now (up to when it was asked, for a window not over): a later
+                # window's look-back (tomorrow's, a replay's next day) need not ask it again.
+                until = min(window.end, window.asked_at or window.end)
+                sources.sightings.record(
+                    source_key(need), window.start.timestamp(), until.timestamp(), held_anything(need, one)
+                )
     trusted = {need: one for need, one in seen.items() if not (logs_unscoped and need.backend is Backend.LOGS)}
     fleet = _fleet(grid, policy, trusted, fleet_rows) if per_node else _NO_FLEET
     foreign: set[str] = set()
@@ -608,7 +616,7 @@ def _absent_all_window(need: Need, seen: Seen) -> bool:
     """A metrics source without a single series in the window (an ``up`` target at 0 is there, and down)."""
     if need.backend is not Backend.METRICS or need.optional:
         return False
-    return not (seen.present if need.up_target else seen.buckets)
+    return not held_anything(need, seen)
 
 
 # A log source's look-back is asked in slices of at most this many days: Loki refuses a query longer than its
@@ -616,25 +624,84 @@ def _absent_all_window(need: Need, seen: Seen) -> bool:
 _LOOK_BACK_SLICE_DAYS = 30
 
 
+def source_key(need: Need) -> str:
+    """The name a source's sightings are kept under (`Sightings`): what it is and how it is proved, never a secret."""
+    proof = need.query if need.backend is Backend.METRICS else repr(need.lines or EVERY_LINE)
+    return f"{need.backend.value} {need.label}: {proof}"
+
+
+def held_anything(need: Need, seen: Seen) -> bool:
+    """Whether a measured source held any data in the window (an ``up`` target at 0 is there, and down)."""
+    return bool(seen.present if need.up_target else seen.buckets)
+
+
 async def held_data_in(sources: Sources, grid: Grid, need: Need, days: int) -> bool:
     """Whether a source held any data in the ``days`` before the window.
 
-    Metrics: one instant query. Logs: a count of its lines, newest slice first, stopping at the first that holds one;
-    the first slice is the day before alone, so a source that was there yesterday (lost today) costs a day's count,
-    not a month's.
+    Metrics: one instant query. Logs: a count of its lines per slice, newest first, stopping at the first that holds
+    one; the first slice is the day before alone, so a source that was there yesterday (lost today) costs a day's
+    count, not a month's. What ``sources.sightings`` already knows of a log source is not asked again: a span that
+    held data settles it, spans that held none are skipped, and what each answer says is kept there.
     """
-    start = grid.window.start
-    if need.backend is Backend.LOGS:
-        end, left = start, days
-        while left > 0:
-            step = min(left, 1 if end == start else _LOOK_BACK_SLICE_DAYS)
-            earlier = Window(end - timedelta(days=step), end, grid.window.zone, f"{step} days before")
-            rows = await sources.logs.count(LineCount(window=earlier, scope=need.lines or EVERY_LINE))
-            if any(row.counts.get("lines", 0.0) > 0 for row in rows):
+    key, memory = source_key(need), sources.sightings
+    end = grid.window.start.timestamp()
+    start = end - days * 86_400
+    if memory is None or need.backend is Backend.METRICS:
+        # A metric's look-back is one instant query over an index, whatever its span: nothing to save by remembering.
+        return await _held_in_parts(sources, need, grid.window, [(start, end)], None, key)
+    async with memory.asking(key):
+        if memory.held_within(key, start, end):
+            return True
+        return await _held_in_parts(sources, need, grid.window, memory.unknown(key, start, end), memory, key)
+
+
+async def _held_in_parts(
+    sources: Sources,
+    need: Need,
+    window: Window,
+    parts: Sequence[tuple[float, float]],
+    memory: Sightings | None,
+    key: str,
+) -> bool:
+    end = window.start.timestamp()
+    for first, last in parts:
+        for slice_start, slice_end in _slices(need, first, last, end):
+            held = await _held_between(sources, need, window, slice_start, slice_end)
+            if memory is not None:
+                memory.record(key, slice_start, slice_end, held)
+            if held:
                 return True
-            end, left = earlier.start, left - step
-        return False
-    samples = await sources.metrics.instant(f"count(count_over_time({need.query}[{days}d]))", start)
+    return False
+
+
+def _slices(need: Need, first: float, last: float, window_start: float) -> list[tuple[float, float]]:
+    """``[first, last)`` cut as a look-back asks it, newest first.
+
+    Metrics whole; logs the day before the window alone, then slices of at most `_LOOK_BACK_SLICE_DAYS`.
+    """
+    if need.backend is Backend.METRICS:
+        return [(first, last)]
+    out: list[tuple[float, float]] = []
+    end = last
+    while end > first:
+        days = 1 if end == window_start else _LOOK_BACK_SLICE_DAYS
+        begin = max(first, end - days * 86_400)
+        out.append((begin, end))
+        end = begin
+    return out
+
+
+async def _held_between(sources: Sources, need: Need, window: Window, start: float, end: float) -> bool:
+    """One question: did the source hold any data in ``[start, end)``."""
+    if need.backend is Backend.LOGS:
+        begin, until = datetime.fromtimestamp(start, tz=UTC), datetime.fromtimestamp(end, tz=UTC)
+        earlier = Window(begin, until, window.zone, "before the window")
+        rows = await sources.logs.count(LineCount(window=earlier, scope=need.lines or EVERY_LINE))
+        return any(row.counts.get("lines", 0.0) > 0 for row in rows)
+    seconds = max(1, round(end - start))
+    samples = await sources.metrics.instant(
+        f"count(count_over_time({need.query}[{seconds}s]))", datetime.fromtimestamp(end, tz=UTC)
+    )
     return any(sample.value > 0 for sample in samples)
 
 

@@ -30,7 +30,7 @@ import asyncio
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -41,10 +41,11 @@ import pytest
 from checks import coverage
 from checks.contract import Backend
 from checks.envoy_flags import EnvoyFlagsCheck, EnvoyFlagsPolicy
-from digest.app.engine import Config, make_digest, open_sources
+from digest.app.engine import Config, make_digest, open_sources, stored_history
 from digest.app.settings import load_settings
 from digest.output.render import Renderer, to_json
 from digest.pipeline.policy import Policy, TrendsPolicy
+from digest.pipeline.state import HistoryStore
 from digest.pipeline.window import day_window
 from testbed.corpus.model import Series
 from testbed.corpus.series import KSM
@@ -913,3 +914,82 @@ async def test_never_seen_and_seen_before_on_every_backend(
         assert not await coverage.held_data_in(sources, after, istio, 30)
         assert not await coverage.held_data_in(sources, before, access_logs, 30)
         assert not await coverage.held_data_in(sources, before, evaluator, 30)
+
+
+class _CountingLogs:
+    """The real log source, with every line count it is asked kept (the look-back's questions are counts)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.counted: list[tuple[float, float]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def count(self, question: Any) -> Any:
+        self.counted.append((question.window.start.timestamp(), question.window.end.timestamp()))
+        return await self.inner.count(question)
+
+    def longer_than(self, days: float) -> list[tuple[float, float]]:
+        return [(start, end) for start, end in self.counted if end - start > days * 86_400]
+
+
+async def test_a_replay_asks_a_month_of_a_missing_component_once(loaded: Loaded) -> None:
+    """Five days graded at once, each looking back 30 days for an access log never there: one month asked, once."""
+    at = loaded.copies[_shape_named("ingress-nginx").name].at
+    settings = load_settings(
+        vm_url=loaded.backends.metrics.url, vl_url=loaded.backends.logs.url, timezone="UTC", policy_file=None
+    )
+    access_logs = next(need for need in EnvoyFlagsCheck(EnvoyFlagsPolicy()).needs() if need.backend is Backend.LOGS)
+    grids = [coverage.Grid.of(day_window(at - timedelta(days=back), ZoneInfo("UTC"))) for back in range(5)]
+    async with open_sources(settings) as sources:
+        counting = _CountingLogs(sources.logs)
+        watched = replace(sources, logs=counting)
+        held = await asyncio.gather(*(coverage.held_data_in(watched, grid, access_logs, 30) for grid in grids))
+    assert held == [False] * 5
+    assert len(counting.longer_than(2)) == 1, counting.counted
+    # The other days asked only the day or days no look-back before them had.
+    assert len(counting.counted) <= 2 + 4 * 2, counting.counted
+
+
+async def test_the_state_file_keeps_what_the_look_back_learnt(loaded: Loaded, tmp_path: Path) -> None:
+    """A digest with a state file stores its sightings; the next day's digest asks no look-back for what they settle."""
+    at = loaded.copies[_shape_named("ingress-nginx").name].at
+    settings = load_settings(
+        vm_url=loaded.backends.metrics.url,
+        vl_url=loaded.backends.logs.url,
+        timezone="UTC",
+        policy_file=None,
+        state_path=str(tmp_path / "state.sqlite"),
+    )
+    config = Config(settings=settings, policy=Policy(trends=TrendsPolicy(enabled=False)))
+
+    async def digest_of(day: date) -> tuple[dict[str, Any], _CountingLogs]:
+        store = HistoryStore(settings.state_path)
+        try:
+            async with open_sources(settings, config.policy) as sources:
+                counting = _CountingLogs(sources.logs)
+                digest = await make_digest(
+                    config,
+                    day_window(day, ZoneInfo("UTC")),
+                    sources=replace(sources, logs=counting),
+                    history=stored_history(config, store),
+                )
+        finally:
+            store.close()
+        return to_json(digest), counting
+
+    first, asked_first = await digest_of(at)
+    assert [item["name"] for item in first["unwatched"]] == ["envoy_flags", "alerts"], first["unwatched"]
+    assert asked_first.longer_than(2), "the first digest had to look back a month"
+    second, asked_second = await digest_of(at + timedelta(days=1))
+    # The next day: the month before it is known from the state file (the first digest's look-back and its window).
+    assert [item["name"] for item in second["unwatched"]] == ["envoy_flags", "alerts"], second["unwatched"]
+    assert asked_second.longer_than(1.01) == [], asked_second.counted
+    store = HistoryStore(settings.state_path)
+    try:
+        sources_kept = {source for source, *_ in store.load_sightings(settings.cluster)}
+    finally:
+        store.close()
+    access_logs = next(need for need in EnvoyFlagsCheck(EnvoyFlagsPolicy()).needs() if need.backend is Backend.LOGS)
+    assert coverage.source_key(access_logs) in sources_kept, sources_kept

@@ -15,13 +15,14 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from checks.contract import Finding, Sources, Window
+from checks.contract import Finding, Sightings, Sources, Window
 from checks.error_lines import ErrorLinesCheck
 from checks.log_questions import LogsSource
 from digest.app.settings import ConfigError, LogBackend, RecordedCounts, Settings, load_settings
 from digest.backends.http import tls_context
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.recorded import RecordedLogs
+from digest.backends.scope import render
 from digest.backends.victorialogs import VictoriaLogsSource
 from digest.pipeline.collect import Collected, build_checks, collect
 from digest.pipeline.novelty import Novelty, ShapeHistory, judge
@@ -70,7 +71,9 @@ def open_history_store(settings: Settings) -> HistoryStore | None:
 
 def stored_history(config: Config, store: HistoryStore | None) -> History:
     """A `History` for one digest that reads and fills ``store``."""
-    return History(store=store, cluster=config.settings.cluster, policy=config.policy)
+    settings = config.settings
+    scope = f"{render(settings.metrics_scope)} {render(settings.logs_scope)}".strip()
+    return History(store=store, cluster=settings.cluster, policy=config.policy, scope=scope)
 
 
 @asynccontextmanager
@@ -106,6 +109,7 @@ async def open_sources(settings: Settings, policy: Policy | None = None) -> Asyn
             logs=counted,
             logs_unscoped=half,
             metrics_unscoped_by=by if not settings.metrics_scope else "",
+            sightings=Sightings(),
         )
     finally:
         await metrics.aclose()
@@ -140,6 +144,9 @@ async def _digest(config: Config, window: Window, deadline: float, sources: Sour
     policy = config.policy
     cluster = config.settings.cluster
     checks = build_checks(policy)
+    if history is not None and sources.sightings is not None:
+        # What earlier digests learnt of the sources (the state file): a look-back asks only what it does not know.
+        await history.recall_sightings(sources.sightings)
     today = asyncio.ensure_future(collect(checks, sources, window, policy, deadline))
     past: list[Digest] = []
     if policy.trends.enabled and policy.trends.days:
@@ -162,6 +169,8 @@ async def _digest(config: Config, window: Window, deadline: float, sources: Sour
         await asyncio.to_thread(
             history.keep_day, window, digest
         )  # for the weekly digest, when a state file holds the history
+        if sources.sightings is not None:
+            await history.keep_sightings(sources.sightings)
     return digest
 
 
@@ -174,7 +183,7 @@ async def make_week(
     they have in common are asked once; at most ``concurrency`` days are computed at once.
     """
     settings = config.settings
-    history = History(store=store, cluster=settings.cluster, policy=config.policy)
+    history = stored_history(config, store)
     days = week_days(year, week)
     results: dict[date, DayResult] = {}
     windows: dict[date, Window] = {}

@@ -222,6 +222,8 @@ async def collect(
         logs=_WatchedLogs(sources.logs, failures),
         deadline=asyncio.get_running_loop().time() + deadline_seconds,
         logs_unscoped=sources.logs_unscoped,
+        metrics_unscoped_by=sources.metrics_unscoped_by,
+        sightings=sources.sightings,
     )
     # Each check its own log watcher, to say afterwards where the counts it asked for came from.
     watchers = [_WatchedLogs(sources.logs, failures) for _ in checks]

@@ -34,7 +34,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -661,6 +661,17 @@ CREATE TABLE IF NOT EXISTS signature_history (
     stored_at     REAL NOT NULL,
     PRIMARY KEY (cluster, policy, namespace, workload, window_start, window_end)
 );
+-- What each source held, or did not, by span (`checks.contract.Sightings`): whether a cluster ever had a component
+-- is then asked of the backends only for the days no earlier digest saw.
+CREATE TABLE IF NOT EXISTS source_sightings (
+    cluster       TEXT NOT NULL,
+    source        TEXT NOT NULL,
+    span_start    REAL NOT NULL,
+    span_end      REAL NOT NULL,
+    held          INTEGER NOT NULL,
+    stored_at     REAL NOT NULL,
+    PRIMARY KEY (cluster, source, span_start, span_end)
+);
 -- One calendar day's digest as the week reads it (grade, why, unseen checks, values, signatures' shapes).
 CREATE TABLE IF NOT EXISTS day_results (
     cluster       TEXT NOT NULL,
@@ -740,6 +751,37 @@ class HistoryStore:
     ) -> None:
         """Store (or replace) the result of one calendar day's digest."""
         self._replace("day_results", (cluster, policy, start, end, result), now)
+
+    def load_sightings(self, cluster: str) -> list[tuple[str, float, float, bool]]:
+        """Every stored span of every source of ``cluster``: (source, start, end, held)."""
+        try:
+            with self._lock:
+                rows = self._connection.execute(
+                    "SELECT source, span_start, span_end, held FROM source_sightings WHERE cluster = ?", (cluster,)
+                ).fetchall()
+        except sqlite3.Error as exc:
+            raise _state_error(self._path, exc) from None
+        return [(str(source), float(start), float(end), bool(held)) for source, start, end, held in rows]
+
+    def save_sightings(
+        self, cluster: str, spans: Sequence[tuple[str, float, float, bool]], now: float | None = None
+    ) -> None:
+        """Store (or replace) spans of sources of ``cluster``, in one transaction; drop those past the retention."""
+        if not spans:
+            return
+        try:
+            moment = time.time() if now is None else now
+            with self._lock, self._connection:
+                self._connection.execute("BEGIN IMMEDIATE")
+                self._connection.executemany(
+                    "INSERT OR REPLACE INTO source_sightings VALUES (?, ?, ?, ?, ?, ?)",
+                    [(cluster, source, start, end, int(held), moment) for source, start, end, held in spans],
+                )
+                self._connection.execute(
+                    "DELETE FROM source_sightings WHERE stored_at < ?", (moment - _HISTORY_DAYS * 86_400,)
+                )
+        except sqlite3.Error as exc:
+            raise _state_error(self._path, exc) from None
 
     def _one(self, table: str, column: str, key: tuple[str | float, ...]) -> str | None:
         """``column`` of the row of ``table`` whose key columns (all but the last two) equal ``key``, or None."""

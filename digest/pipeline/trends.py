@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta
 
-from checks.contract import Finding, Signature, Sources, Status, Window, WorkloadSignatures, fmt_int
+from checks.contract import Finding, Sightings, Signature, Sources, Status, Window, WorkloadSignatures, fmt_int
 from digest.pipeline.collect import Collected, build_checks, collect
 from digest.pipeline.novelty import ShapeHistory
 from digest.pipeline.policy import CHECK_POLICIES, Policy
@@ -80,10 +80,15 @@ class History:
     died, a node's shipper stuck), is asked again next time — data may still arrive for it.
     """
 
-    def __init__(self, store: HistoryStore | None = None, cluster: str = "", policy: Policy | None = None) -> None:
+    def __init__(
+        self, store: HistoryStore | None = None, cluster: str = "", policy: Policy | None = None, scope: str = ""
+    ) -> None:
         self._tasks: dict[WindowKey, asyncio.Future[Collected]] = {}
         self._store = store
         self._cluster = cluster
+        # The sources' sightings are the cluster's as its settings scope it: another selector, another memory.
+        self._sightings_key = f"{cluster} {scope}".strip()
+        self._recalled: asyncio.Future[None] | None = None
         self._fingerprint = policy_fingerprint(policy) if policy is not None else ""
         # The workloads' error signatures per window, kept beside their findings for "new today".
         self.shapes = ShapeHistory(store, cluster, self._fingerprint)
@@ -117,6 +122,35 @@ class History:
                 encode_day(day_result(day, digest)),
             )
         except (StateError, ValueError) as exc:
+            self._give_up(exc)
+
+    async def recall_sightings(self, sightings: Sightings) -> None:
+        """Fill ``sightings`` with what earlier digests learnt of this cluster's sources, once per history.
+
+        Several days of a replay start at once: they all wait for the one read (a worker thread's, never the loop's).
+        """
+        if self._recalled is None:
+            self._recalled = asyncio.ensure_future(self._recall(sightings))
+        await asyncio.shield(self._recalled)
+
+    async def _recall(self, sightings: Sightings) -> None:
+        if self._store is None:
+            return
+        try:
+            spans = await asyncio.to_thread(self._store.load_sightings, self._sightings_key)
+        except StateError as exc:
+            self._give_up(exc)
+            return
+        sightings.learn(spans)
+
+    async def keep_sightings(self, sightings: Sightings) -> None:
+        """Store what ``sightings`` learnt since the last call (a worker thread writes it)."""
+        spans = sightings.take_unsaved()
+        if self._store is None or not spans:
+            return
+        try:
+            await asyncio.to_thread(self._store.save_sightings, self._sightings_key, spans)
+        except StateError as exc:
             self._give_up(exc)
 
     def offer(self, window: Window, graded: Awaitable[Collected]) -> None:
