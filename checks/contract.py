@@ -393,6 +393,13 @@ class Need:
     # or a disabled collector never exports): a node whose series stopped while the fleet's went on is a gap; a node
     # that never had it is not.
     own_nodes: bool = False
+    # A series a node's exporter may simply not have (the conntrack table without the nf_conntrack module, the
+    # kernel's OOM counter on an old kernel): ``carrier`` is a series that proves the exporter that would carry it
+    # answered (its ``up``). Never seen in ``deployed_days`` while the carrier answered in the window: the cluster
+    # lacks it — not a blind spot, and a check all of whose sources are lacking is not watched. The carrier silent
+    # too: never seen, blind. ``lacks`` is how a reader calls what is missing ("conntrack table").
+    carrier: str = ""
+    lacks: str = ""
 
 
 InputKind = Literal["series", "lines", "log_field", "json_key"]

@@ -87,6 +87,8 @@ from checks.contract import (
 )
 from checks.log_questions import EVERY_LINE, Filter, LineCount
 
+# node_exporter's job as the coverage policy names it by default (``node_exporter_job``).
+NODE_EXPORTER_JOB = ".*node.*exporter.*"
 # At most this many buckets per window: a day is cut in 10-minute buckets (144).
 _MAX_BUCKETS = 160
 _STEPS = (300, 600, 900, 1200, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
@@ -111,7 +113,7 @@ class CoveragePolicy:
     # A source with no data in the window nor in this many days before it was never deployed: its check says so,
     # and the day is not counted as unseen for it (a cluster without a rule evaluator is not blind every day).
     deployed_days: int = 30
-    node_exporter_job: str = ".*node.*exporter.*"
+    node_exporter_job: str = NODE_EXPORTER_JOB
     node_exporter_node_label: str = "instance"
     cadvisor_node_label: str = "instance"
 
@@ -140,15 +142,37 @@ KSM_JOB = ".*kube-state-metrics.*"
 # The sources the checks depend on ------------------------------------------------------------------------------
 
 
+def _up(job: str) -> str:
+    return f'up{{job=~"{job.replace(chr(34), "")}"}}'
+
+
 def node_exporter_conntrack() -> Need:
-    """node_exporter on every node, proved by its conntrack series (what the conntrack check reads)."""
-    return Need("node_exporter", Backend.METRICS, "node_nf_conntrack_entries", per_node=True)
+    """node_exporter on every node, proved by its conntrack series (what the conntrack check reads).
+
+    A node without the nf_conntrack module (an eBPF dataplane, nothing loaded it) has no table and node_exporter
+    exports none: with node_exporter answering and no node's table in ``deployed_days``, the cluster lacks it
+    (`Need.carrier`), and the conntrack check is not watched instead of UNKNOWN every day.
+    """
+    return Need(
+        "node_exporter",
+        Backend.METRICS,
+        "node_nf_conntrack_entries",
+        per_node=True,
+        carrier=_up(NODE_EXPORTER_JOB),
+        lacks="conntrack table",
+    )
 
 
 def node_exporter_conntrack_limit() -> Need:
     """The conntrack table's size on every node: a node's fill is entries over limit, so each node needs both."""
     return Need(
-        "conntrack limit", Backend.METRICS, "node_nf_conntrack_entries_limit", per_node=True, part_of="node_exporter"
+        "conntrack limit",
+        Backend.METRICS,
+        "node_nf_conntrack_entries_limit",
+        per_node=True,
+        part_of="node_exporter",
+        carrier=_up(NODE_EXPORTER_JOB),
+        lacks="conntrack table",
     )
 
 
@@ -165,6 +189,8 @@ def kernel_oom_counter(job: str) -> Need:
         f'node_vmstat_oom_kill{{job=~"{job.replace(chr(34), "")}"}}',
         per_node=True,
         own_nodes=True,
+        carrier=_up(job),
+        lacks="kernel OOM counter",
     )
 
 
@@ -287,6 +313,8 @@ class Seen:
     present: dict[str, set[int]] = field(default_factory=dict)
     live: dict[str, set[int]] = field(default_factory=dict)
     never: bool = False  # no data in the window nor in the ``deployed_days`` before it: never deployed
+    # Never, while its `Need.carrier` answered in the window: the cluster lacks it (no conntrack table), not blind.
+    lacking: bool = False
     # An ``own_nodes`` source: the nodes (raw label values) that had it in the ``history_days`` before the window.
     before_nodes: set[str] = field(default_factory=set)
 
@@ -472,6 +500,7 @@ async def measure(sources: Sources, window: Window, needs: Iterable[Need], polic
         elif error is None and _absent_all_window(need, one):
             try:
                 one.never = not await held_data_in(sources, grid, need, policy.deployed_days)
+                one.lacking = one.never and bool(need.carrier) and await _carried(sources, grid, need)
             except SourceError as exc:
                 error = str(exc)
         if error is not None:
@@ -610,6 +639,13 @@ async def _measure_logs(sources: Sources, grid: Grid, need: Need, policy: Covera
             "no log line names its node: which nodes shipped logs cannot be told (set logs.fields.node in the policy)"
         )
     return seen, None
+
+
+async def _carried(sources: Sources, grid: Grid, need: Need) -> bool:
+    """Whether the exporter that would carry ``need`` answered (its ``up`` at 1) at some time in the window."""
+    seconds = max(1, round(grid.window.seconds))
+    samples = await sources.metrics.instant(f"max(max_over_time({need.carrier}[{seconds}s]))", grid.window.end)
+    return any(sample.value >= 1 for sample in samples)
 
 
 def _absent_all_window(need: Need, seen: Seen) -> bool:
@@ -866,7 +902,12 @@ def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -
         errors.append(f"nodes: {fleet.error}")
     # Never-deployed components a cluster may lack (Istio beside the access log, a rule evaluator) are not said here:
     # with all of a check's sources such, the check is not watched (`unwatched`); with one of them, it says nothing.
-    never = tuple(need.label for need in needs if need in report.seen and report.seen[need].never and not need.may_lack)
+    # A series the cluster lacks (no conntrack table, no kernel OOM counter: `Need.carrier`) is not blindness either.
+    never = tuple(
+        need.label
+        for need in needs
+        if need in report.seen and report.seen[need].never and not (need.may_lack or report.seen[need].lacking)
+    )
     measured = [
         need
         for need in needs
@@ -930,11 +971,16 @@ def unwatched(report: Report, name: str, needs: Sequence[Need], policy: Coverage
     evaluator) qualify, and only when none held data in the window nor in the ``deployed_days`` before it. What
     every cluster has (kube-state-metrics, node_exporter, pod logs) is never "not watched": its absence is blindness.
     """
-    if not needs or not all(need.may_lack for need in needs):
+    if not needs or not all(_never_had(report, need) for need in needs):
         return None
-    if not all(need in report.seen and report.seen[need].never for need in needs):
-        return None
-    return Unwatched(name=name, sources=tuple(need.label for need in needs), days=policy.deployed_days)
+    sources = tuple(dict.fromkeys(need.lacks or need.label for need in needs))
+    return Unwatched(name=name, sources=sources, days=policy.deployed_days)
+
+
+def _never_had(report: Report, need: Need) -> bool:
+    """A component this cluster may lack and never had, or a series its answering exporter never carried."""
+    seen = report.seen.get(need)
+    return seen is not None and seen.never and (need.may_lack or seen.lacking)
 
 
 def _node_gaps(

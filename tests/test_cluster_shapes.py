@@ -16,6 +16,9 @@ the full calm day loaded the day before it:
   termination seen" when the kernel saw it too.
 * **The kernel counter stops** on one node at 10:00 while node_exporter answers (a kill after it would go
   unseen): never OK, the node and span named; **missing 10:00–16:00 and back one higher**: the kill is counted.
+* **Nodes without the kernel OOM counter**, calm: ``OK 10/10``, nothing said. **Nodes without a conntrack table** (no
+  nf_conntrack module) while node_exporter answers: ``OK 10/10`` with conntrack *not watched*; **the table gone
+  today**, there the day before: UNKNOWN.
 * **Jobs every minute** (a CronJob's runs, each a fresh pod that completes): calm, OK 10/10, nothing invented.
 * **A StatefulSet pod stuck in Init:CrashLoopBackOff** all day: ``OK 10/10 · 1 to look at``, the workload named.
 * **A StatefulSet rollout stuck**, **a DaemonSet's pod unavailable**, **a CronJob's run failed** (yesterday's failed
@@ -260,6 +263,16 @@ def no_evaluator(one: Series, _start: int, _node: str) -> Series | None:
     if _name(one) == "up" and _EVALUATOR.search(str(one.labels.get("job", ""))):
         return None
     return None if _name(one).startswith("ALERTS") else one
+
+
+def no_kernel_counter(one: Series, _start: int, _node: str) -> Series | None:
+    """Nodes whose kernel (or node_exporter's vmstat collector) exports no OOM kill counter."""
+    return None if _name(one) == "node_vmstat_oom_kill" else one
+
+
+def no_conntrack_table(one: Series, _start: int, _node: str) -> Series | None:
+    """Nodes without the nf_conntrack module (an eBPF dataplane): node_exporter exports no conntrack series."""
+    return None if _name(one).startswith("node_nf_conntrack_") else one
 
 
 _NGINX_POD = "ingress-nginx-controller-7d9f8c6b5d-q2w4x"
@@ -591,6 +604,28 @@ SHAPES = (
         "kube-state-metrics without optional families, no prober metrics",
         without_optional_families,
         text_never=("UNKNOWN", "not checked"),
+    ),
+    _shape(
+        "nodes without the kernel OOM counter",
+        no_kernel_counter,
+        text_says=("✓ oom_kills",),
+        text_never=("UNKNOWN", "not seen", "never seen", "Not watched"),
+    ),
+    _shape(
+        "nodes without a conntrack table (no nf_conntrack module)",
+        no_conntrack_table,
+        unwatched=("conntrack",),
+        text_says=("Not watched here: conntrack (no conntrack table in 30 days)",),
+        text_never=("UNKNOWN", "not seen", "never seen"),
+    ),
+    _shape(
+        "the conntrack table gone today",
+        no_conntrack_table,
+        had_it=True,
+        status="UNKNOWN",
+        score=None,
+        not_ok=("conntrack",),
+        text_never=("Not watched",),
     ),
     _shape(
         "Envoy's access log gone today",
