@@ -19,7 +19,9 @@ of them held data:
   in the previous days (a node silent everywhere today is a blind spot, unless kube-state-metrics answered today
   without it: then it was deleted). ``kube_node_spec_unschedulable`` and
   ``kube_node_status_condition{condition="Ready"}`` excuse a drained or NotReady node; the policy may declare nodes
-  expected to be absent.
+  expected to be absent. A node that ran pods and not one DaemonSet's pod while other nodes ran some
+  (``kube_pod_info{created_by_kind="DaemonSet"}``) is virtual (Fargate, virtual-kubelet): no exporter or log shipper
+  runs there, so a per-node source never heard from it is not a gap there ("runs no DaemonSet").
 
 Optional sources (Envoy's access log, Istio's metrics: a cluster may have either) count only when they held data in
 the window — their silence then is a gap like any other. A source with no data in the window nor in the
@@ -354,6 +356,9 @@ class Fleet:
     error: str | None = None
     # Internal IP → bucket → the node that held it then: a node replaced by one reusing its IP is two nodes.
     owners: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
+    # Nodes that ran pods and no DaemonSet's pod while other nodes ran some (Fargate, virtual-kubelet): no per-node
+    # exporter or shipper is expected there; a source heard from one anyway is judged there as anywhere.
+    virtual: frozenset[str] = frozenset()
 
     def canonical(self, raw: str) -> str:
         """A node's name from a label value: ``pi5-2:9100`` → ``pi5-2``, ``10.0.0.5:9100`` → its node's name."""
@@ -451,6 +456,11 @@ def fleet_queries(grid: Grid, policy: CoveragePolicy) -> dict[str, str]:
             f" or label_replace((max_over_time(kube_node_spec_unschedulable{bucket}) > 0) unless on (node) "
             f'count by (node) (count_over_time(kube_pod_info{{node!="", created_by_kind!~"DaemonSet|Node"}}{bucket})),'
             ' "why", "drained", "", "")'
+            # The nodes that ran a DaemonSet's pod: a node among nodes that do, running none itself, is a virtual
+            # node (Fargate, virtual-kubelet), where no exporter or log shipper runs.
+            " or label_replace(count by (node) ("
+            f'count_over_time(kube_pod_info{{node!="", created_by_kind="DaemonSet"}}{bucket})),'
+            ' "why", "daemonset", "", "")'
             ' or label_replace(1 - min_over_time(kube_node_status_condition{condition="Ready", status="true"}'
             f'{bucket}) > 0, "why", "not ready", "", ""))'
         ),
@@ -466,8 +476,15 @@ def _node_label(need: Need, policy: CoveragePolicy) -> str:
     return policy.cadvisor_node_label if need.label == "cAdvisor" else policy.node_exporter_node_label
 
 
-async def measure(sources: Sources, window: Window, needs: Iterable[Need], policy: CoveragePolicy) -> Report:
+async def measure(
+    sources: Sources, window: Window, needs: Iterable[Need], policy: CoveragePolicy, look_back: bool = True
+) -> Report:
     """Ask the backends, once per metrics source, once for all log sources, plus the fleet; never raises.
+
+    ``look_back`` False (a trend day, graded only to compare with): a source absent from the window is not looked
+    for in the month before it. A component a cluster may lack is then taken as never there, a series whose
+    exporter answered as lacking, anything else as unseen. The digest's own window decides what the cluster has;
+    its trend days, asked beside it, would each ask a month of their own, in an order no two runs share.
 
     ``sources.logs_unscoped``: the metrics are scoped to one cluster and the logs are not (a shared log store read
     whole): the fleet is the metrics' alone, and a node heard only in the logs is another cluster's
@@ -494,13 +511,15 @@ async def measure(sources: Sources, window: Window, needs: Iterable[Need], polic
         if error is None and need.optional and need.may_lack and not one.buckets:
             try:
                 # Silent today: never here at all (not watched), or here before and gone (its check is UNKNOWN)?
-                one.never = not await held_data_in(sources, grid, need, policy.deployed_days)
+                one.never = not look_back or not await held_data_in(sources, grid, need, policy.deployed_days)
             except SourceError as exc:
                 error = str(exc)
-        elif error is None and _absent_all_window(need, one):
+        elif error is None and _absent_all_window(need, one) and (look_back or need.carrier):
             try:
-                one.never = not await held_data_in(sources, grid, need, policy.deployed_days)
+                one.never = not look_back or not await held_data_in(sources, grid, need, policy.deployed_days)
                 one.lacking = one.never and bool(need.carrier) and await _carried(sources, grid, need)
+                # A trend day without its look-back: lacking (its exporter answered) or unseen, never "never seen".
+                one.never = one.never and (look_back or one.lacking)
             except SourceError as exc:
                 error = str(exc)
         if error is not None:
@@ -822,12 +841,18 @@ def _fleet(
                 excused[canonical(one.labels["node"])][index] = why
     for name in policy.absent_nodes:
         excused[name] = dict.fromkeys(range(len(grid.points)), "expected absent")
+    # Virtual nodes: kube-state-metrics saw pods on them all window long, and not one DaemonSet pod, where the other
+    # nodes ran some. Exporters and log shippers run as DaemonSets (or on hosts a virtual node does not have).
+    daemon = {canonical(one.labels["node"]) for one in parts["daemonset"] if buckets(one)}
+    with_pods = {canonical(one.labels["node"]) for one in parts["pods"] if buckets(one)}
+    virtual = frozenset(with_pods - daemon) if daemon else frozenset()
     return Fleet(
         first_seen=first_seen,
         deleted_after=deleted_after,
         excused=excused,
         by_ip=by_ip,
         owners={address: dict(held) for address, held in owners.items()},
+        virtual=virtual,
     )
 
 
@@ -983,6 +1008,10 @@ def _never_had(report: Report, need: Need) -> bool:
     return seen is not None and seen.never and (need.may_lack or seen.lacking)
 
 
+# How an excused virtual node is said: "○ node fargate-ip-10-0-1-5 · runs no DaemonSet: its silence is not counted…"
+_VIRTUAL = "runs no DaemonSet (a virtual node)"
+
+
 def _node_gaps(
     report: Report,
     need: Need,
@@ -1021,6 +1050,9 @@ def _node_gaps(
     else:
         nodes = set(fleet.first_seen) | set(by_node) | set(policy.absent_nodes)
     for node in sorted(nodes):
+        if node in fleet.virtual and node not in by_node:
+            excused.setdefault(node, _VIRTUAL)
+            continue
         first, until = fleet.first_seen.get(node, 0), fleet.deleted_after.get(node, last)
         # Buckets the whole source missed are said once, as the source's gap, not once per node. A node that was
         # heard whenever the source was (most of them) costs one set difference.

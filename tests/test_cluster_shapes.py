@@ -19,6 +19,9 @@ the full calm day loaded the day before it:
 * **Nodes without the kernel OOM counter**, calm: ``OK 10/10``, nothing said. **Nodes without a conntrack table** (no
   nf_conntrack module) while node_exporter answers: ``OK 10/10`` with conntrack *not watched*; **the table gone
   today**, there the day before: UNKNOWN.
+* **A virtual node** (Fargate: pods, no DaemonSet, no exporter, no shipper) beside the three: ``OK 10/10``, the node
+  named once as virtual; with **pi5-2's node_exporter gone from 10:00** beside it: UNKNOWN naming pi5-2, never the
+  virtual node.
 * **Jobs every minute** (a CronJob's runs, each a fresh pod that completes): calm, OK 10/10, nothing invented.
 * **A StatefulSet pod stuck in Init:CrashLoopBackOff** all day: ``OK 10/10 · 1 to look at``, the workload named.
 * **A StatefulSet rollout stuck**, **a DaemonSet's pod unavailable**, **a CronJob's run failed** (yesterday's failed
@@ -485,6 +488,61 @@ def daemonset_short(one: Series, start: int, _node: str) -> Series | Sequence[Se
     ]
 
 
+_VIRTUAL_NODE = "fargate-ip-10-0-9-9.eu-west-1.compute.internal"
+
+
+def _daemonset_labelled(one: Series) -> Series:
+    """kube_pod_info as kube-state-metrics writes it: with its controller's kind (the log shipper's pods: DaemonSet)."""
+    if _name(one) != "kube_pod_info" or "created_by_kind" in one.labels:
+        return one
+    pod = str(one.labels.get("pod", ""))
+    kind, owner = ("DaemonSet", "vector") if pod.startswith("vector-") else ("ReplicaSet", pod.rsplit("-", 1)[0])
+    return Series({**one.labels, "created_by_kind": kind, "created_by_name": owner}, one.timestamps_ms, one.values)
+
+
+def virtual_node(one: Series, start: int, _node: str) -> Series | Sequence[Series] | None:
+    """A Fargate node beside the three: a pod runs there all day, and nothing else (no DaemonSet, no exporter)."""
+    one = _daemonset_labelled(one)
+    if not _is_ksm_up(one):
+        return one
+    day_ms = start * 1000
+    grid = list(one.timestamps_ms)
+    pod = Pod("shop", "checkout-7d4b9c8f6d-q8w2e", "ReplicaSet", "checkout-7d4b9c8f6d", _VIRTUAL_NODE, "checkout", -2)
+    node = _make(
+        "kube_node_info",
+        {**KSM, "node": _VIRTUAL_NODE, "internal_ip": "10.0.9.9", "kubelet_version": "v1.30.0-eks-fargate"},
+        [(t, 1.0) for t in grid],
+    )
+    ready = _make(
+        "kube_node_status_condition",
+        {**KSM, "node": _VIRTUAL_NODE, "condition": "Ready", "status": "true"},
+        [(t, 1.0) for t in grid],
+    )
+    # The shipper's DaemonSet as kube-state-metrics exports it beside its pods: on the three nodes, all available.
+    shipper = {**KSM, "namespace": "logging", "daemonset": "vector"}
+    status = [
+        _make(f"kube_daemonset_status_{name}", shipper, [(t, value) for t in grid])
+        for name, value in (
+            ("desired_number_scheduled", 3.0),
+            ("current_number_scheduled", 3.0),
+            ("updated_number_scheduled", 3.0),
+            ("number_available", 3.0),
+            ("number_unavailable", 0.0),
+        )
+    ]
+    return [one, node, ready, *status, *_ksm_pod(pod, grid, day_ms), *_phase(pod, grid, day_ms, lambda _t: "Running")]
+
+
+def virtual_node_and_a_lost_exporter(one: Series, start: int, node: str) -> Series | Sequence[Series] | None:
+    """The Fargate node, and pi5-2's node_exporter gone from 10:00 (its DaemonSet pods still there)."""
+    if _node_of(one) == "pi5-2" and str(one.labels.get("job", "")).startswith("node"):
+        cut = _cut(one, (start + 10 * 3600) * 1000)
+        if cut is None:
+            return None
+        one = cut
+    return virtual_node(one, start, node)
+
+
 def job_failed(one: Series, start: int, _node: str) -> Series | Sequence[Series] | None:
     """A CronJob's run failed at 03:20 (BackoffLimitExceeded); yesterday's failed run is still listed all day."""
     if not _is_ksm_up(one):
@@ -626,6 +684,21 @@ SHAPES = (
         score=None,
         not_ok=("conntrack",),
         text_never=("Not watched",),
+    ),
+    _shape(
+        "a virtual node (Fargate) beside the three",
+        virtual_node,
+        text_says=(f"○ node {_VIRTUAL_NODE} · runs no DaemonSet (a virtual node): its silence is not counted",),
+        text_never=("UNKNOWN", "not seen", "could not be checked"),
+    ),
+    _shape(
+        "a virtual node, and pi5-2's node_exporter gone from 10:00",
+        virtual_node_and_a_lost_exporter,
+        status="UNKNOWN",
+        score=None,
+        says=("pi5-2",),
+        not_ok=("conntrack",),
+        text_never=(f"{_VIRTUAL_NODE} after", f"on {_VIRTUAL_NODE}"),
     ),
     _shape(
         "Envoy's access log gone today",

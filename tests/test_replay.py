@@ -104,9 +104,9 @@ async def test_replay_shares_history_between_days(
 
     original = trends.collect
 
-    async def counting(checks, sources, window, policy, deadline):  # type: ignore[no-untyped-def]
+    async def counting(checks, sources, window, policy, deadline, look_back=True):  # type: ignore[no-untyped-def]
         calls.append(window.label)
-        return await original(checks, sources, window, policy, deadline)
+        return await original(checks, sources, window, policy, deadline, look_back)
 
     trends.collect = counting  # type: ignore[assignment]
     try:

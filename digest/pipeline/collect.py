@@ -196,13 +196,18 @@ async def _guarded(
 
 
 async def _coverage(
-    checks: Sequence[Check], sources: Sources, window: Window, policy: Policy, deadline_seconds: float
+    checks: Sequence[Check],
+    sources: Sources,
+    window: Window,
+    policy: Policy,
+    deadline_seconds: float,
+    look_back: bool,
 ) -> coverage.Report | str:
     """What the checks' sources covered, or why it could not be measured."""
     try:
         async with asyncio.timeout(deadline_seconds):
             return await coverage.measure(
-                sources, window, (need for check in checks for need in check.needs()), policy.coverage
+                sources, window, (need for check in checks for need in check.needs()), policy.coverage, look_back
             )
     except TimeoutError:
         return f"no answer within the check deadline of {deadline_seconds:g} s"
@@ -212,9 +217,18 @@ async def _coverage(
 
 
 async def collect(
-    checks: Sequence[Check], sources: Sources, window: Window, policy: Policy, deadline_seconds: float
+    checks: Sequence[Check],
+    sources: Sources,
+    window: Window,
+    policy: Policy,
+    deadline_seconds: float,
+    look_back: bool = True,
 ) -> Collected:
-    """Run ``checks`` concurrently (the sources bound the number of queries in flight) and judge their coverage."""
+    """Run ``checks`` concurrently (the sources bound the number of queries in flight) and judge their coverage.
+
+    ``look_back`` False for a trend day: what the cluster has is the digest's own window's to learn
+    (`checks.coverage.measure`).
+    """
     failures = _Failures()
     # Every check's run is cut off ``deadline_seconds`` from now (`_guarded`): the sources tell the checks when.
     watched = Sources(
@@ -229,7 +243,7 @@ async def collect(
     watchers = [_WatchedLogs(sources.logs, failures) for _ in checks]
     own = [replace(watched, logs=watcher) for watcher in watchers]
     measuring = (
-        asyncio.ensure_future(_coverage(checks, watched, window, policy, deadline_seconds))
+        asyncio.ensure_future(_coverage(checks, watched, window, policy, deadline_seconds, look_back))
         if policy.coverage.enabled
         else None
     )

@@ -314,7 +314,8 @@ async def previous_digests(
     shared = history if history is not None else History()
 
     def compute(past: Window) -> Callable[[], Awaitable[Collected]]:
-        return lambda: collect(checks, sources, past, policy, deadline_seconds)
+        # A trend day does not look back a month for what it lacks: the digest's own window does (measure).
+        return lambda: collect(checks, sources, past, policy, deadline_seconds, look_back=False)
 
     collected = await asyncio.gather(*(shared.get(past, compute(past)) for past in windows))
     return [
