@@ -27,7 +27,7 @@ from digest.app.engine import Config, make_digest
 from digest.app.settings import ConfigError, load_settings
 from digest.backends.scope import parse_matchers, render, scoped_promql
 from digest.output.render import Renderer, to_json
-from digest.pipeline.policy import Policy
+from digest.pipeline.policy import Policy, TrendsPolicy
 from digest.pipeline.window import day_window
 from testbed.corpus import DAYS
 from testbed.corpus.calm_day import CalmDay
@@ -63,7 +63,8 @@ def _config(metrics_url: str, logs: dict[str, str], cluster: str, **settings: An
     loaded = load_settings(
         vm_url=metrics_url, cluster=cluster, timezone="UTC", policy_file=None, query_timeout=60.0, **logs, **settings
     )
-    return Config(settings=loaded, policy=Policy())
+    # Without trends: the cluster's day is alone in each store, so its trend days hold nothing of either cluster.
+    return Config(settings=loaded, policy=Policy(trends=TrendsPolicy(enabled=False)))
 
 
 async def _graded(config: Config) -> tuple[dict[str, Any], dict[str, Any]]:
