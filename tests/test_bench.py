@@ -141,7 +141,7 @@ def test_gc_cost_replays_with_the_collector_defaults_and_with_the_digest_tuning(
 def test_quick_benchmark_programme_measures_and_checks_every_figure() -> None:
     """`bench.runner --quick` runs floor, proxy, naive, warm, replay-floor and state-file measures, each checked."""
     # One run per measure: the programme's plumbing and its checks, not medians worth publishing.
-    result = _bench(["bench.runner", "--quick", "--no-write", "--repeats", "1"], timeout=900)
+    result = _bench(["bench.runner", "--quick", "--no-write", "--repeats", "1", "--replay-lines", "10000"], timeout=900)
     assert result.returncode == 0, result.stderr[-2_000:]
     out = result.stdout
     for measure in (
