@@ -125,11 +125,12 @@ class Sightings:
 
     Whether a cluster ever had a component (an access log, a rule evaluator) is asked over the 30 days before each
     window (`checks.coverage.held_data_in`). On Loki a month of an absent stream is 720 hourly sub-queries, asked
-    again every day, and by a replay for every day and trend day. What a window or an earlier look-back already
-    answered is kept here, per source (`checks.coverage.source_key`), as spans ``[start, end)`` in unix seconds:
+    again every day, and by a replay for every day. What a window or an earlier look-back already answered of a log
+    source is kept here, per source (`checks.coverage.source_key`), as spans ``[start, end)`` in unix seconds:
     a span that held data settles a look-back that contains it, and spans that held none are not asked again.
     ``unsaved`` is what was learnt since the engine last stored it (the state file's history keeps it between
-    digests). Plain data, touched only on the event loop's thread: no lock, no I/O.
+    digests). Plain data, touched only on the event loop's thread (no thread lock, no I/O); `asking` orders the
+    look-backs of one source.
     """
 
     def __init__(self, spans: Sequence[tuple[str, float, float, bool]] = ()) -> None:
@@ -204,8 +205,8 @@ class Sources:
     # The reverse: the logs are scoped by this label (``cluster``) and the metrics are not. A metrics store holding
     # several values of it holds several clusters, whose OOM kills and nodes would be graded and named as this one's.
     metrics_unscoped_by: str = ""
-    # What each source was seen to hold before, kept across the windows of one run (a replay's days and their
-    # trend days) and, by the engine, in the state file: a look-back asks only what it does not already know.
+    # What each log source was seen to hold before, kept across the windows of one run (a replay's days, their trend
+    # days) and, by the engine, in the state file: a look-back asks only what it does not already know.
     sightings: Sightings | None = None
 
 

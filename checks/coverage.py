@@ -145,6 +145,7 @@ KSM_JOB = ".*kube-state-metrics.*"
 
 
 def _up(job: str) -> str:
+    """The ``up`` series of the targets whose job matches ``job`` (a regex; a double quote could end the matcher)."""
     return f'up{{job=~"{job.replace(chr(34), "")}"}}'
 
 
@@ -198,7 +199,7 @@ def kernel_oom_counter(job: str) -> Need:
 
 def kube_state_metrics(job: str) -> Need:
     """kube-state-metrics, proved by its ``up`` being 1."""
-    return Need("kube-state-metrics", Backend.METRICS, f'up{{job=~"{job.replace(chr(34), "")}"}}', up_target=True)
+    return Need("kube-state-metrics", Backend.METRICS, _up(job), up_target=True)
 
 
 def cadvisor() -> Need:
@@ -223,9 +224,7 @@ def istio_requests() -> Need:
 
 def rule_evaluator(job: str) -> Need:
     """The alerting rule evaluator (vmalert, Prometheus), proved by its ``up`` being 1."""
-    return Need(
-        "rule evaluator", Backend.METRICS, f'up{{job=~"{job.replace(chr(34), "")}"}}', up_target=True, may_lack=True
-    )
+    return Need("rule evaluator", Backend.METRICS, _up(job), up_target=True, may_lack=True)
 
 
 # The grid of buckets ------------------------------------------------------------------------------------------------
@@ -516,10 +515,10 @@ async def measure(
                 error = str(exc)
         elif error is None and _absent_all_window(need, one) and (look_back or need.carrier):
             try:
-                one.never = not look_back or not await held_data_in(sources, grid, need, policy.deployed_days)
-                one.lacking = one.never and bool(need.carrier) and await _carried(sources, grid, need)
+                never = not look_back or not await held_data_in(sources, grid, need, policy.deployed_days)
+                one.lacking = never and bool(need.carrier) and await _carried(sources, grid, need)
                 # A trend day without its look-back: lacking (its exporter answered) or unseen, never "never seen".
-                one.never = one.never and (look_back or one.lacking)
+                one.never = never if look_back else one.lacking
             except SourceError as exc:
                 error = str(exc)
         if error is not None:
@@ -698,11 +697,14 @@ async def held_data_in(sources: Sources, grid: Grid, need: Need, days: int) -> b
     count, not a month's. What ``sources.sightings`` already knows of a log source is not asked again: a span that
     held data settles it, spans that held none are skipped, and what each answer says is kept there.
     """
+    if need.backend is Backend.METRICS:
+        # One instant query over an index, whatever its span: nothing to save by remembering it.
+        samples = await sources.metrics.instant(f"count(count_over_time({need.query}[{days}d]))", grid.window.start)
+        return any(sample.value > 0 for sample in samples)
     key, memory = source_key(need), sources.sightings
     end = grid.window.start.timestamp()
     start = end - days * 86_400
-    if memory is None or need.backend is Backend.METRICS:
-        # A metric's look-back is one instant query over an index, whatever its span: nothing to save by remembering.
+    if memory is None:
         return await _held_in_parts(sources, need, grid.window, [(start, end)], None, key)
     async with memory.asking(key):
         if memory.held_within(key, start, end):
@@ -720,7 +722,7 @@ async def _held_in_parts(
 ) -> bool:
     end = window.start.timestamp()
     for first, last in parts:
-        for slice_start, slice_end in _slices(need, first, last, end):
+        for slice_start, slice_end in _slices(first, last, end):
             held = await _held_between(sources, need, window, slice_start, slice_end)
             if memory is not None:
                 memory.record(key, slice_start, slice_end, held)
@@ -729,13 +731,11 @@ async def _held_in_parts(
     return False
 
 
-def _slices(need: Need, first: float, last: float, window_start: float) -> list[tuple[float, float]]:
-    """``[first, last)`` cut as a look-back asks it, newest first.
+def _slices(first: float, last: float, window_start: float) -> list[tuple[float, float]]:
+    """``[first, last)`` cut as a log look-back asks it, newest first.
 
-    Metrics whole; logs the day before the window alone, then slices of at most `_LOOK_BACK_SLICE_DAYS`.
+    The day before the window alone, then slices of at most `_LOOK_BACK_SLICE_DAYS`.
     """
-    if need.backend is Backend.METRICS:
-        return [(first, last)]
     out: list[tuple[float, float]] = []
     end = last
     while end > first:
@@ -747,17 +747,11 @@ def _slices(need: Need, first: float, last: float, window_start: float) -> list[
 
 
 async def _held_between(sources: Sources, need: Need, window: Window, start: float, end: float) -> bool:
-    """One question: did the source hold any data in ``[start, end)``."""
-    if need.backend is Backend.LOGS:
-        begin, until = datetime.fromtimestamp(start, tz=UTC), datetime.fromtimestamp(end, tz=UTC)
-        earlier = Window(begin, until, window.zone, "before the window")
-        rows = await sources.logs.count(LineCount(window=earlier, scope=need.lines or EVERY_LINE))
-        return any(row.counts.get("lines", 0.0) > 0 for row in rows)
-    seconds = max(1, round(end - start))
-    samples = await sources.metrics.instant(
-        f"count(count_over_time({need.query}[{seconds}s]))", datetime.fromtimestamp(end, tz=UTC)
-    )
-    return any(sample.value > 0 for sample in samples)
+    """One question: did the log source hold any line in ``[start, end)``."""
+    begin, until = datetime.fromtimestamp(start, tz=UTC), datetime.fromtimestamp(end, tz=UTC)
+    earlier = Window(begin, until, window.zone, "before the window")
+    rows = await sources.logs.count(LineCount(window=earlier, scope=need.lines or EVERY_LINE))
+    return any(row.counts.get("lines", 0.0) > 0 for row in rows)
 
 
 _RANGED = ("nodes",)

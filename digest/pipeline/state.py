@@ -767,21 +767,9 @@ class HistoryStore:
         self, cluster: str, spans: Sequence[tuple[str, float, float, bool]], now: float | None = None
     ) -> None:
         """Store (or replace) spans of sources of ``cluster``, in one transaction; drop those past the retention."""
-        if not spans:
-            return
-        try:
-            moment = time.time() if now is None else now
-            with self._lock, self._connection:
-                self._connection.execute("BEGIN IMMEDIATE")
-                self._connection.executemany(
-                    "INSERT OR REPLACE INTO source_sightings VALUES (?, ?, ?, ?, ?, ?)",
-                    [(cluster, source, start, end, int(held), moment) for source, start, end, held in spans],
-                )
-                self._connection.execute(
-                    "DELETE FROM source_sightings WHERE stored_at < ?", (moment - _HISTORY_DAYS * 86_400,)
-                )
-        except sqlite3.Error as exc:
-            raise _state_error(self._path, exc) from None
+        if spans:
+            rows = [(cluster, source, start, end, int(held)) for source, start, end, held in spans]
+            self._replace_rows("source_sightings", rows, now)
 
     def _one(self, table: str, column: str, key: tuple[str | float, ...]) -> str | None:
         """``column`` of the row of ``table`` whose key columns (all but the last two) equal ``key``, or None."""
@@ -796,12 +784,19 @@ class HistoryStore:
 
     def _replace(self, table: str, values: tuple[str | float, ...], now: float | None) -> None:
         """Insert or replace a row of ``table`` (its stored_at is ``now``), and drop the rows past the retention."""
+        self._replace_rows(table, [values], now)
+
+    def _replace_rows(self, table: str, rows: Sequence[tuple[str | float, ...]], now: float | None) -> None:
+        """Insert or replace rows of ``table`` in one transaction (stored_at ``now``); drop those past the retention."""
         try:
             moment = time.time() if now is None else now
-            marks = ", ".join("?" * (len(values) + 1))
+            marks = ", ".join("?" * (len(rows[0]) + 1))
             with self._lock, self._connection:
                 self._connection.execute("BEGIN IMMEDIATE")
-                self._connection.execute(f"INSERT OR REPLACE INTO {table} VALUES ({marks})", (*values, moment))  # noqa: S608  # table is ours, values bound
+                self._connection.executemany(
+                    f"INSERT OR REPLACE INTO {table} VALUES ({marks})",  # noqa: S608  # table is ours, values bound
+                    [(*values, moment) for values in rows],
+                )
                 self._connection.execute(
                     f"DELETE FROM {table} WHERE stored_at < ?",  # noqa: S608  # table is ours
                     (moment - _HISTORY_DAYS * 86_400,),
