@@ -476,6 +476,22 @@ class Coverage:
     # Sources with no data in the window nor in the days before it (``deployed_days``): never deployed, not gone.
     # Not a gap: the check that needs one says it could not look, and the day is not graded on it.
     never_seen: tuple[str, ...] = ()
+    # Nodes whose exporter answered and never carried a series the rest of the fleet has (one node without the
+    # nf_conntrack module): not watched there, said once and quietly, never a gap (`checks.coverage`).
+    lacking: tuple[NodeLacks, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeLacks:
+    """One node that lacks what the rest of the fleet has: its exporter answered, the series never came in ``days``.
+
+    ``lacks`` as a reader calls it ("conntrack table"). A node's input that is there elsewhere and simply not on this
+    node (an eBPF node pool, a kernel built without the module) is not watched on that node, not unseen.
+    """
+
+    node: str
+    lacks: str
+    days: int
 
 
 @dataclass(frozen=True)

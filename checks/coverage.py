@@ -77,6 +77,7 @@ from checks.contract import (
     Gap,
     GapKind,
     Need,
+    NodeLacks,
     RangeSeries,
     Sightings,
     SourceError,
@@ -149,6 +150,13 @@ def _up(job: str) -> str:
     return f'up{{job=~"{job.replace(chr(34), "")}"}}'
 
 
+# What a node's exporter may carry or not (`Need.lacks`), as a reader calls it: a gap in one of these is the series
+# stopping, and its hint asks about the kernel and the collector before the exporter.
+_CONNTRACK_TABLE = "conntrack table"
+_KERNEL_OOM_COUNTER = "kernel OOM counter"
+_CARRIED = (_CONNTRACK_TABLE, _KERNEL_OOM_COUNTER)
+
+
 def node_exporter_conntrack() -> Need:
     """node_exporter on every node, proved by its conntrack series (what the conntrack check reads).
 
@@ -162,7 +170,7 @@ def node_exporter_conntrack() -> Need:
         "node_nf_conntrack_entries",
         per_node=True,
         carrier=_up(NODE_EXPORTER_JOB),
-        lacks="conntrack table",
+        lacks=_CONNTRACK_TABLE,
     )
 
 
@@ -175,7 +183,7 @@ def node_exporter_conntrack_limit() -> Need:
         per_node=True,
         part_of="node_exporter",
         carrier=_up(NODE_EXPORTER_JOB),
-        lacks="conntrack table",
+        lacks=_CONNTRACK_TABLE,
     )
 
 
@@ -187,13 +195,13 @@ def kernel_oom_counter(job: str) -> Need:
     counter stopped while the fleet's went on is: a kill there would go uncounted.
     """
     return Need(
-        "kernel OOM counter",
+        _KERNEL_OOM_COUNTER,
         Backend.METRICS,
         f'node_vmstat_oom_kill{{job=~"{job.replace(chr(34), "")}"}}',
         per_node=True,
         own_nodes=True,
         carrier=_up(job),
-        lacks="kernel OOM counter",
+        lacks=_KERNEL_OOM_COUNTER,
     )
 
 
@@ -318,6 +326,12 @@ class Seen:
     lacking: bool = False
     # An ``own_nodes`` source: the nodes (raw label values) that had it in the ``history_days`` before the window.
     before_nodes: set[str] = field(default_factory=set)
+    # A carried series the fleet has: the nodes (names) whose exporter answered in the window and which never had it
+    # in the ``deployed_days`` (one node without the nf_conntrack module among nodes with it).
+    lacking_nodes: set[str] = field(default_factory=set)
+    # The nodes whose exporter answered and whose series of it all stopped (had before, none today): a gap named by
+    # what stopped ("conntrack table"), not by the exporter, which answered.
+    stopped_nodes: set[str] = field(default_factory=set)
 
 
 def _loud_enough(lines: Mapping[int, float], run: tuple[int, int], policy: CoveragePolicy) -> bool:
@@ -534,6 +548,28 @@ async def measure(
                 )
     trusted = {need: one for need, one in seen.items() if not (logs_unscoped and need.backend is Backend.LOGS)}
     fleet = _fleet(grid, policy, trusted, fleet_rows) if per_node else _NO_FLEET
+    if fleet.error is None and fleet.first_seen:
+        asked = list(seen.items())
+        lacking = await asyncio.gather(
+            *(_lacking_nodes(sources, grid, need, one, policy, fleet) for need, one in asked), return_exceptions=True
+        )
+        # A node lacks a thing (its conntrack table) only when every series of it is missing there: a node with the
+        # table's entries and not its limit lacks nothing, its limit is unseen.
+        silent: dict[str, set[str]] = {}
+        had: dict[str, set[str]] = defaultdict(set)
+        for (need, _one), nodes in zip(asked, lacking, strict=True):
+            if isinstance(nodes, SourceError):
+                del seen[need]
+                errors[need] = str(nodes)
+            elif isinstance(nodes, BaseException):
+                raise nodes
+            elif need.lacks:
+                silent[need.lacks] = silent.get(need.lacks, nodes[0]) & nodes[0]
+                had[need.lacks] |= nodes[1]
+        for need, one in seen.items():
+            if need.lacks:
+                one.lacking_nodes = silent.get(need.lacks, set()) - had[need.lacks]
+                one.stopped_nodes = silent.get(need.lacks, set()) & had[need.lacks]
     foreign: set[str] = set()
     if logs_unscoped and per_node and fleet.error is None and fleet.first_seen:
         for need, one in seen.items():
@@ -657,6 +693,36 @@ async def _measure_logs(sources: Sources, grid: Grid, need: Need, policy: Covera
             "no log line names its node: which nodes shipped logs cannot be told (set logs.fields.node in the policy)"
         )
     return seen, None
+
+
+async def _lacking_nodes(
+    sources: Sources, grid: Grid, need: Need, seen: Seen, policy: CoveragePolicy, fleet: Fleet
+) -> tuple[set[str], set[str]]:
+    """The nodes silent all window in a carried series the others have whose exporter answered; those that had it.
+
+    The first set among the fleet's nodes, the second over the ``deployed_days``. Asked only when a node of the
+    fleet had none of it all window while other nodes had some (one instant query). Answered and never had: the
+    node lacks it (no nf_conntrack module there). Answered and had: it stopped there. A node whose exporter is
+    silent too is in neither: nothing shows it lacks the series rather than went unseen.
+    """
+    if not (need.per_node and need.carrier and need.backend is Backend.METRICS and seen.nodes) or need.own_nodes:
+        return set(), set()
+    heard = {fleet.canonical(raw) for raw, buckets in seen.nodes.items() if buckets}
+    silent = set(fleet.first_seen) - heard - fleet.virtual
+    if not silent:
+        return set(), set()
+    label = _node_label(need, policy)
+    seconds = max(1, round(grid.window.seconds))
+    days = f"{policy.deployed_days}d"
+    samples = await sources.metrics.instant(
+        f'label_replace(count by ({label}) (last_over_time({need.query}[{days}])), "why", "had", "", "")'
+        f" or label_replace(max by ({label}) (max_over_time({need.carrier}[{seconds}s])) >= 1,"
+        ' "why", "carried", "", "")',
+        grid.window.end,
+    )
+    had = {fleet.canonical(s.labels.get(label, "")) for s in samples if s.labels.get("why") == "had" and s.value > 0}
+    carried = {fleet.canonical(s.labels.get(label, "")) for s in samples if s.labels.get("why") == "carried"}
+    return silent & carried, had
 
 
 async def _carried(sources: Sources, grid: Grid, need: Need) -> bool:
@@ -882,6 +948,7 @@ class _Judged:
     unseen: frozenset[int]
     node_gaps: Mapping[str, Sequence[Gap]]
     excused: Mapping[str, str]
+    lacking: frozenset[str] = frozenset()
 
 
 def _judge(report: Report, need: Need, policy: CoveragePolicy) -> _Judged:
@@ -910,7 +977,7 @@ def _judge(report: Report, need: Need, policy: CoveragePolicy) -> _Judged:
     excused: dict[str, str] = {}
     if need.per_node:
         _node_gaps(report, need, seen, policy, node_gaps, excused)
-    return _Judged(tuple(gaps), frozenset(unseen), dict(node_gaps), excused)
+    return _Judged(tuple(gaps), frozenset(unseen), dict(node_gaps), excused, frozenset(seen.lacking_nodes))
 
 
 def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -> Coverage:
@@ -936,6 +1003,7 @@ def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -
     unseen: set[int] = set()
     node_gaps: dict[str, list[Gap]] = defaultdict(list)
     excused: dict[str, str] = {}
+    lacking: set[tuple[str, str]] = set()
     for need in measured:
         key = (need, policy)
         judged = report.judged.get(key)
@@ -947,6 +1015,7 @@ def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -
             node_gaps[node].extend(found)
         for node, reason in judged.excused.items():
             excused.setdefault(node, reason)
+        lacking.update((node, need.lacks or need.label) for node in judged.lacking)
     parents = {need.label: need.part_of for need in measured if need.part_of}
     for node_list in node_gaps.values():
         said = {(gap.kind, gap.name, gap.source, gap.start, gap.end) for gap in node_list}
@@ -980,6 +1049,7 @@ def coverage_of(report: Report, needs: Sequence[Need], policy: CoveragePolicy) -
         partial=partial,
         error="; ".join(errors) or None,
         never_seen=never,
+        lacking=tuple(NodeLacks(node, lacks, policy.deployed_days) for node, lacks in sorted(lacking)),
     )
 
 
@@ -1047,6 +1117,8 @@ def _node_gaps(
         if node in fleet.virtual and node not in by_node:
             excused.setdefault(node, _VIRTUAL)
             continue
+        if node in seen.lacking_nodes:
+            continue  # its exporter answered and never had it: not watched there (`Coverage.lacking`), not a gap
         first, until = fleet.first_seen.get(node, 0), fleet.deleted_after.get(node, last)
         # Buckets the whole source missed are said once, as the source's gap, not once per node. A node that was
         # heard whenever the source was (most of them) costs one set difference.
@@ -1062,7 +1134,9 @@ def _node_gaps(
         for run in long_runs:
             if not is_logs or _loud_at(rate, run, policy):
                 kind = GapKind.SHIPPER if is_logs else GapKind.NODE
-                node_gaps[node].append(Gap(kind, node, need.label, *grid.span(*run)))
+                # Its exporter answered all along: what stopped is the series (the conntrack table), say that.
+                source = need.lacks if node in seen.stopped_nodes else need.label
+                node_gaps[node].append(Gap(kind, node, source, *grid.span(*run)))
 
 
 def fell_silent(
@@ -1148,6 +1222,12 @@ def _hint(coverage: Coverage, window: Window) -> str:
         )
     if GapKind.NODE in kinds:
         nodes = sorted({gap.name for gap in coverage.missing if gap.kind is GapKind.NODE})
+        stopped = sorted({gap.source for gap in coverage.missing if gap.kind is GapKind.NODE})
+        if all(source in _CARRIED for source in stopped):
+            return (
+                f"Does {', '.join(nodes)} still export its {' and '.join(stopped)} (a kernel module unloaded, a "
+                f'node_exporter collector turned off), and is its exporter scraped (up{{instance=~"{nodes[0]}.*"}})?'
+            )
         return f'Is every exporter on {", ".join(nodes)} running and scraped (up{{instance=~"{nodes[0]}.*"}})?'
     named = sorted(
         {(gap.source, gap.name) for gap in coverage.missing if gap.kind is GapKind.TARGET and gap.name != gap.source}

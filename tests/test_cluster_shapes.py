@@ -17,8 +17,9 @@ the full calm day loaded the day before it:
 * **The kernel counter stops** on one node at 10:00 while node_exporter answers (a kill after it would go
   unseen): never OK, the node and span named; **missing 10:00–16:00 and back one higher**: the kill is counted.
 * **Nodes without the kernel OOM counter**, calm: ``OK 10/10``, nothing said. **Nodes without a conntrack table** (no
-  nf_conntrack module) while node_exporter answers: ``OK 10/10`` with conntrack *not watched*; **the table gone
-  today**, there the day before: UNKNOWN.
+  nf_conntrack module) while node_exporter answers: ``OK 10/10`` with conntrack *not watched*; one node alone
+  without it: ``OK 10/10``, conntrack not watched *on that node*; **the table gone today**, there the day before (on
+  every node, or on one): UNKNOWN.
 * **A virtual node** (Fargate: pods, no DaemonSet, no exporter, no shipper) beside the three: ``OK 10/10``, the node
   named once as virtual; with **pi5-2's node_exporter gone from 10:00** beside it: UNKNOWN naming pi5-2, never the
   virtual node.
@@ -276,6 +277,15 @@ def no_kernel_counter(one: Series, _start: int, _node: str) -> Series | None:
 def no_conntrack_table(one: Series, _start: int, _node: str) -> Series | None:
     """Nodes without the nf_conntrack module (an eBPF dataplane): node_exporter exports no conntrack series."""
     return None if _name(one).startswith("node_nf_conntrack_") else one
+
+
+def no_conntrack_table_on(node: str) -> SeriesFn:
+    """``node`` alone without the nf_conntrack module (a node pool on an eBPF dataplane): no conntrack series there."""
+
+    def series(one: Series, _start: int, _node: str) -> Series | None:
+        return None if _name(one).startswith("node_nf_conntrack_") and _node_of(one) == node else one
+
+    return series
 
 
 _NGINX_POD = "ingress-nginx-controller-7d9f8c6b5d-q2w4x"
@@ -686,6 +696,23 @@ SHAPES = (
         text_never=("Not watched",),
     ),
     _shape(
+        "one node without a conntrack table among nodes with one",
+        no_conntrack_table_on("pi5-3"),
+        text_says=("Not watched here: conntrack on node pi5-3 (no conntrack table in 30 days)",),
+        text_never=("UNKNOWN", "not seen", "never seen", "enabled: false"),
+    ),
+    _shape(
+        "one node's conntrack table gone today",
+        no_conntrack_table_on("pi5-3"),
+        had_it=True,
+        status="UNKNOWN",
+        score=None,
+        says=("not seen: node pi5-3 (conntrack table, 24 h)",),
+        text_says=("Does pi5-3 still export its conntrack table",),
+        not_ok=("conntrack",),
+        text_never=("Not watched", "(node_exporter"),
+    ),
+    _shape(
         "a virtual node (Fargate) beside the three",
         virtual_node,
         text_says=(f"○ node {_VIRTUAL_NODE} · runs no DaemonSet (a virtual node): its silence is not counted",),
@@ -985,6 +1012,17 @@ def test_a_cluster_without_envoy_reads_ok_in_digest_run_and_doctor(loaded: Loade
     assert "○ envoy_flags (graded): not watched: no access logs or Istio metrics in the last 30 days" in doctor.stdout
     assert "○ alerts (diagnostic): not watched: no rule evaluator in the last 30 days" in doctor.stdout
     assert "Ready: every graded check can run." in doctor.stdout
+
+
+def test_a_node_without_a_conntrack_table_is_named_once_by_doctor(loaded: Loaded) -> None:
+    """One node without the nf_conntrack module: `digest doctor` says conntrack runs and is not watched on that node."""
+    at = loaded.copies[_shape_named("one node without a conntrack table").name].at
+    env = backend_env(loaded.backends)
+    doctor = run_digest("doctor", "--at", f"{(at + timedelta(days=1)).isoformat()}T00:00:00Z", env=env, timeout=300)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    line = next(line for line in doctor.stdout.splitlines() if "conntrack (graded)" in line)
+    assert "runs, reads" in line, line
+    assert "not watched on pi5-3 (no conntrack table in the last 30 days)" in line, line
 
 
 async def test_the_look_back_for_a_component_asks_older_slices(loaded: Loaded) -> None:

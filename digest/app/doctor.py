@@ -360,6 +360,10 @@ def _check_report(digest: Digest, finding: Finding) -> dict[str, Any]:
         read = ", ".join(finding.observed) if finding.observed else "its sources"
         missing = f"; without {', '.join(finding.unobserved)}" if finding.unobserved else ""
         said = f"runs, reads {read}{missing}"
+        lacking = finding.coverage.lacking if finding.coverage is not None else ()
+        if lacking:
+            nodes = ", ".join(lack.node for lack in lacking)
+            said += f"; not watched on {nodes} (no {lacking[0].lacks} in the last {lacking[0].days} days)"
     else:
         said = finding.error or finding.summary
     return {

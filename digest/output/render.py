@@ -20,7 +20,7 @@ from datetime import UTC, date, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from checks.contract import CountedFrom, Coverage, Finding, Status, fmt_int, fmt_percent, rfc3339
+from checks.contract import CountedFrom, Coverage, Finding, NodeLacks, Status, fmt_int, fmt_percent, rfc3339
 from checks.coverage import PARTIAL, phrases
 from checks.error_lines import workload_of
 from digest import SCHEMA_VERSION, __version__
@@ -269,11 +269,27 @@ def unwatched_line(digest: Digest) -> str:
     ``Not watched here: envoy_flags (no access logs or Istio metrics in 30 days), alerts (no rule evaluator in 30
     days) · envoy_flags.enabled: false in the policy drops it``
     """
-    if not digest.unwatched:
+    named = [f"{one.name} (no {' or '.join(one.sources)} in {one.days} days)" for one in digest.unwatched]
+    # A node that lacks what the fleet has (no conntrack table there): not watched on that node, no key to turn.
+    on_nodes: dict[tuple[str, str, int], list[str]] = {}
+    for name, lack in lacking(digest):
+        on_nodes.setdefault((name, lack.lacks, lack.days), []).append(lack.node)
+    for (name, lacks, days), nodes in on_nodes.items():
+        which = f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {', '.join(nodes)}"
+        named.append(f"{name} on {which} (no {lacks} in {days} days)")
+    if not named:
         return ""
-    named = ", ".join(f"{one.name} (no {' or '.join(one.sources)} in {one.days} days)" for one in digest.unwatched)
     keys = ", ".join(f"{one.name}.enabled: false" for one in digest.unwatched)
-    return f"Not watched here: {named} · {keys} in the policy drops it"
+    drops = f" · {keys} in the policy drops it" if keys else ""
+    return f"Not watched here: {', '.join(named)}{drops}"
+
+
+def lacking(digest: Digest) -> list[tuple[str, NodeLacks]]:
+    """The nodes that lack an input the rest of the fleet has, with the check that reads it (once per check)."""
+    return sorted(
+        {(finding.name, lack) for finding in digest.findings for lack in _coverage(finding).lacking},
+        key=lambda pair: (pair[0], pair[1].node, pair[1].lacks),
+    )
 
 
 def _compared(digest: Digest) -> str:
@@ -500,6 +516,7 @@ def coverage_json(coverage: Coverage | None) -> dict[str, Any] | None:
         ],
         "excused": [{"node": node, "why": why} for node, why in coverage.excused],
         "never_seen": list(coverage.never_seen),
+        "lacking": [{"node": lack.node, "lacks": lack.lacks, "days": lack.days} for lack in coverage.lacking],
         "error": coverage.error,
     }
 
@@ -591,6 +608,11 @@ def to_json(digest: Digest) -> dict[str, Any]:
             "excused": [{"node": node, "why": why} for node, why in excused(digest)],
             # Sources never deployed (no data today nor in the days before): not blind spots, the checks say so.
             "never_seen": sorted({label for f in digest.findings for label in _coverage(f).never_seen}),
+            # Nodes whose exporter answered and never had an input the rest of the fleet has: not watched there.
+            "lacking": [
+                {"check": name, "node": lack.node, "lacks": lack.lacks, "days": lack.days}
+                for name, lack in lacking(digest)
+            ],
         },
         "not_checked": [finding.name for finding in (*digest.unknown, *digest.unexplained)],
         "explanations": [{"rule": e.rule, "cause": e.cause, "text": e.text} for e in digest.explanations],
