@@ -392,6 +392,7 @@ async def test_full_calm_day_is_fully_covered(variants: EmbeddedBackends) -> Non
         "not_seen": [],
         "excused": [],
         "never_seen": [],
+        "lacking": [],
     }
     assert _check(payload, "conntrack")["coverage"] == {
         "fraction": 1.0,
@@ -399,6 +400,7 @@ async def test_full_calm_day_is_fully_covered(variants: EmbeddedBackends) -> Non
         "missing": [],
         "excused": [],
         "never_seen": [],
+        "lacking": [],
         "error": None,
     }
 
