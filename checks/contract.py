@@ -202,6 +202,9 @@ class Sources:
     # The metrics are scoped to one cluster and the logs are not (a log store shared by several clusters, read
     # whole): a node heard only in the logs is another cluster's, and their lines cannot be graded as this one's.
     logs_unscoped: bool = False
+    # With ``logs_unscoped``, the label and value the metrics are scoped by (``cluster``, ``prod``): logs whose lines
+    # carry that label with another value hold another cluster's, even where the node names are the same.
+    logs_unscoped_by: tuple[str, str] = ("", "")
     # The reverse: the logs are scoped by this label (``cluster``) and the metrics are not. A metrics store holding
     # several values of it holds several clusters, whose OOM kills and nodes would be graded and named as this one's.
     metrics_unscoped_by: str = ""

@@ -405,6 +405,13 @@ class LogsSource(Protocol):
         """Answer ``question`` in the backend; `SourceError` of kind UNSUPPORTED where it cannot group by shape."""
         ...
 
+    async def values(self, name: str, window: Window) -> list[str]:
+        """The values the field or stream label ``name`` took in ``window`` (the scope's label: which clusters).
+
+        Read from the backend's index or a count grouped by it, never from lines; `SourceError` on any failure.
+        """
+        ...
+
     def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
         """The query a reader pastes into the backend's UI to read these lines (never sent).
 

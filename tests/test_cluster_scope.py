@@ -148,6 +148,38 @@ async def test_unscoped_digest_mixes_the_clusters(stores: Stores) -> None:
     assert graded != stores.references["prod"][0]
 
 
+_LOG_CHECKS = ("error_lines", "log_storms")
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+async def test_half_scoped_logs_are_told_by_their_label_though_the_nodes_match(stores: Stores, pair: str) -> None:
+    """Metrics scoped to prod, logs read whole, both clusters' nodes named alike: the logs' label names the clusters."""
+    metrics_url, logs = _urls(stores, pair)
+    graded, _ = await _graded(_config(metrics_url, logs, "prod", metrics_selector='cluster="prod"'))
+    assert graded["log_clusters"] == ["lab", "prod"]
+    assert "logs not scoped to prod: they hold lab, prod" in graded["headline"]
+    for check in graded["checks"]:
+        if check["name"] in _LOG_CHECKS:
+            assert (check["status"], check["penalty"]) == ("UNKNOWN", 0), check
+            assert "the logs hold lines of several clusters (lab, prod)" in check["error"]
+    # The metrics' checks are prod's alone, as on prod's own store.
+    expected = {check["name"]: check for check in stores.references["prod"][0]["checks"]}
+    for check in graded["checks"]:
+        if check["name"] not in (*_LOG_CHECKS, "envoy_flags"):
+            assert check["status"] == expected[check["name"]]["status"], check["name"]
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+async def test_half_scoped_metrics_are_told_by_the_logs_label(stores: Stores, pair: str) -> None:
+    """Logs scoped to prod, metrics read whole: the metrics' cluster label names both clusters, no check graded."""
+    metrics_url, logs = _urls(stores, pair)
+    graded, _ = await _graded(_config(metrics_url, logs, "prod", logs_selector='cluster="prod"'))
+    assert graded["metrics_clusters"] == ["lab", "prod"]
+    assert graded["log_clusters"] == []
+    assert "metrics not scoped to prod: they hold lab, prod" in graded["headline"]
+    assert graded["status"] == "UNKNOWN"
+
+
 async def test_extra_label_in_the_url_scopes_like_the_selector(stores: Stores) -> None:
     """VictoriaMetrics' ?extra_label=cluster=lab in DIGEST_VM_URL is honoured (on Prometheus too), never dropped."""
     for pair in ("victoriametrics+victorialogs", "prometheus+victorialogs"):

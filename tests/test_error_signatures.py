@@ -323,6 +323,9 @@ class RealLogs:
     async def shapes(self, question: ShapeCount) -> Shapes:
         return await self.inner.shapes(question)
 
+    async def values(self, name: str, window: Window) -> list[str]:
+        return await self.inner.values(name, window)
+
     def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
         return self.inner.reading_query(window, lines, most_repeated)
 

@@ -104,10 +104,13 @@ async def open_sources(settings: Settings, policy: Policy | None = None) -> Asyn
         half = bool(settings.metrics_scope) and not settings.logs_scope
         # The other half: the label the logs are scoped by, when the metrics are not scoped at all.
         by = next((one.name for one in settings.logs_scope if one.operator == "="), "")
+        # And the metrics' label and value, when the logs are not scoped: asked of the logs, it tells their clusters.
+        metrics_by = next(((one.name, one.value) for one in settings.metrics_scope if one.operator == "="), ("", ""))
         yield Sources(
             metrics=metrics,
             logs=counted,
             logs_unscoped=half,
+            logs_unscoped_by=metrics_by if half else ("", ""),
             metrics_unscoped_by=by if not settings.metrics_scope else "",
             sightings=Sightings(),
         )
@@ -164,6 +167,7 @@ async def _digest(config: Config, window: Window, deadline: float, sources: Sour
         complete=collected.complete,
         foreign_log_nodes=collected.foreign_nodes,
         metrics_clusters=collected.metrics_clusters,
+        log_clusters=collected.log_clusters,
     )
     if history is not None:
         await asyncio.to_thread(

@@ -738,6 +738,17 @@ class LokiSource(HttpSource):
                 counts[name] += value
         return [CountRow(group=group, counts=counts, bucket=bucket) for (_, bucket), (group, counts) in folded.items()]
 
+    async def values(self, name: str, window: Window) -> list[str]:
+        # Loki's index answers which values a stream label took in the window, without counting a line.
+        await self._ensure_ready()
+        form = {"start": str(unix_nanos(window.start)), "end": str(unix_nanos(window.end) - 1)}
+        data = await self._post_json(f"/loki/api/v1/label/{name}/values", form)
+        if data is None:
+            return []  # no stream had the label
+        if not isinstance(data, list) or not all(isinstance(value, str) for value in data):
+            raise self._error(SourceErrorKind.BAD_RESPONSE, "label values that are not a list of strings")
+        return sorted(set(data) - {""})
+
     async def series(self, question: LineCount) -> list[LineSeries]:
         # Folding `count`'s rows keeps one path to the numbers: next to what the answer costs Loki, the fold is
         # small (a replay on Loki runs at its floor, docs/benchmarks.md).

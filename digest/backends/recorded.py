@@ -228,6 +228,9 @@ class RecordedLogs:
     async def shapes(self, question: ShapeCount) -> Shapes:
         return await self.inner.shapes(question)
 
+    async def values(self, name: str, window: Window) -> list[str]:
+        return await self.inner.values(name, window)
+
     # The log checks' counts are asked ahead of the other queries waiting for the metrics store (`asked_ahead`): the
     # log checks ask the log backend again once they have them (the shapes of the worst workloads' errors), so read
     # first they keep both backends busy; in their turn, behind a digest's ~200 metrics queries, the shapes waited for

@@ -448,6 +448,12 @@ class VictoriaLogsSource(HttpSource):
             sampled_every=question.sample_every,
         )
 
+    async def values(self, name: str, window: Window) -> list[str]:
+        # A count grouped by the field, in the window (the field may be a stream field or a plain one: both count).
+        query = f"{self.writer.head(time_filter(window), EVERY_LINE)} | stats by ({field_name(name)}) count() as lines"
+        rows = await self._stats([("/select/logsql/stats_query", _form(query, window))])
+        return sorted({labels.get(name, "") for labels, count in rows if count > 0})
+
     @property
     def language(self) -> str:
         return "LogsQL"

@@ -115,8 +115,10 @@ def headline(digest: Digest) -> str:
         # A graded check blind for its own reason (its query failed, its records lack a field): what could not be
         # checked is said where the reader stops, not only further down — on a CRITICAL day too.
         line += " · not checked: " + ", ".join(blind)
-    if digest.foreign_log_nodes:
+    if digest.log_clusters:
         # Said where the reader stops: the log checks are not graded because the logs are several clusters'.
+        line += f" · logs not scoped to {digest.cluster}: they hold {', '.join(digest.log_clusters)}"
+    elif digest.foreign_log_nodes:
         line += f" · logs not scoped to {digest.cluster}: they hold another cluster's"
     if digest.metrics_clusters:
         line += f" · metrics not scoped to {digest.cluster}: they hold {', '.join(digest.metrics_clusters)}"
@@ -623,6 +625,8 @@ def to_json(digest: Digest) -> dict[str, Any]:
         "foreign_log_nodes": list(digest.foreign_log_nodes),
         # The clusters an unscoped metrics store holds (by the logs' scope label), when it holds several.
         "metrics_clusters": list(digest.metrics_clusters),
+        # The values of the metrics' cluster label in logs not scoped to the cluster, when one is another cluster's.
+        "log_clusters": list(digest.log_clusters),
         # Checks this cluster gives nothing to watch: every source a component never seen (not graded, not blind).
         "unwatched": [
             {"name": one.name, "never_seen": list(one.sources), "days": one.days, "silence": f"{one.name}.enabled"}

@@ -9,6 +9,7 @@ into UNKNOWN.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -71,6 +72,8 @@ class Collected:
     foreign_nodes: tuple[str, ...] = ()
     # Metrics read whole from a store that holds several clusters (by the label the logs are scoped by): their names.
     metrics_clusters: tuple[str, ...] = ()
+    # Logs read whole from a store whose lines carry the metrics' scope label with another value: the values.
+    log_clusters: tuple[str, ...] = ()
 
 
 @dataclass
@@ -146,6 +149,13 @@ class _WatchedLogs:
             # A backend that cannot group by shape has not failed: nothing to retry on a later run.
             if exc.kind is not SourceErrorKind.UNSUPPORTED:
                 self.failures.seen = True
+            raise
+
+    async def values(self, name: str, window: Window) -> list[str]:
+        try:
+            return await self.inner.values(name, window)
+        except SourceError:
+            self.failures.seen = True
             raise
 
     def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
@@ -236,6 +246,7 @@ async def collect(
         logs=_WatchedLogs(sources.logs, failures),
         deadline=asyncio.get_running_loop().time() + deadline_seconds,
         logs_unscoped=sources.logs_unscoped,
+        logs_unscoped_by=sources.logs_unscoped_by,
         metrics_unscoped_by=sources.metrics_unscoped_by,
         sightings=sources.sightings,
     )
@@ -248,6 +259,7 @@ async def collect(
         else None
     )
     clusters = asyncio.ensure_future(_metrics_clusters(sources, window))
+    log_clusters = asyncio.ensure_future(_log_clusters(sources, window))
     findings = list(
         await asyncio.gather(
             *(
@@ -273,8 +285,6 @@ async def collect(
                 else Coverage(fraction=0.0, partial=True, error=report)
             )
             findings[index] = coverage.apply(findings[index], seen, window)
-            if foreign and any(need.backend is Backend.LOGS for need in check.needs()):
-                findings[index] = _not_this_clusters(findings[index], foreign)
             partial = partial or seen.partial
             never = (
                 coverage.unwatched(report, check.name, check.needs(), policy.coverage)
@@ -285,19 +295,29 @@ async def collect(
             if never is not None and findings[index].status in _NOTHING_FOUND:
                 unwatched.append(never)
     several = await clusters
+    in_logs = await log_clusters
+    for index, check in enumerate(checks):
+        if not any(need.backend is Backend.LOGS for need in check.needs()):
+            continue
+        # The logs' own label says they hold other clusters (even with the same node names); else their nodes do.
+        if in_logs:
+            findings[index] = _not_this_clusters(findings[index], in_logs, Mixed.LOG_CLUSTERS)
+        elif foreign:
+            findings[index] = _not_this_clusters(findings[index], foreign, Mixed.LOG_NODES)
     if len(several) > 1:
         # Several clusters' series in the metrics: no count, node or gap can be told to be this cluster's.
-        findings = [_not_this_clusters(finding, several, metrics=True) for finding in findings]
+        findings = [_not_this_clusters(finding, several, Mixed.METRICS) for finding in findings]
         unwatched = []
     left_out = {one.name for one in unwatched}
     disabled = tuple(name for name in CHECK_ORDER if not policy.enabled(name))
     return Collected(
         findings=tuple(finding for finding in findings if finding.name not in left_out),
         disabled=disabled,
-        complete=not failures.seen and not partial and not foreign and len(several) < 2,
+        complete=not failures.seen and not partial and not foreign and not in_logs and len(several) < 2,
         unwatched=tuple(unwatched),
         foreign_nodes=foreign,
         metrics_clusters=several if len(several) > 1 else (),
+        log_clusters=in_logs,
     )
 
 
@@ -318,17 +338,45 @@ async def _metrics_clusters(sources: Sources, window: Window) -> tuple[str, ...]
     return tuple(sorted({row.labels.get(label, "") for row in rows} - {""}))
 
 
-def _not_this_clusters(finding: Finding, foreign: Sequence[str], metrics: bool = False) -> Finding:
+async def _log_clusters(sources: Sources, window: Window) -> tuple[str, ...]:
+    """The values of the metrics' scope label in logs read whole, when one is not this cluster's; else ().
+
+    Asked only when the metrics are scoped (``cluster="prod"``) and the logs are not: the log backend's index (Loki's
+    label values) or a count grouped by the field (VictoriaLogs). Logs without the label say nothing here; their
+    nodes are judged instead (`checks.coverage.measure`). A failure says nothing either: the log checks' own
+    queries say what failed.
+    """
+    label, ours = sources.logs_unscoped_by
+    if not (sources.logs_unscoped and label):
+        return ()
+    try:
+        values = await sources.logs.values(label, window)
+    except SourceError:
+        return ()
+    found = tuple(sorted(set(values) - {""}))
+    return found if set(found) - {ours} else ()
+
+
+class Mixed(enum.Enum):
+    """What showed that data read whole holds another cluster's."""
+
+    LOG_NODES = "the logs name nodes this cluster does not have"
+    LOG_CLUSTERS = "the logs' lines carry the metrics' cluster label with other values"
+    METRICS = "the metrics carry the logs' cluster label with several values"
+
+
+def _not_this_clusters(finding: Finding, foreign: Sequence[str], mixed: Mixed) -> Finding:
     """A finding on data that holds another cluster's: UNKNOWN and costing nothing, with why.
 
-    Logs (``metrics`` False): the metrics are scoped to this cluster and the logs are not, and the logs named nodes
-    the cluster does not have, so their counts are several clusters' — a flood there may be none of this cluster's, a
-    quiet day may hide one. Metrics: the logs are scoped and the metrics are not, and hold several clusters (named
-    by the logs' label): every count, node and gap may be another cluster's, so none is named.
+    Logs: the metrics are scoped to this cluster and the logs are not, and the logs named nodes the cluster does not
+    have, or carry the metrics' scope label with another value, so their counts are several clusters' — a flood there
+    may be none of this cluster's, a quiet day may hide one. Metrics: the logs are scoped and the metrics are not, and
+    hold several clusters (named by the logs' label): every count, node and gap may be another cluster's, so none is
+    named.
     """
     named = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
     coverage = finding.coverage
-    if metrics:
+    if mixed is Mixed.METRICS:
         what = "metrics"
         error = f"the metrics hold several clusters ({named}): another cluster's series would be graded as this one's"
         hint = (
@@ -339,10 +387,12 @@ def _not_this_clusters(finding: Finding, foreign: Sequence[str], metrics: bool =
         coverage = coverage and replace(coverage, missing=(), excused=())
     else:
         what = "logs"
-        error = (
-            f"the logs hold lines of nodes this cluster does not have ({named}): another cluster's lines would be "
-            "graded as this one's"
+        held = (
+            (f"lines of several clusters ({named})" if len(foreign) > 1 else f"lines of cluster {named}")
+            if mixed is Mixed.LOG_CLUSTERS
+            else f"lines of nodes this cluster does not have ({named})"
         )
+        error = f"the logs hold {held}: another cluster's lines would be graded as this one's"
         hint = (
             "The log store is shared: set DIGEST_LOGS_SELECTOR to this cluster's stream field or label (as "
             "DIGEST_METRICS_SELECTOR scopes the metrics); digest doctor lists the clusters it holds."

@@ -64,6 +64,8 @@ class Digest:
     foreign_log_nodes: tuple[str, ...] = ()
     # The metrics are not scoped to the cluster and hold these clusters (`Collected.metrics_clusters`).
     metrics_clusters: tuple[str, ...] = ()
+    # The logs are not scoped to the cluster and their lines carry these values of its label (`Collected.log_clusters`).
+    log_clusters: tuple[str, ...] = ()
 
     def is_graded(self, finding: Finding) -> bool:
         """Whether ``finding`` comes from a check that can cost points (and so gates the grade)."""
