@@ -128,6 +128,36 @@ def workload_of(pod: str) -> str:
     return pod
 
 
+# A ReplicaSet is its Deployment's name and the pod template's hash; a Job of a CronJob its name and the minute.
+_REPLICASET = re.compile(rf"^(?P<workload>.+)-{_SAFE}{{6,10}}$")
+_CRONJOB_RUN = re.compile(r"^(?P<workload>.+)-\d{8,10}$")
+# The kinds a reader would not guess from a pod's name, said beside it ("default/debug-shell (a bare pod)").
+SAID_KINDS = {"Pod": "a bare pod", "Node": "a static pod"}
+
+
+def owned_by(kind: str, owner: str, pod: str) -> tuple[str, str] | None:
+    """The kind and workload of a pod, from its controller (``kube_pod_info``'s ``created_by_kind`` and ``_name``).
+
+    A ReplicaSet's pod is its Deployment's, a CronJob's run its CronJob's (as `workload_of` names them from the pod's
+    name); a pod without a controller (kube-state-metrics writes ``<none>``) is a bare pod and a kubelet's static
+    pod (``Node``) is named by itself, not by what its name looks like (``toolbox-7`` is not a StatefulSet's seventh
+    pod). No label at all (a relabelling dropped it): None, and the pod is named from its name (`workload_of`).
+    """
+    if not kind:
+        return None
+    if kind == "<none>":
+        return "Pod", pod
+    if kind == "Node":
+        return "Node", pod
+    if kind == "ReplicaSet":
+        match = _REPLICASET.match(owner)
+        return ("Deployment", match.group("workload")) if match else ("ReplicaSet", owner)
+    if kind == "Job":
+        match = _CRONJOB_RUN.match(owner)
+        return ("CronJob", match.group("workload")) if match else ("Job", owner)
+    return kind, owner or pod
+
+
 def workload_pods(workload: str) -> str:
     """An RE2 regex (anchored by `Matches`) for the names of the pods `workload_of` maps to ``workload``."""
     name = re.escape(workload)

@@ -68,6 +68,7 @@ from checks.contract import (
     unknown,
 )
 from checks.empty_endpoints import SERVICE_NAME_INPUT, service_of_slice_expression
+from checks.error_lines import owned_by
 from checks.nodes import NODE_NAMES_INPUT, node_names
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
 from checks.promql import any_of, counted_increase, open_range
@@ -171,6 +172,7 @@ class _Pod:
     never_ready: bool = False
     restarts: int | None = None
     node: str = ""
+    owner: tuple[str, str] | None = None  # (kind, workload) from kube_pod_info's controller labels
     services: tuple[str, ...] = ()
     readiness_failures: int | None = None
     with_node_seconds: float = 0.0
@@ -241,7 +243,11 @@ class ReadinessCheck:
                 "sum by (namespace, pod) (max_over_time(kube_pod_container_status_restarts_total"
                 f"{narrowed}[{rng}]) - min_over_time(kube_pod_container_status_restarts_total{narrowed}[{rng}]))"
             ),
-            "nodes": f"max by (namespace, pod, node) (last_over_time(kube_pod_info{narrowed}[{rng}]))",
+            # With the pod's controller: its kind and workload, as a reader names it (`checks.error_lines.owned_by`).
+            "nodes": (
+                "max by (namespace, pod, node, created_by_kind, created_by_name) "
+                f"(last_over_time(kube_pod_info{narrowed}[{rng}]))"
+            ),
             "services": (
                 "max by (namespace, service, pod) (label_replace(last_over_time(kube_endpointslice_endpoints"
                 f'{{targetref_kind="Pod"{targets}}}[{rng}]), "pod", "$1", "targetref_name", "(.+)") '
@@ -358,6 +364,8 @@ class ReadinessCheck:
             item = pods.get((sample.labels.get("namespace", ""), sample.labels.get("pod", "")))
             if item is not None:
                 item.node = sample.labels.get("node", "")
+                labels = sample.labels
+                item.owner = owned_by(labels.get("created_by_kind", ""), labels.get("created_by_name", ""), item.pod)
         by_pod: dict[tuple[str, str], set[str]] = defaultdict(set)
         for sample in services:
             by_pod[(sample.labels.get("namespace", ""), sample.labels.get("pod", ""))].add(
@@ -523,6 +531,8 @@ class ReadinessCheck:
         if item.readiness_failures is not None:
             facts["readiness_failures"] = Quantity(item.readiness_failures, Unit.COUNT)
         labels = {"namespace": item.namespace, "pod": item.pod, "state": _state(item)}
+        if item.owner is not None:
+            labels["kind"], labels["workload"] = item.owner
         if item.node:
             labels["node"] = item.node
         if item.services:

@@ -46,13 +46,16 @@ Without kube-state-metrics (no ``up`` for its job, or never 1): UNKNOWN.
 
 Cost: the restart and reason subqueries step through the window minute by minute, so they are asked only about the
 containers whose counter changed (`checks.restarted`) — a dozen on a normal day, not the cluster's thousands.
+
+Each restarted pod is named by its controller, one narrowed query of ``kube_pod_info``'s ``created_by_kind`` and
+``created_by_name`` (`checks.error_lines.owned_by`): a bare pod is said to be one, not taken for a StatefulSet's.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from checks import coverage
@@ -72,10 +75,13 @@ from checks.contract import (
     metrics_look,
     unknown,
 )
+from checks.error_lines import SAID_KINDS, owned_by
 from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
 from checks.promql import (
     CONTAINER_LABELS,
+    MAX_NARROWED,
     ContainerKey,
+    any_of,
     container_key,
     counted_increase,
     open_range,
@@ -212,7 +218,39 @@ class RestartsCheck:
                 return absent
         # A pod's init and app containers never share a name (the API refuses it): one key space, the init ones marked.
         init = {container_key(sample.labels) for sample in init_restarts}
-        return self._finding([*restarts, *init_restarts], [*reasons, *init_reasons], probes, init)
+        owners = await self._owners(sources, window, [*restarts, *init_restarts])
+        return self._finding([*restarts, *init_restarts], [*reasons, *init_reasons], probes, init, owners)
+
+    async def _owners(
+        self, sources: Sources, window: Window, restarts: Sequence[Sample]
+    ) -> dict[_Pod, tuple[str, str]]:
+        """The kind and workload of the pods that restarted (the most restarted first, at most `MAX_NARROWED`).
+
+        One instant query of ``kube_pod_info``'s controller labels, only when some container restarted. Unanswered,
+        the pods are named from their names, as before: who owns a pod is a name's detail, not the finding.
+        """
+        worst = sorted(restarts, key=lambda sample: -sample.value)
+        pods = list(dict.fromkeys((s.labels.get("namespace", ""), s.labels.get("pod", "")) for s in worst))
+        pods = pods[:MAX_NARROWED]
+        if not pods:
+            return {}
+        namespaces, names = zip(*pods, strict=True)
+        query = (
+            "max by (namespace, pod, created_by_kind, created_by_name) (last_over_time(kube_pod_info{"
+            f'namespace=~"{any_of(namespaces)}", pod=~"{any_of(names)}"}}[{open_range(window.seconds)}]))'
+        )
+        try:
+            samples = await sources.metrics.instant(query, window.end)
+        except SourceError:
+            return {}
+        owners: dict[_Pod, tuple[str, str]] = {}
+        for sample in samples:
+            pod = (sample.labels.get("namespace", ""), sample.labels.get("pod", ""))
+            labels = sample.labels
+            owner = owned_by(labels.get("created_by_kind", ""), labels.get("created_by_name", ""), pod[1])
+            if owner is not None:
+                owners[pod] = owner
+        return owners
 
     async def _restarts(
         self, sources: Sources, window: Window, init: bool = False
@@ -234,6 +272,7 @@ class RestartsCheck:
         reasons: Sequence[Sample],
         probes: Sequence[Sample],
         init: frozenset[ContainerKey] | set[ContainerKey] = frozenset(),
+        owners: Mapping[_Pod, tuple[str, str]] | None = None,
     ) -> Finding:
         policy = self.policy
         containers: dict[tuple[str, str, str], _Container] = defaultdict(_Container)
@@ -261,6 +300,7 @@ class RestartsCheck:
                     **dict(zip(CONTAINER_LABELS, key, strict=True)),
                     "reasons": _reasons(containers[key]),
                     **({"init": "true"} if key in init else {}),
+                    **_owner_labels((owners or {}).get((key[0], key[1]))),
                 },
                 value=containers[key].restarts,
                 facts={
@@ -330,12 +370,22 @@ def _reasons(container: _Container) -> str:
     return ", ".join(reason for reason, _ in sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
 
 
+_Pod = tuple[str, str]  # (namespace, pod)
+
+
+def _owner_labels(owner: tuple[str, str] | None) -> dict[str, str]:
+    """The pod's kind and workload as offender labels (none when kube_pod_info did not say)."""
+    return {"kind": owner[0], "workload": owner[1]} if owner else {}
+
+
 def _describe(offender: Offender) -> str:
     labels = offender.labels
     restarts = round(offender.value)
     word = "restart" if restarts == 1 else "restarts"
     # An init container that crashes keeps its pod Pending (Init:CrashLoopBackOff): no app container ever starts.
     init = " (init container)" if labels.get("init") else ""
+    said = SAID_KINDS.get(labels.get("kind", ""))
+    init += f" ({said})" if said else ""
     return (
         f"{labels['namespace']}/{labels['pod']}/{labels['container']}{init}: {fmt_int(restarts)} {word} "
         f"({labels['reasons']})"

@@ -25,6 +25,8 @@ the full calm day loaded the day before it:
   virtual node.
 * **Jobs every minute** (a CronJob's runs, each a fresh pod that completes): calm, OK 10/10, nothing invented.
 * **A StatefulSet pod stuck in Init:CrashLoopBackOff** all day: ``OK 10/10 · 1 to look at``, the workload named.
+* **A bare pod** (no controller) named like a StatefulSet's pod (``toolbox-7``), crash-looping: ``OK 10/10 · 1 to
+  look at``, named by itself and said to be a bare pod, never taken for a StatefulSet ``toolbox``.
 * **A StatefulSet rollout stuck**, **a DaemonSet's pod unavailable**, **a CronJob's run failed** (yesterday's failed
   run still listed): each ``OK 10/10 · 1 to look at``, named with its kind; yesterday's failure not counted.
 
@@ -443,6 +445,31 @@ def init_crash_loop(one: Series, start: int, _node: str) -> Series | Sequence[Se
     return made
 
 
+def bare_pod_crash_loop(one: Series, start: int, _node: str) -> Series | Sequence[Series] | None:
+    """A pod without a controller (``kubectl run``) named like a StatefulSet's, crash-looping all day (182 restarts)."""
+    if not _is_ksm_up(one):
+        return one
+    day_ms = start * 1000
+    grid = one.timestamps_ms
+    pod = Pod("ops", "toolbox-7", "<none>", "<none>", "pi5-2", "shell", -2)
+    made = [one, *_ksm_pod(pod, grid, day_ms), *_phase(pod, grid, day_ms, lambda _t: "Running")]
+    ident = {**KSM, "namespace": pod.namespace, "pod": pod.name, "uid": f"uid-{pod.name}"}
+    main = {**ident, "container": pod.container}
+    restarts = [(t, float(max(0, (t - day_ms) // 474_000))) for t in grid]
+    made += [
+        _make("kube_pod_container_status_restarts_total", main, restarts),
+        _make(
+            "kube_pod_container_status_last_terminated_reason", {**main, "reason": "Error"}, [(t, 1.0) for t in grid]
+        ),
+        _make(
+            "kube_pod_container_status_waiting_reason", {**main, "reason": "CrashLoopBackOff"}, [(t, 1.0) for t in grid]
+        ),
+        _make("kube_pod_status_ready", {**ident, "condition": "true"}, [(t, 0.0) for t in grid]),
+        _make("kube_pod_status_ready", {**ident, "condition": "false"}, [(t, 1.0) for t in grid]),
+    ]
+    return made
+
+
 def _statefulset(
     namespace: str, name: str, points: Sequence[int], at: Callable[[int], tuple[int, int, int, str, str]]
 ) -> list[Series]:
@@ -803,6 +830,13 @@ SHAPES = (
         init_crash_loop,
         says=("1 to look at: data/postgres (crash loop: 182 restarts, StatefulSet not ready)",),
         text_says=("init container",),
+    ),
+    _shape(
+        "a bare pod named like a StatefulSet's, crash-looping",
+        bare_pod_crash_loop,
+        says=("1 to look at: ops/toolbox-7 (crash loop: 182 restarts",),
+        text_says=("ops/toolbox-7/shell (a bare pod): 182 restarts",),
+        text_never=("ops/toolbox ", "ops/toolbox (", "StatefulSet"),
     ),
     _shape(
         "a StatefulSet rollout stuck from 09:00",

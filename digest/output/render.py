@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from checks.contract import CountedFrom, Coverage, Finding, NodeLacks, Status, fmt_int, fmt_percent, rfc3339
 from checks.coverage import PARTIAL, phrases
-from checks.error_lines import workload_of
+from checks.error_lines import SAID_KINDS, workload_of
 from digest import SCHEMA_VERSION, __version__
 from digest.output.links import Link, LinkMaker
 from digest.output.safe_text import escape_json, finalize
@@ -154,6 +154,7 @@ def to_look_at(digest: Digest) -> list[str]:
     checks said about it; only offenders a check flagged.
     """
     said: dict[str, list[str]] = {}
+    kinds: dict[str, str] = {}
     for finding in digest.diagnoses:
         by_subject: dict[str, float] = {}
         troubles: dict[str, list[str]] = {}
@@ -162,10 +163,16 @@ def to_look_at(digest: Digest) -> list[str]:
             by_subject[subject] = by_subject.get(subject, 0.0) + offender.value
             if offender.labels.get("trouble"):  # said by the offender itself ("StatefulSet rollout not complete")
                 troubles.setdefault(subject, []).append(offender.labels["trouble"])
+            kind = SAID_KINDS.get(offender.labels.get("kind", ""))
+            if kind:  # a kind its name does not tell: "default/debug-shell (crash loop: 40 restarts, a bare pod)"
+                kinds.setdefault(subject, kind)
         for subject, value in by_subject.items():
             for noun in troubles.get(subject) or [_look_at_noun(finding, value)]:
                 if noun not in said.setdefault(subject, []):
                     said[subject].append(noun)
+    for subject, kind in kinds.items():
+        if subject in said and kind not in said[subject]:
+            said[subject].append(kind)
     return [f"{subject} ({', '.join(nouns)})" if subject else ", ".join(nouns) for subject, nouns in said.items()]
 
 
@@ -184,9 +191,11 @@ def _subject(labels: Mapping[str, str]) -> str:
     if labels.get("alertname"):
         return labels["alertname"]  # an alert's namespace is where its rule lives, not what it is about
     namespace = labels.get("namespace", "")
-    name = next((labels[key] for key in ("deployment", "workload", "service", "node") if labels.get(key)), "")
+    name = next((labels[key] for key in ("deployment", "workload", "service") if labels.get(key)), "")
     if not name and labels.get("pod"):
-        name = workload_of(labels["pod"])
+        name = workload_of(labels["pod"])  # a pod's node is where it ran, not what it is
+    if not name:
+        name = labels.get("node", "")
     if not namespace:
         return name
     return f"{namespace}/{name}" if name else namespace
