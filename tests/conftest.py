@@ -124,7 +124,7 @@ MODULE_SECONDS = {
     # wait.
     "test_loki_ruler": 300,
     "test_bench": 147,
-    "test_cluster_scope": 80,  # 2026-12-07: without trends (its day is alone in each store)
+    "test_cluster_scope": 95,  # 2026-12-07: without trends (its day is alone in each store); half scoped on 4 pairs
     "test_loki_patterns": 95,
     "test_bot": 95,
     "test_cause_ablations": 60,  # 2026-12-07: without trends
@@ -136,7 +136,7 @@ MODULE_SECONDS = {
     "test_recorded_counts": 45,
     "test_incident_days": 45,
     "test_coverage": 38,
-    "test_cluster_shapes": 40,  # 2026-12-07: 28 shapes (3 s restored), their digests, a doctor and the look-backs
+    "test_cluster_shapes": 55,  # 2026-12-07: 33 shapes (5 s restored), digests, two doctors, look-backs, Prometheus
     "test_delivery_parts": 30,
     "test_backend_failures": 29,
     "test_image": 28,

@@ -30,7 +30,10 @@ the full calm day loaded the day before it:
 * **A StatefulSet rollout stuck**, **a DaemonSet's pod unavailable**, **a CronJob's run failed** (yesterday's failed
   run still listed): each ``OK 10/10 · 1 to look at``, named with its kind; yesterday's failure not counted.
 
-Each case says what the digest must say; the test prints every headline.
+Each case says what the digest must say; the test prints every headline. The shapes judged in PromQL that could
+differ between backends (counters across a gap, a state's first minute, the fleet's parts, the carrier's and the
+controller's questions) are also read on a Prometheus holding the same series, beside the same logs: word for word
+the same text. The shared-store shapes run on all four pairs in ``test_cluster_scope``.
 """
 
 from __future__ import annotations
@@ -64,7 +67,17 @@ from testbed.prometheus_server import PrometheusServer
 from testbed.snapshots import binary_identity, snapshot_key
 from tests.command import backend_env, run_digest
 from tests.test_coverage import wait_for_copies
-from tests.test_coverage_ablations import Ablation, Copy, _cut, _day_start, _keep_line, _keep_series, _lines, _series
+from tests.test_coverage_ablations import (
+    Ablation,
+    Copy,
+    _cut,
+    _day_series,
+    _day_start,
+    _keep_line,
+    _keep_series,
+    _lines,
+    _series,
+)
 
 CALM = date(2026, 7, 19)
 FIRST = date(2019, 1, 1)
@@ -931,7 +944,8 @@ def _verifier(copies: dict[str, Copy]) -> Callable[[EmbeddedBackends, dict[str, 
 
 # Series whose values are times (unix seconds): moved with their copy, or a Job created "in 2026" would be created
 # in every window of the copies' years.
-_TIME_VALUED = (b'"__name__":"kube_pod_created"', b'"__name__":"kube_job_created"')
+_TIME_VALUED_NAMES = ("kube_pod_created", "kube_job_created")
+_TIME_VALUED = tuple(f'"__name__":"{name}"'.encode() for name in _TIME_VALUED_NAMES)
 
 
 def _moved(copy: Copy) -> Iterator[bytes]:
@@ -980,9 +994,13 @@ def loaded() -> Iterator[Loaded]:
 
 
 async def _digest(backends: EmbeddedBackends, at: date, shape: Shape) -> tuple[dict[str, Any], str, str]:
+    return await _digest_on(backends.metrics.url, backends.logs.url, at, shape)
+
+
+async def _digest_on(metrics_url: str, logs_url: str, at: date, shape: Shape) -> tuple[dict[str, Any], str, str]:
     settings = load_settings(
-        vm_url=backends.metrics.url,
-        vl_url=backends.logs.url,
+        vm_url=metrics_url,
+        vl_url=logs_url,
         cluster=shape.cluster,
         timezone="UTC",
         policy_file=None,
@@ -1173,3 +1191,78 @@ async def test_the_state_file_keeps_what_the_look_back_learnt(loaded: Loaded, tm
         store.close()
     access_logs = next(need for need in EnvoyFlagsCheck(EnvoyFlagsPolicy()).needs() if need.backend is Backend.LOGS)
     assert coverage.source_key(access_logs) in sources_kept, sources_kept
+
+
+# The same shapes on Prometheus ------------------------------------------------------------------------------------
+
+# The shapes whose reading lives in PromQL that differs between backends where it could (counters across a gap, a
+# state's first minute, the fleet's parts, the carrier's and the controller's questions): asked of a Prometheus
+# holding the same series, with the same VictoriaLogs, they must read word for word as on VictoriaMetrics.
+_HERE = Path(__file__).resolve()
+_ON_PROMETHEUS = (
+    "nodes without a conntrack table",
+    "one node without a conntrack table",
+    "one node's conntrack table gone today",
+    "a virtual node (Fargate) beside the three",
+    "a Job OOM-killed without a restart, no kernel counter",
+    "the kernel counter stops on pi5-1",
+    "the kernel counter missing 10:00-16:00",
+    "a StatefulSet pod in Init:CrashLoopBackOff",
+    "a bare pod named like",
+)
+
+
+@dataclass(frozen=True)
+class _PrometheusCopy:
+    """A shape's copy as the Prometheus testbed backfills it: its series, changed and moved to its date."""
+
+    copy: Copy
+
+    @property
+    def date(self) -> date:
+        return self.copy.at
+
+    def series(self) -> Iterator[Series]:
+        start = _day_start(self.copy.day)
+        shift = _day_start(self.copy.at) - start
+        for one in _day_series(self.copy.day):
+            kept = self.copy.ablation.series(one, start, self.copy.node)
+            for part in () if kept is None else (kept,) if isinstance(kept, Series) else kept:
+                values = part.values
+                if part.labels["__name__"] in _TIME_VALUED_NAMES:  # times as values: moved with their copy
+                    values = [value + shift for value in values]
+                yield Series(part.labels, [t + shift * 1000 for t in part.timestamps_ms], values)
+
+
+async def test_the_metric_shapes_read_the_same_on_prometheus(loaded: Loaded) -> None:
+    """Shapes judged in PromQL, on Prometheus beside the same logs: the same grade, headline and text."""
+    shapes = [_shape_named(prefix) for prefix in _ON_PROMETHEUS]
+    copies = [
+        loaded.copies[key]
+        for shape in shapes
+        for key in (f"{shape.name} · the day before", shape.name)
+        if key in loaded.copies
+    ]
+    here = _HERE
+    snapshot = snapshot_key(
+        "cluster-shapes-prometheus",
+        [here, here.with_name("test_coverage.py"), here.with_name("test_coverage_ablations.py")],
+        binary_identity("prometheus"),
+        binary_identity("promtool"),
+    )
+    with PrometheusServer([_PrometheusCopy(copy) for copy in copies], snapshot=snapshot) as prometheus:
+        bound = asyncio.Semaphore(3)
+
+        async def text(metrics_url: str, shape: Shape) -> str:
+            async with bound:
+                return (await _digest_on(metrics_url, loaded.backends.logs.url, loaded.copies[shape.name].at, shape))[1]
+
+        on_each = await asyncio.gather(
+            *(text(url, shape) for shape in shapes for url in (prometheus.url, loaded.backends.metrics.url))
+        )
+    differing: list[str] = []
+    for shape, mine, theirs in zip(shapes, on_each[::2], on_each[1::2], strict=True):
+        print(f"{shape.name}: {mine.splitlines()[0]}")
+        if mine != theirs:
+            differing.append(f"{shape.name}:\n--- Prometheus\n{mine}\n--- VictoriaMetrics\n{theirs}")
+    assert not differing, "\n".join(differing)
