@@ -139,9 +139,10 @@ def test_gc_cost_replays_with_the_collector_defaults_and_with_the_digest_tuning(
 
 
 def test_quick_benchmark_programme_measures_and_checks_every_figure() -> None:
-    """`bench.runner --quick` runs floor, proxy, naive, warm, replay-floor and state-file measures, each checked."""
-    # One run per measure: the programme's plumbing and its checks, not medians worth publishing.
-    result = _bench(["bench.runner", "--quick", "--no-write", "--repeats", "1", "--replay-lines", "10000"], timeout=900)
+    """`bench.runner --quick` runs the floor, proxy, naive and warm measures, each checked (the replay's: below)."""
+    # One run per measure: the programme's plumbing and its checks, not medians worth publishing. The replay and the
+    # state file are the next test's (`--replay-only`): measured twice, they cost the suite 40 s more.
+    result = _bench(["bench.runner", "--quick", "--no-write", "--repeats", "1", "--skip-replay"], timeout=900)
     assert result.returncode == 0, result.stderr[-2_000:]
     out = result.stdout
     for measure in (
@@ -151,21 +152,18 @@ def test_quick_benchmark_programme_measures_and_checks_every_figure() -> None:
         "peak RSS",
         "naive: download the error lines",
         "backend requests per digest",
-        "`digest replay`",
-        "checks floor of its windows",
         "The backend pairs side by side",
-        "`DIGEST_STATE_PATH` set, past days stored by an earlier digest",
     ):
         assert measure in out, measure
     assert "requests per digest independent of size ✅ met" in out
     assert "digest counts every error line ✅ met" in out
     assert "peak RSS ≤ 150 MB and flat ✅ met" in out
-    assert "replay ≤ 1.2× its floor (VM + VL, 5 days)" in out
-    assert result.stderr.count("backends stopped") == 3  # small day, big day, replay: each pair stopped
+    assert "checks floor of its windows" not in out  # --skip-replay
+    assert result.stderr.count("backends stopped") == 2  # small day, big day: each pair stopped
 
 
 def test_replay_only_programme_measures_the_replay_against_its_floor() -> None:
-    """`bench.runner --quick --replay-only` loads the replay days only and prints the replay table and its goal."""
+    """`bench.runner --quick --replay-only` loads the replay days alone: the replay, its floors, the state file."""
     # The smallest replay days the programme takes: the plumbing of --replay-only, not a figure worth publishing.
     result = _bench(
         ["bench.runner", "--quick", "--replay-only", "--repeats", "1", "--replay-lines", "10000"], timeout=600
@@ -173,7 +171,13 @@ def test_replay_only_programme_measures_the_replay_against_its_floor() -> None:
     assert result.returncode == 0, result.stderr[-2_000:]
     out = result.stdout
     assert "command `bench/run --quick --replay-only --repeats 1 --replay-lines 10000`" in out
-    assert "checks floor of its windows" in out
+    for measure in (
+        "`digest replay --concurrency 2`",
+        "checks floor of its windows",
+        "recorded floor",
+        "`DIGEST_STATE_PATH` set, past days stored by an earlier digest",
+    ):
+        assert measure in out, measure
     assert "Goals: replay ≤ 1.2× its floor (VM + VL, 5 days)" in out
     assert "ratio digest / checks floor" not in out  # no small or big day
     assert result.stderr.count("backends stopped") == 1
