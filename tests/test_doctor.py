@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from testbed.embedded import EmbeddedBackends
+from testbed.embedded import EmbeddedBackends, free_port
 from tests.command import backend_env, run_digest
 
 AT = "2026-07-21T00:00:00Z"  # the 24 h of the corpus day 2026-07-20
@@ -52,3 +54,41 @@ def test_a_wrong_url_in_a_digest_is_said_once_with_its_fix(corpus_backends: Embe
     blind = [line for line in result.stdout.splitlines() if line.startswith("? ")]
     assert sum("drop the /api/v1 suffix" in line for line in blind) == 1
     assert "? conntrack not checked · as oom_kills" in result.stdout
+
+
+def _plain_http_server() -> tuple[ThreadingHTTPServer, str]:
+    """A loopback server that answers plain HTTP 404 to everything: asked over https://, its TLS handshake fails."""
+
+    class NotFound(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # the standard library's name
+            self.send_error(404)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"127.0.0.1:{server.server_address[1]}"
+
+
+def test_an_unreachable_url_says_why_dns_refused_or_tls(corpus_backends: EmbeddedBackends) -> None:
+    """A name that does not resolve, a closed port and https:// to a plain-HTTP port: each told apart, exit 2."""
+    closed = f"127.0.0.1:{free_port()}"
+    server, plain = _plain_http_server()
+    try:
+        for url, said in (
+            ("http://digest-test.invalid:8428", "the name digest-test.invalid does not resolve (DNS"),
+            (f"http://{closed}", f"connection refused: nothing listens on {closed}"),
+            (f"https://{plain}", f"TLS handshake failed: {plain} speaks plain HTTP (write http://, not https://)"),
+        ):
+            env = backend_env(corpus_backends)
+            env["DIGEST_VM_URL"] = url
+            result = run_digest("doctor", "--at", AT, env=env, timeout=300)
+            assert result.returncode == 2, result.stdout + result.stderr
+            line = next(line for line in result.stdout.splitlines() if "DIGEST_VM_URL" in line)
+            assert line.strip() == f"✗ DIGEST_VM_URL {url}: {line.split(': ', 1)[1]}"
+            assert said in line, line
+            assert "nothing known" not in line
+    finally:
+        server.shutdown()
+        server.server_close()

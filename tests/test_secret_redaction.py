@@ -109,7 +109,7 @@ def test_verbose_runs_print_no_secret(corpus_backends: EmbeddedBackends, tmp_pat
     assert leaks(output, SECRETS) == []
     assert "HTTP Request: POST http://127.0.0.1:" in posted.stderr  # httpx's request log ran, and shows the host
     errors = {check["name"]: check["error"] for check in json.loads(failed.stdout)["checks"]}
-    assert f"cannot reach {closed} (ConnectError)" in errors["error_lines"]
+    assert f"cannot reach {closed}: connection refused: nothing listens on {closed[7:]}" in errors["error_lines"]
 
 
 async def test_status_names_an_unreachable_backend_without_its_credentials() -> None:
@@ -121,7 +121,7 @@ async def test_status_names_an_unreachable_backend_without_its_credentials() -> 
         policy_file=None,
     )
     lines = await source_status(Config(settings=settings, policy=Policy()), datetime(2026, 7, 20, tzinfo=UTC))
-    assert lines[0].startswith(f"VictoriaMetrics: UNREACHABLE (cannot reach {closed} (ConnectError))")
+    assert lines[0].startswith(f"VictoriaMetrics: UNREACHABLE (cannot reach {closed}: connection refused: nothing")
     assert leaks("\n".join(lines), SECRETS) == []
 
 

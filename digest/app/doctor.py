@@ -63,11 +63,15 @@ class UrlReport:
     url: str
     answers: str | None
     fix: str | None
+    # Why nothing answered at all (`digest.backends.http.why_unreachable`): DNS, refused, timeout, TLS.
+    failure: str | None = None
 
     def line(self) -> str:
         """The report's line for this URL, marked ✓ when the expected kind answers at a base URL."""
-        what = self.answers or "nothing known (no Prometheus, VictoriaMetrics, VictoriaLogs or Loki API)"
         fix = f" → {self.fix}" if self.fix else ""
+        if self.failure:
+            return f"✗ {self.setting} {self.url}: {self.failure}{fix}"
+        what = self.answers or "nothing known (no Prometheus, VictoriaMetrics, VictoriaLogs or Loki API)"
         wrong = "" if self.answers in _EXPECTED[self.kind] else f", but {self.kind} was expected"
         return f"{'✓' if self.fine() else '✗'} {self.setting} {self.url}: {what} answers{wrong}{fix}"
 
@@ -78,8 +82,12 @@ class UrlReport:
 
 async def _probe(source: HttpSource, endpoint: Endpoint, now: datetime) -> UrlReport:
     fix = url_fix(endpoint.name, endpoint.url)
+    failure: str | None = None
     try:
         answers = await source.what_answers()
+        if answers is None:
+            # Nothing known answers: no server at all (DNS, refused, timeout, TLS), or one of another kind.
+            failure = await source.reach()
         if answers == "a Loki" and fix is None:
             # A multi-tenant Loki answers its build info to anyone and every query with 401 "no org id".
             status, text = await source.probe("/loki/api/v1/labels")
@@ -89,7 +97,7 @@ async def _probe(source: HttpSource, endpoint: Endpoint, now: datetime) -> UrlRe
             fix = await source.cluster_fix(answers, (now - timedelta(days=1)).timestamp(), now.timestamp())
     finally:
         await source.aclose()
-    return UrlReport(endpoint.name, endpoint.setting, endpoint.display_url, answers, fix)
+    return UrlReport(endpoint.name, endpoint.setting, endpoint.display_url, answers, fix, failure)
 
 
 # Labels that tell clusters apart on a shared store, by convention (kube-prometheus-stack's and Thanos' external
@@ -243,6 +251,7 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
                     "setting": r.setting,
                     "url": r.url,
                     "answers": r.answers,
+                    "failure": r.failure,
                     "fix": r.fix,
                     "ok": r.fine(),
                 }

@@ -30,6 +30,7 @@ basic auth instead: httpx logs every request URL at INFO, userinfo included.
 from __future__ import annotations
 
 import asyncio
+import errno
 import heapq
 import itertools
 import json
@@ -37,6 +38,7 @@ import logging
 import math
 import random
 import re
+import socket
 import ssl
 import traceback
 import zlib
@@ -242,6 +244,41 @@ def url_userinfo(url: str) -> tuple[str, str] | None:
     return unquote(parts.username or ""), unquote(parts.password or "")
 
 
+def why_unreachable(error: BaseException, url: str) -> str:
+    """Why a connection to ``url`` failed, as a reader fixes it: DNS, refused, unreachable, TLS, or a timeout.
+
+    httpx wraps the socket's own error (``ConnectError`` from httpcore's, from the OSError), so the chain of causes
+    is read for it, as Grafana's "Save & test" tells these apart. Unknown: the exception's type, as before.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or "?"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, socket.gaierror):
+            return f"the name {host} does not resolve (DNS: a typo, or a cluster-internal name asked from outside)"
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            reason = cause.verify_message or cause.reason or "not trusted"
+            return (
+                f"TLS: the certificate of {host} is not trusted ({reason}; SSL_CERT_FILE names a CA bundle that "
+                "signs it)"
+            )
+        if isinstance(cause, ssl.SSLError):
+            if "WRONG_VERSION_NUMBER" in str(cause) or "record layer" in str(cause):
+                return f"TLS handshake failed: {host}:{port} speaks plain HTTP (write http://, not https://)"
+            return f"TLS handshake with {host}:{port} failed ({cause.reason or cause})"
+        if isinstance(cause, ConnectionRefusedError):
+            return f"connection refused: nothing listens on {host}:{port} (a wrong port, or the server is down)"
+        if isinstance(cause, (httpx.ConnectTimeout, httpx.PoolTimeout, TimeoutError)):
+            return f"no answer from {host}:{port} (timed out: a wrong address, or a firewall dropping the connection)"
+        if isinstance(cause, OSError) and cause.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+            return f"{host} is unreachable from here (no route: a wrong address, or another network)"
+        cause = cause.__cause__ or cause.__context__
+    return f"cannot connect ({type(error).__name__})"
+
+
 def tls_context(urls: Iterable[str]) -> ssl.SSLContext:
     """One TLS context for the backends' clients, built once: the CA bundle is loaded only if a URL is https.
 
@@ -300,10 +337,22 @@ class HttpSource:
         return SourceError(self._endpoint.name, kind, message)
 
     def _unreachable(self, cause: BaseException) -> SourceError:
-        """The backend could not be reached at all (no connection), named by the failure's type."""
+        """The backend could not be reached at all (no connection), with why (`why_unreachable`)."""
         return self._error(
-            SourceErrorKind.UNREACHABLE, f"cannot reach {self._endpoint.display_url} ({type(cause).__name__})"
+            SourceErrorKind.UNREACHABLE,
+            f"cannot reach {self._endpoint.display_url}: {why_unreachable(cause, self._base)}",
         )
+
+    async def reach(self) -> str | None:
+        """Why nothing answers at this URL (DNS, refused, timeout, TLS), or None when something does (any status)."""
+        try:
+            async with asyncio.timeout(min(5.0, self._endpoint.timeout_seconds)):
+                await self._client.request("GET", self._base + "/")
+        except TimeoutError as exc:
+            return why_unreachable(httpx.ConnectTimeout(str(exc) or "timed out"), self._base)
+        except httpx.HTTPError as exc:
+            return why_unreachable(exc, self._base)
+        return None
 
     async def _post_json(self, path: str, form: Mapping[str, str]) -> Any:
         """The decoded ``data`` of one query; identical queries in flight at the same time are sent once.
