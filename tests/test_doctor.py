@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import socket
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
+import pytest
+
+from digest.backends.http import why_unreachable
 from testbed.embedded import EmbeddedBackends, free_port
 from tests.command import backend_env, run_digest
 
@@ -92,3 +99,37 @@ def test_an_unreachable_url_says_why_dns_refused_or_tls(corpus_backends: Embedde
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _verify_error() -> ssl.SSLCertVerificationError:
+    error = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
+    error.verify_message = "self-signed certificate"
+    return error
+
+
+def _wrapped(cause: BaseException) -> httpx.ConnectError:
+    """``cause`` as httpx hands it over: an httpx error raised from httpcore's, raised from the socket's."""
+    try:
+        try:
+            raise cause
+        except BaseException as inner:
+            raise httpx.ConnectError(str(inner)) from inner
+    except httpx.ConnectError as outer:
+        return outer
+
+
+@pytest.mark.parametrize(
+    ("cause", "said"),
+    [
+        (socket.gaierror(-2, "Name or service not known"), "the name vm.example does not resolve (DNS"),
+        (ConnectionRefusedError(111, "refused"), "connection refused: nothing listens on vm.example:8428"),
+        (httpx.ConnectTimeout("timed out"), "no answer from vm.example:8428 (timed out"),
+        (OSError(errno.EHOSTUNREACH, "No route to host"), "vm.example is unreachable from here (no route"),
+        (_verify_error(), "TLS: the certificate of vm.example is not trusted (self-signed certificate; SSL_CERT_FILE"),
+        (ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number"), "vm.example:8428 speaks plain HTTP"),
+        (RuntimeError("something else"), "cannot connect (ConnectError)"),
+    ],
+)
+def test_each_way_of_not_reaching_a_backend_is_told_apart(cause: BaseException, said: str) -> None:
+    """The socket's or TLS' own error under httpx's says what to fix; an unknown one its type, as before."""
+    assert said in why_unreachable(_wrapped(cause), "http://vm.example:8428")
