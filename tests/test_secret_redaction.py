@@ -12,6 +12,7 @@ import base64
 import io
 import json
 import logging
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote, quote_plus
@@ -107,7 +108,12 @@ def test_verbose_runs_print_no_secret(corpus_backends: EmbeddedBackends, tmp_pat
     assert failed.returncode == 0, failed.stderr
     output = "\n".join((posted.stdout, posted.stderr, failed.stdout, failed.stderr))
     assert leaks(output, SECRETS) == []
-    assert "HTTP Request: POST http://127.0.0.1:" in posted.stderr  # httpx's request log ran, and shows the host
+    # -v: one line per backend query (its backend, path, time, status, duration, size and the query), not httpx's.
+    queried = [line for line in posted.stderr.splitlines() if " digest.queries: " in line]
+    assert any(" digest.queries: VictoriaMetrics /api/v1/query at 2026-07-2" in line for line in queried), queried[:3]
+    assert any(" digest.queries: VictoriaLogs /select/logsql/stats_query " in line for line in queried)
+    assert all(re.search(r": HTTP \d{3} in \d+\.\d{3} s, [\d,]+ bytes: \S", line) for line in queried)
+    assert "HTTP Request: POST" not in posted.stderr
     errors = {check["name"]: check["error"] for check in json.loads(failed.stdout)["checks"]}
     assert f"cannot reach {closed}: connection refused: nothing listens on {closed[7:]}" in errors["error_lines"]
 

@@ -58,6 +58,10 @@ def _escaped(form: str) -> str:
     )
 
 
+# The logger of the backend queries, one line each, shown with -v (`digest.backends.http.HttpSource`).
+QUERY_LOG = "digest.queries"
+
+
 def configure_logging(verbose: bool, secrets: Iterable[str] = ()) -> None:
     """Log to stderr through the redacting formatter; chatty libraries stay at WARNING unless verbose."""
     handler = logging.StreamHandler(sys.stderr)
@@ -67,7 +71,12 @@ def configure_logging(verbose: bool, secrets: Iterable[str] = ()) -> None:
         root.removeHandler(existing)
     root.addHandler(handler)
     root.setLevel(logging.INFO if verbose else logging.WARNING)
-    for noisy in ("httpx", "httpcore", "apscheduler", "telegram.ext.Application"):
+    for noisy in ("apscheduler", "telegram.ext.Application"):
         logging.getLogger(noisy).setLevel(logging.INFO if verbose else logging.WARNING)
+    # httpx's "HTTP Request: POST … 200 OK" says neither the query nor its time: each backend query has its own line
+    # instead (`digest.backends.http`, logger "digest.queries"), and the chat services' calls their channel's log.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger(QUERY_LOG).setLevel(logging.DEBUG if verbose else logging.WARNING)
     # The bot's own decisions (posted, late, refused, failed) are worth keeping without -v.
     logging.getLogger("digest").setLevel(logging.INFO)

@@ -55,6 +55,9 @@ from checks.contract import RangeSeries, Sample, SourceError, SourceErrorKind, f
 from checks.log_questions import AnswerClock
 
 log = logging.getLogger(__name__)
+# One line per backend query with -v: its backend, path, window, status, time and answer size, and the query itself.
+queries_log = logging.getLogger("digest.queries")
+_QUERY_SHOWN = 600  # characters of a query in its log line (a LogsQL count with its filters runs to a few hundred)
 
 _MAX_ERROR_TEXT = 300
 # A rejected query's reason is kept up to this long: VictoriaMetrics says why after echoing the whole query, and a
@@ -242,6 +245,19 @@ def url_userinfo(url: str) -> tuple[str, str] | None:
     if not parts.username and not parts.password:
         return None
     return unquote(parts.username or ""), unquote(parts.password or "")
+
+
+def _window_of(form: Mapping[str, str]) -> str:
+    """The time a query is asked at, or its range and step, as its form says (Prometheus, VictoriaLogs, Loki)."""
+    if "start" in form or "end" in form:
+        step = f" step {form['step']}" if "step" in form else ""
+        return f"{form.get('start', '?')} to {form.get('end', '?')}{step}"
+    return f"at {form['time']}" if "time" in form else "(no time)"
+
+
+def _shown(query: str) -> str:
+    flat = " ".join(query.split())
+    return flat if len(flat) <= _QUERY_SHOWN else flat[:_QUERY_SHOWN] + f"… ({len(flat):,} characters)"
 
 
 def why_unreachable(error: BaseException, url: str) -> str:
@@ -535,6 +551,7 @@ class HttpSource:
     async def _attempt(self, path: str, form: Mapping[str, str], limit: float, said: str) -> Any:
         if limit <= 0:
             raise self._error(SourceErrorKind.TIMEOUT, said)
+        started = asyncio.get_running_loop().time()
         try:
             # asyncio.timeout bounds the whole exchange, httpx's timeout only each network phase.
             async with (
@@ -562,6 +579,17 @@ class HttpSource:
             # anyio's connect_tcp races addresses in a TaskGroup: a failure httpcore does not map (an
             # OverflowError from the socket layer) escapes as a group, which is still "cannot reach".
             raise self._unreachable(group.exceptions[0]) from None
+        if queries_log.isEnabledFor(logging.DEBUG):
+            queries_log.debug(
+                "%s %s %s: HTTP %d in %.3f s, %s bytes: %s",
+                self._endpoint.name,
+                path,
+                _window_of(form),
+                response.status_code,
+                asyncio.get_running_loop().time() - started,
+                f"{len(body):,}",
+                _shown(form.get("query", "")),
+            )
         text = body.decode(response.encoding or "utf-8", errors="replace")
         if response.status_code in _RETRY_STATUSES:
             try:
