@@ -124,7 +124,7 @@ MODULE_SECONDS = {
     # wait.
     "test_loki_ruler": 300,
     "test_bench": 110,  # 2026-12-07: the quick programme without its replay (the replay-only test measures it)
-    "test_cluster_scope": 95,  # 2026-12-07: without trends (its day is alone in each store); half scoped on 4 pairs
+    "test_cluster_scope": 85,  # 2026-12-07: without trends; Prometheus restored; half scoped on each backend
     "test_loki_patterns": 95,
     "test_bot": 95,
     "test_cause_ablations": 60,  # 2026-12-07: without trends
