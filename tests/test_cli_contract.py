@@ -25,9 +25,11 @@ def test_verbose_after_the_subcommand_and_a_versioned_json(corpus_backends: Embe
     before = run_digest("-v", "run", "--date", "2026-07-19", "--format", "json", env=env)
     quiet = run_digest("run", "--date", "2026-07-19", "--format", "json", env=env)
     assert after.returncode == before.returncode == quiet.returncode == 0, after.stderr
-    assert "HTTP Request" in after.stderr
-    assert "HTTP Request" in before.stderr
-    assert "HTTP Request" not in quiet.stderr
+    # -v: each backend query on a line of its own (httpx's bare request line left out), nothing without it.
+    assert " digest.queries: VictoriaMetrics /api/v1/query at " in after.stderr
+    assert " digest.queries: VictoriaLogs /select/logsql/" in before.stderr
+    assert "HTTP Request" not in after.stderr + before.stderr
+    assert "digest.queries" not in quiet.stderr
     payload = json.loads(after.stdout)
     assert payload["schema_version"] == SCHEMA_VERSION
     assert payload["version"] == __version__

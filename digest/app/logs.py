@@ -60,6 +60,17 @@ def _escaped(form: str) -> str:
 
 # The logger of the backend queries, one line each, shown with -v (`digest.backends.http.HttpSource`).
 QUERY_LOG = "digest.queries"
+# The API paths of the backends' queries (Prometheus and VictoriaMetrics, vmselect's, VictoriaLogs', Loki's).
+_BACKEND_PATHS = ("/api/v1/", "/select/logsql/", "/loki/api/v1/")
+
+
+class _NotBackendQueries(logging.Filter):
+    """Drops httpx's request line of a backend query (logged by the digest with its query and time instead)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        url = str(args[1]) if len(args) > 1 else ""
+        return not any(path in url for path in _BACKEND_PATHS)
 
 
 def configure_logging(verbose: bool, secrets: Iterable[str] = ()) -> None:
@@ -73,10 +84,13 @@ def configure_logging(verbose: bool, secrets: Iterable[str] = ()) -> None:
     root.setLevel(logging.INFO if verbose else logging.WARNING)
     for noisy in ("apscheduler", "telegram.ext.Application"):
         logging.getLogger(noisy).setLevel(logging.INFO if verbose else logging.WARNING)
-    # httpx's "HTTP Request: POST … 200 OK" says neither the query nor its time: each backend query has its own line
-    # instead (`digest.backends.http`, logger "digest.queries"), and the chat services' calls their channel's log.
-    for noisy in ("httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
+    httpx_log = logging.getLogger("httpx")
+    httpx_log.setLevel(logging.INFO if verbose else logging.WARNING)
+    # httpx's "HTTP Request: POST … 200 OK" of a backend query says neither the query nor its time: each has its own
+    # line instead (`digest.backends.http`, logger "digest.queries"). The chat services' calls keep httpx's line.
+    if not any(isinstance(one, _NotBackendQueries) for one in httpx_log.filters):
+        httpx_log.addFilter(_NotBackendQueries())
     logging.getLogger(QUERY_LOG).setLevel(logging.DEBUG if verbose else logging.WARNING)
     # The bot's own decisions (posted, late, refused, failed) are worth keeping without -v.
     logging.getLogger("digest").setLevel(logging.INFO)

@@ -268,7 +268,10 @@ def why_unreachable(error: BaseException, url: str) -> str:
     """
     parts = urlsplit(url)
     host = parts.hostname or "?"
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        port: int | str = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # a port out of range (99999): said as written, the settings let it through to the socket
+        port = parts.netloc.rsplit(":", 1)[-1]
     seen: set[int] = set()
     cause: BaseException | None = error
     while cause is not None and id(cause) not in seen:
