@@ -35,16 +35,16 @@ from zoneinfo import ZoneInfo
 
 import httpx
 
-from checks import coverage, registry
-from checks.conntrack import ConntrackCheck
-from checks.contract import Backend, Window, rfc3339
-from checks.error_lines import ErrorLinesCheck
-from checks.log_questions import LineCount, PeakCount, ShapeCount
-from checks.promql import ContainerKey
-from checks.registry import Question
-from checks.restarted import narrowing
 from digest.backends.http import Endpoint
 from digest.backends.victorialogs import LogsqlWriter, VictoriaLogsSource
+from digest.checks import coverage, registry
+from digest.checks.conntrack import ConntrackCheck
+from digest.checks.contract import Backend, Window, rfc3339
+from digest.checks.error_lines import ErrorLinesCheck
+from digest.checks.log_questions import LineCount, PeakCount, ShapeCount
+from digest.checks.promql import ContainerKey
+from digest.checks.registry import Question
+from digest.checks.restarted import narrowing
 from digest.pipeline.collect import build_checks
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import day_window

@@ -41,13 +41,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, Self
 
-from testbed.corpus.baselines import user_profile
-from testbed.corpus.gateway_logs import UC_BODY, UC_DETAILS, Route
-from testbed.corpus.identity import Window as CorpusWindow
-from testbed.corpus.identity import safe_token, salt_of, stable_uid
-from testbed.corpus.objects import Pod
-from testbed.corpus.pod_logs import TAIL, RenderContext, json_escape, record_head, record_mid
-from testbed.embedded import EmbeddedBackends, Server
+from digest.testbed.corpus.baselines import user_profile
+from digest.testbed.corpus.gateway_logs import UC_BODY, UC_DETAILS, Route
+from digest.testbed.corpus.identity import Window as CorpusWindow
+from digest.testbed.corpus.identity import safe_token, salt_of, stable_uid
+from digest.testbed.corpus.objects import Pod
+from digest.testbed.corpus.pod_logs import TAIL, RenderContext, json_escape, record_head, record_mid
+from digest.testbed.embedded import EmbeddedBackends, Server
 
 DAY = dt.date(2026, 7, 20)
 DAY_S = 86_400

@@ -36,12 +36,12 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from bench.runner import process_cpu, revision, say
-from checks.contract import Window
-from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
-from checks.log_questions import every as every_of
 from digest.backends.http import Endpoint
 from digest.backends.loki import LokiSource, pattern_filter
-from testbed.loki_server import LokiServer
+from digest.checks.contract import Window
+from digest.checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from digest.checks.log_questions import every as every_of
+from digest.testbed.loki_server import LokiServer
 
 PATTERN_FLAGS = ("-pattern-ingester.enabled=true", "-pattern-ingester.min-ready-duration=0s")
 NAMESPACE = "feeds"

@@ -21,8 +21,8 @@ from datetime import date
 import httpx
 
 from bench.floor import window_of
-from checks.error_lines import ErrorLinesCheck, workload_of
 from digest.backends.victorialogs import DEFAULT_FIELDS, LogsqlWriter, time_filter
+from digest.checks.error_lines import ErrorLinesCheck, workload_of
 from digest.pipeline.policy import Policy
 
 

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 from bench.generate import Cluster, Volumes, day_facts, log_chunks, segments, series_lines, volume_on
 from digest.backends.loki import LogqlWriter
 from digest.backends.victorialogs import LogsqlWriter
-from testbed.corpus.model import Series
+from digest.testbed.corpus.model import Series
 
 if TYPE_CHECKING:
     from bench.floor import LogWriter
-    from testbed.loki_server import LokiServer
-    from testbed.prometheus_server import PrometheusServer
+    from digest.testbed.loki_server import LokiServer
+    from digest.testbed.prometheus_server import PrometheusServer
 
 VICTORIAMETRICS = "victoriametrics"
 PROMETHEUS = "prometheus"
@@ -172,7 +172,7 @@ class ServerLoad:
 
 def start_prometheus(cluster: Cluster, days: Sequence[dt.date]) -> tuple[PrometheusServer, ServerLoad]:
     """A Prometheus backfilled with the generated series of ``days``, started and ready."""
-    from testbed.prometheus_server import PrometheusServer  # only when a pair uses Prometheus
+    from digest.testbed.prometheus_server import PrometheusServer  # only when a pair uses Prometheus
 
     started = time.monotonic()
     source = GeneratedLines(series_lines(cluster, days))
@@ -185,7 +185,7 @@ def start_prometheus(cluster: Cluster, days: Sequence[dt.date]) -> tuple[Prometh
 
 def start_loki(cluster: Cluster, days: Sequence[dt.date], volume: Volumes) -> tuple[LokiServer, ServerLoad]:
     """A Loki holding the generated records of ``days`` (oldest first), every one of them visible."""
-    from testbed.loki_server import LokiServer  # only when a pair uses Loki
+    from digest.testbed.loki_server import LokiServer  # only when a pair uses Loki
 
     days = sorted(days)
     server = LokiServer(config_overrides={"limits_config": {"max_query_series": LOKI_MAX_QUERY_SERIES}})

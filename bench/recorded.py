@@ -82,7 +82,7 @@ from bench.runner import (
 )
 from bench.startup import CLI_PROBE, Startup, probe_environment
 from bench.startup import measure as measure_startup
-from testbed.embedded import Server, free_port
+from digest.testbed.embedded import Server, free_port
 
 LOG_CHECKS = ("error_lines", "log_storms", "envoy_flags")
 # The recorder's outage in the "outage" mode: vmalert replays the day but for these hours.

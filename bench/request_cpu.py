@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 
 REQUESTS = 1000
 

@@ -94,11 +94,11 @@ from bench.pairs import (
 from bench.proxy import CountingProxy, Counts
 from bench.report import median_of, render, render_replays
 from digest.app.settings import Settings
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 
 if TYPE_CHECKING:
-    from testbed.loki_server import LokiServer
-    from testbed.prometheus_server import PrometheusServer
+    from digest.testbed.loki_server import LokiServer
+    from digest.testbed.prometheus_server import PrometheusServer
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "benchmarks.md"

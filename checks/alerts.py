@@ -36,8 +36,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from checks import coverage
-from checks.contract import (
+from . import coverage
+from .contract import (
     Finding,
     Input,
     Need,
@@ -55,7 +55,7 @@ from checks.contract import (
     metrics_look,
     unknown,
 )
-from checks.promql import open_range
+from .promql import open_range
 
 NAME = "alerts"
 # Where a reader sees one offender: its own series over the window (`checks.contract.Look`).

@@ -24,8 +24,8 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from checks import coverage
-from checks.contract import (
+from . import coverage
+from .contract import (
     Finding,
     Input,
     Look,
@@ -43,8 +43,8 @@ from checks.contract import (
     local_time,
     unknown,
 )
-from checks.nodes import NODE_NAMES_INPUT, node_names
-from checks.promql import counted_rise, open_range, quote
+from .nodes import NODE_NAMES_INPUT, node_names
+from .promql import counted_rise, open_range, quote
 
 NAME = "conntrack"
 

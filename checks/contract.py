@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Literal, Protocol
 
-from checks.log_questions import Filter, LogsSource
-from checks.promql import entity_matchers
+from .log_questions import Filter, LogsSource
+from .promql import entity_matchers
 
 
 class Status(enum.StrEnum):

@@ -70,7 +70,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from checks.contract import (
+from .contract import (
     Backend,
     Coverage,
     Finding,
@@ -88,7 +88,7 @@ from checks.contract import (
     local_time,
     node_name,
 )
-from checks.log_questions import EVERY_LINE, Filter, LineCount
+from .log_questions import EVERY_LINE, Filter, LineCount
 
 # node_exporter's job as the coverage policy names it by default (``node_exporter_job``).
 NODE_EXPORTER_JOB = ".*node.*exporter.*"

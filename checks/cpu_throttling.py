@@ -30,8 +30,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from checks import coverage
-from checks.contract import (
+from . import coverage
+from .contract import (
     Finding,
     Input,
     Need,
@@ -49,8 +49,8 @@ from checks.contract import (
     metrics_look,
     unknown,
 )
-from checks.presence import cadvisor_present_query
-from checks.promql import CONTAINER_LABELS, ContainerKey, container_key
+from .presence import cadvisor_present_query
+from .promql import CONTAINER_LABELS, ContainerKey, container_key
 
 NAME = "cpu_throttling"
 # Where a reader sees one offender: its own series over the window (`checks.contract.Look`).

@@ -44,8 +44,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from checks import coverage
-from checks.contract import (
+from . import coverage
+from .contract import (
     Event,
     Finding,
     Input,
@@ -66,9 +66,9 @@ from checks.contract import (
     metrics_look,
     unknown,
 )
-from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
-from checks.promql import any_of, open_range
-from checks.resolution import Resolution, resolve, runs, step_for
+from .presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
+from .promql import any_of, open_range
+from .resolution import Resolution, resolve, runs, step_for
 
 NAME = "deployments"
 # Where a reader sees one offender: its own series over the window (`checks.contract.Look`).

@@ -50,8 +50,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from checks import coverage
-from checks.contract import (
+from . import coverage
+from .contract import (
     Finding,
     Input,
     Look,
@@ -70,8 +70,8 @@ from checks.contract import (
     local_time,
     unknown,
 )
-from checks.promql import any_of, open_range, quote, regex_literal
-from checks.resolution import Resolution, resolve, step_for
+from .promql import any_of, open_range, quote, regex_literal
+from .resolution import Resolution, resolve, step_for
 
 NAME = "empty_endpoints"
 

@@ -45,8 +45,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
-from checks import coverage
-from checks.contract import (
+from . import coverage
+from .contract import (
     Finding,
     Input,
     Look,
@@ -66,7 +66,7 @@ from checks.contract import (
     local_time,
     unknown,
 )
-from checks.log_questions import (
+from .log_questions import (
     EVERY_LINE,
     CountRow,
     Empty,
@@ -79,7 +79,7 @@ from checks.log_questions import (
     native,
     roles_equal,
 )
-from checks.promql import quote
+from .promql import quote
 
 NAME = "envoy_flags"
 

@@ -52,8 +52,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from checks import coverage
-from checks.contract import (
+from . import coverage
+from .contract import (
     Finding,
     Input,
     Look,
@@ -74,7 +74,7 @@ from checks.contract import (
     time_left,
     unknown,
 )
-from checks.log_questions import (
+from .log_questions import (
     EVERY_LINE,
     AnswerClock,
     AnyOf,
@@ -91,7 +91,7 @@ from checks.log_questions import (
     every,
     native,
 )
-from checks.redaction import redact, shorten
+from .redaction import redact, shorten
 
 NAME = "error_lines"
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:  # the contract imports this module: its types are only annotations here
-    from checks.contract import Window
+    from .contract import Window
 
 Role = Literal["namespace", "pod", "container", "node", "level", "stream"]
 ROLES: tuple[Role, ...] = ("namespace", "pod", "container", "node", "level", "stream")

@@ -35,8 +35,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from checks import coverage
-from checks.contract import (
+from . import coverage
+from .contract import (
     Finding,
     Input,
     Look,
@@ -51,8 +51,8 @@ from checks.contract import (
     grade,
     unknown,
 )
-from checks.error_lines import workload_of
-from checks.log_questions import EVERY_LINE, CountRow, Filter, Is, Not, PeakCount, every, native, roles_equal
+from .error_lines import workload_of
+from .log_questions import EVERY_LINE, CountRow, Filter, Is, Not, PeakCount, every, native, roles_equal
 
 NAME = "log_storms"
 

@@ -53,8 +53,8 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from checks import coverage
-from checks.contract import (
+from . import coverage
+from .contract import (
     Finding,
     Input,
     Need,
@@ -72,9 +72,9 @@ from checks.contract import (
     metrics_look,
     unknown,
 )
-from checks.presence import kube_state_metrics_up_query
-from checks.promql import CONTAINER_LABELS, ContainerKey, container_key, open_range, step_read, with_matchers
-from checks.restarted import narrowing
+from .presence import kube_state_metrics_up_query
+from .promql import CONTAINER_LABELS, ContainerKey, container_key, open_range, step_read, with_matchers
+from .restarted import narrowing
 
 NAME = "memory_pressure"
 # Where a reader sees one offender: its own series over the window (`checks.contract.Look`).

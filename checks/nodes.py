@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from checks.contract import Input, SourceError, Sources, Window, node_name
+from .contract import Input, SourceError, Sources, Window, node_name
 
 # What `node_names` reads, for `digest doctor`: every check that names nodes by it declares this input.
 NODE_NAMES_INPUT = Input(

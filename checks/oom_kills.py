@@ -54,8 +54,8 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from checks import coverage
-from checks.contract import (
+from . import coverage
+from .contract import (
     Finding,
     Input,
     Look,
@@ -70,9 +70,9 @@ from checks.contract import (
     local_time,
     unknown,
 )
-from checks.nodes import NODE_NAMES_INPUT, NodeNames, node_names
-from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
-from checks.promql import (
+from .nodes import NODE_NAMES_INPUT, NodeNames, node_names
+from .presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
+from .promql import (
     CONTAINER_LABELS,
     ContainerKey,
     any_of,
@@ -85,7 +85,7 @@ from checks.promql import (
     step_read,
     with_matchers,
 )
-from checks.restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
+from .restarted import RESTARTS_TOTAL, narrowing, restarted_containers, restarted_query
 
 NAME = "oom_kills"
 

@@ -9,7 +9,7 @@ good news only if kube-state-metrics itself was scraped in the window (its ``up`
 
 from __future__ import annotations
 
-from checks.contract import Finding, SourceError, Sources, Window, unknown
+from .contract import Finding, SourceError, Sources, Window, unknown
 
 
 def cadvisor_present_query(window: Window) -> str:

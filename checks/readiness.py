@@ -46,8 +46,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
-from checks import coverage
-from checks.contract import (
+from . import coverage
+from .contract import (
     Event,
     Finding,
     Input,
@@ -67,12 +67,12 @@ from checks.contract import (
     metrics_look,
     unknown,
 )
-from checks.empty_endpoints import SERVICE_NAME_INPUT, service_of_slice_expression
-from checks.error_lines import owned_by
-from checks.nodes import NODE_NAMES_INPUT, node_names
-from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
-from checks.promql import any_of, counted_increase, open_range
-from checks.resolution import Resolution, resolve, runs, step_for
+from .empty_endpoints import SERVICE_NAME_INPUT, service_of_slice_expression
+from .error_lines import owned_by
+from .nodes import NODE_NAMES_INPUT, node_names
+from .presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
+from .promql import any_of, counted_increase, open_range
+from .resolution import Resolution, resolve, runs, step_for
 
 NAME = "readiness"
 # Where a reader sees one offender: its own series over the window (`checks.contract.Look`).

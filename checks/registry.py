@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from checks import (
+from . import (
     alerts,
     conntrack,
     cpu_throttling,
@@ -35,21 +35,21 @@ from checks import (
     restarts,
     workloads,
 )
-from checks.alerts import AlertsCheck, AlertsPolicy
-from checks.conntrack import ConntrackCheck, ConntrackPolicy
-from checks.contract import Check, Input, Window
-from checks.cpu_throttling import CpuThrottlingCheck, CpuThrottlingPolicy
-from checks.deployments import DeploymentsCheck, DeploymentsPolicy
-from checks.empty_endpoints import EmptyEndpointsCheck, EmptyEndpointsPolicy
-from checks.envoy_flags import EnvoyFlagsCheck, EnvoyFlagsPolicy
-from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
-from checks.log_questions import Filter, LineCount, PeakCount, native
-from checks.log_storms import LogStormsCheck, LogStormsPolicy
-from checks.memory_pressure import MemoryPressureCheck, MemoryPressurePolicy
-from checks.oom_kills import OomKillsCheck, OomKillsPolicy
-from checks.readiness import ReadinessCheck, ReadinessPolicy
-from checks.restarts import RestartsCheck, RestartsPolicy
-from checks.workloads import WorkloadsCheck, WorkloadsPolicy
+from .alerts import AlertsCheck, AlertsPolicy
+from .conntrack import ConntrackCheck, ConntrackPolicy
+from .contract import Check, Input, Window
+from .cpu_throttling import CpuThrottlingCheck, CpuThrottlingPolicy
+from .deployments import DeploymentsCheck, DeploymentsPolicy
+from .empty_endpoints import EmptyEndpointsCheck, EmptyEndpointsPolicy
+from .envoy_flags import EnvoyFlagsCheck, EnvoyFlagsPolicy
+from .error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from .log_questions import Filter, LineCount, PeakCount, native
+from .log_storms import LogStormsCheck, LogStormsPolicy
+from .memory_pressure import MemoryPressureCheck, MemoryPressurePolicy
+from .oom_kills import OomKillsCheck, OomKillsPolicy
+from .readiness import ReadinessCheck, ReadinessPolicy
+from .restarts import RestartsCheck, RestartsPolicy
+from .workloads import WorkloadsCheck, WorkloadsPolicy
 
 Question = str | LineCount | PeakCount
 

@@ -36,8 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from checks.contract import SourceError, Sources, Span, Window, fmt_duration, local_time
-from checks.promql import open_range
+from .contract import SourceError, Sources, Span, Window, fmt_duration, local_time
+from .promql import open_range
 
 _HOUR = 3600
 # Prometheus refuses range queries of more than 11,000 points per series; longer windows get a coarser step.

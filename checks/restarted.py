@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from checks.contract import Sources, Window
-from checks.promql import MAX_NARROWED, ContainerKey, container_key, container_matchers
+from .contract import Sources, Window
+from .promql import MAX_NARROWED, ContainerKey, container_key, container_matchers
 
 RESTARTS_TOTAL = "kube_pod_container_status_restarts_total"
 # Init containers have a counter of their own: a pod stuck in Init:CrashLoopBackOff never moves the one above.

@@ -58,8 +58,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from checks import coverage
-from checks.contract import (
+from . import coverage
+from .contract import (
     Finding,
     Input,
     Need,
@@ -75,9 +75,9 @@ from checks.contract import (
     metrics_look,
     unknown,
 )
-from checks.error_lines import SAID_KINDS, owned_by
-from checks.presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
-from checks.promql import (
+from .error_lines import SAID_KINDS, owned_by
+from .presence import family_missing, kube_state_metrics_missing, kube_state_metrics_up_query
+from .promql import (
     CONTAINER_LABELS,
     MAX_NARROWED,
     ContainerKey,
@@ -88,7 +88,7 @@ from checks.promql import (
     restart_steps,
     with_matchers,
 )
-from checks.restarted import (
+from .restarted import (
     INIT_RESTARTS_TOTAL,
     RESTARTS_TOTAL,
     narrowing,

@@ -35,8 +35,8 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from checks import coverage
-from checks.contract import (
+from . import coverage
+from .contract import (
     Finding,
     Input,
     Need,
@@ -55,8 +55,8 @@ from checks.contract import (
     metrics_look,
     unknown,
 )
-from checks.presence import kube_state_metrics_missing, kube_state_metrics_up_query
-from checks.promql import open_range
+from .presence import kube_state_metrics_missing, kube_state_metrics_up_query
+from .promql import open_range
 
 NAME = "workloads"
 

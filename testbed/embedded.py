@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 
-from checks.contract import rfc3339
-from testbed.snapshots import Snapshot, SnapshotKey, record, timed
+from digest.checks.contract import rfc3339
+from digest.testbed.snapshots import Snapshot, SnapshotKey, record, timed
 
 if TYPE_CHECKING:
-    from testbed.corpus.model import CorpusDay
+    from digest.testbed.corpus.model import CorpusDay
 
 LOG_STREAM_FIELDS = "kubernetes.pod_namespace,kubernetes.pod_name,kubernetes.container_name,stream"
 _RETENTION = "100y"

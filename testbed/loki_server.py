@@ -38,11 +38,11 @@ import httpx
 import yaml
 
 from digest.backends.loki import rfc3339_nanos, unix_nanos
-from testbed.embedded import free_port, log_tail, wait_ready
-from testbed.snapshots import SnapshotKey, record, timed
+from digest.testbed.embedded import free_port, log_tail, wait_ready
+from digest.testbed.snapshots import SnapshotKey, record, timed
 
 if TYPE_CHECKING:
-    from testbed.corpus.model import CorpusDay
+    from digest.testbed.corpus.model import CorpusDay
 
 BINARY_VARIABLE = "DIGEST_LOKI_BINARY"
 REQUIRE_VARIABLE = "DIGEST_REQUIRE_LOKI"
@@ -800,7 +800,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m testbed.loki_server``: start Loki, load the corpus days, print the URL, stop on Ctrl-C."""
     import argparse  # only the command line needs it
 
-    from testbed.corpus import DAYS
+    from digest.testbed.corpus import DAYS
 
     parser = argparse.ArgumentParser(prog="python -m testbed.loki_server", description=main.__doc__)
     parser.add_argument("--scale", type=float, default=1.0, help="volume scale of the storm days (tests use 0.05)")

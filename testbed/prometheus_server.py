@@ -44,11 +44,11 @@ from operator import lt
 from pathlib import Path
 from typing import TYPE_CHECKING, Self, TextIO
 
-from testbed.embedded import free_port, wait_ready
-from testbed.snapshots import SnapshotKey, record, timed
+from digest.testbed.embedded import free_port, wait_ready
+from digest.testbed.snapshots import SnapshotKey, record, timed
 
 if TYPE_CHECKING:
-    from testbed.corpus.model import CorpusDay
+    from digest.testbed.corpus.model import CorpusDay
 
 BLOCK_MS = 2 * 3600 * 1000  # promtool's block range: two hours, aligned on the epoch
 _RETENTION = "100y"

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 
 DIGEST = [sys.executable, "-m", "digest.app.cli"]
 

@@ -17,11 +17,11 @@ from datetime import date
 
 import pytest
 
-from testbed.corpus import DAYS
-from testbed.embedded import EmbeddedBackends, load_corpus_day, loaded_backends, wait_for_corpus_day
-from testbed.loki_server import LokiServer, loaded_loki, loki_binary_or_skip
-from testbed.prometheus_server import PrometheusServer, missing_binaries
-from testbed.snapshots import SnapshotKey, binary_identity, snapshot_key
+from digest.testbed.corpus import DAYS
+from digest.testbed.embedded import EmbeddedBackends, load_corpus_day, loaded_backends, wait_for_corpus_day
+from digest.testbed.loki_server import LokiServer, loaded_loki, loki_binary_or_skip
+from digest.testbed.prometheus_server import PrometheusServer, missing_binaries
+from digest.testbed.snapshots import SnapshotKey, binary_identity, snapshot_key
 
 pytest_plugins = ["tests.timings"]
 

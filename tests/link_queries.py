@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
-from checks.contract import Offender
+from digest.checks.contract import Offender
 
 # The labels that name an offender's entity in the series a metrics link graphs.
 _IDENTITY = ("namespace", "pod", "container", "deployment", "alertname")

@@ -23,7 +23,7 @@ import httpx
 import pytest
 import yaml
 
-from testbed.embedded import EmbeddedBackends, free_port
+from digest.testbed.embedded import EmbeddedBackends, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "alerts.yaml"

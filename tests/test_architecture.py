@@ -1,11 +1,15 @@
 """The layout's rules, checked on the source: data flows one way through the rooms, and the check list is one list.
 
-Rooms, lowest first: ``checks`` (the signals and their contract) → ``digest.backends`` (HTTP clients) →
+Rooms, lowest first: ``digest.checks`` (the signals and their contract) → ``digest.backends`` (HTTP clients) →
 ``digest.pipeline`` (collect, score, explain, trends, policy, window, state) → ``digest.output`` (render, chart) →
 ``digest.channels`` (the Channel protocol; Telegram's sender, text and bot) → ``digest.app`` (settings, engine, cli,
 serve, replay, and the bot's wiring: its settings view, digest service and hooks). A
 module may import its own room and the rooms below it, never one above. ``testbed`` (embedded backends, the corpus)
 is development tooling: the product imports it only in ``digest demo``, inside the command.
+
+The repository keeps the design card's folders (``checks/``, ``templates/``, ``testbed/`` at the top); ``digest/``
+links to each, so what is installed and imported is ``digest`` alone (``digest.checks``, ``digest.templates``,
+``digest.testbed``) and no top-level name of a wheel clashes with another project's.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from checks import registry
+from digest.checks import registry
 from digest.pipeline.policy import Policy
 
 ROOT = Path(__file__).parent.parent
-ROOMS = ("checks", "digest.backends", "digest.pipeline", "digest.output", "digest.channels", "digest.app")
+# digest/ links to these top-level folders (the design card's layout): installed, they are digest's subpackages.
+LINKED = ("checks", "templates", "testbed")
+ROOMS = ("digest.checks", "digest.backends", "digest.pipeline", "digest.output", "digest.channels", "digest.app")
 
 
 def _room(module: str) -> str | None:
@@ -31,11 +37,14 @@ def _room(module: str) -> str | None:
 
 
 def _modules() -> list[tuple[str, Path]]:
+    """Every product module with its file: digest/ and checks/ (as digest.checks), not the testbed nor templates."""
     found = []
-    for folder in ("checks", "digest"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-            found.append((name, path))
+    for folder, package in ((ROOT / "checks", ("digest", "checks")), (ROOT / "digest", ("digest",))):
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            if parts[0] in LINKED:
+                continue  # digest/checks, digest/testbed, digest/templates: links to the top-level folders
+            found.append((".".join((*package, *parts)).removesuffix(".__init__"), path))
     return found
 
 
@@ -75,7 +84,7 @@ def test_checks_import_nothing_from_digest() -> None:
     offending = [
         f"{name} -> {target}"
         for name, path in _modules()
-        if name.startswith("checks")
+        if name.startswith("digest.checks")
         for target, _ in _imports(path)
         if target.startswith(("digest", "testbed"))
     ]
@@ -88,7 +97,7 @@ def test_the_product_imports_the_testbed_only_for_the_demo() -> None:
         f"{name} -> {target}"
         for name, path in _modules()
         for target, top_level in _imports(path)
-        if target.startswith("testbed") and (top_level or name != "digest.app.cli")
+        if target.startswith(("testbed", "digest.testbed")) and (top_level or name != "digest.app.cli")
     ]
     assert offending == []
 

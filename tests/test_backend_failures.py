@@ -6,18 +6,18 @@ import json
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-from checks.contract import SourceError
 from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
+from digest.checks.contract import SourceError
 from digest.output.render import Renderer, to_json
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import day_window
-from testbed.corpus import DAYS
-from testbed.corpus.model import Series
-from testbed.embedded import EmbeddedBackends, free_port, load_corpus_day
-from testbed.prometheus_server import PrometheusServer
+from digest.testbed.corpus import DAYS
+from digest.testbed.corpus.model import Series
+from digest.testbed.embedded import EmbeddedBackends, free_port, load_corpus_day
+from digest.testbed.prometheus_server import PrometheusServer
 from tests.command import backend_env, clean_env, run_digest
 from tests.conftest import corpus_prometheus_snapshot
 from tests.misbehaving_server import Behaviour, misbehaving_server

@@ -33,10 +33,10 @@ from digest.app.replay import replay
 from digest.app.settings import load_settings
 from digest.output.render import to_json
 from digest.pipeline.policy import Policy, TrendsPolicy
-from testbed.corpus import DAYS
-from testbed.embedded import EmbeddedBackends
-from testbed.loki_server import LokiServer
-from testbed.prometheus_server import PrometheusServer
+from digest.testbed.corpus import DAYS
+from digest.testbed.embedded import EmbeddedBackends
+from digest.testbed.loki_server import LokiServer
+from digest.testbed.prometheus_server import PrometheusServer
 
 PAIRS = ("prometheus+victorialogs", "victoriametrics+loki", "prometheus+loki")
 REFERENCE = "victoriametrics+victorialogs"

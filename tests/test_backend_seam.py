@@ -10,8 +10,8 @@ import pytest
 
 from digest.app.settings import LogBackend, load_settings
 from digest.pipeline.policy import PolicyError, load_policy
-from testbed.embedded import EmbeddedBackends
-from testbed.loki_server import LokiServer, loki_binary_or_skip
+from digest.testbed.embedded import EmbeddedBackends
+from digest.testbed.loki_server import LokiServer, loki_binary_or_skip
 from tests.command import backend_env, clean_env, run_digest
 from tests.misbehaving_server import Behaviour, recording_server
 

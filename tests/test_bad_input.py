@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from checks.contract import SourceError, SourceErrorKind
 from digest.app.engine import Config
 from digest.app.settings import load_settings
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.channels.telegram.bot import parse_digest_arguments
+from digest.checks.contract import SourceError, SourceErrorKind
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import WindowError
 from tests.command import clean_env, run_digest

@@ -36,7 +36,7 @@ from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
 from digest.pipeline.policy import Policy, TrendsPolicy
 from digest.pipeline.window import day_window
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = Shape(pods=40, namespaces=4, nodes=4, cadvisor=True)

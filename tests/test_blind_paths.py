@@ -10,15 +10,15 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from checks.alerts import AlertsCheck, AlertsPolicy
-from checks.conntrack import ConntrackCheck, ConntrackPolicy
-from checks.contract import RangeSeries, Sample, Sources, Status, Window
-from checks.deployments import DeploymentsCheck, DeploymentsPolicy
-from checks.log_questions import CountRow, Filter, LineCount, LineSeries, PeakCount
-from checks.log_storms import LogStormsCheck, LogStormsPolicy
-from checks.oom_kills import OomKillsCheck, OomKillsPolicy
-from checks.readiness import ReadinessCheck, ReadinessPolicy
-from checks.restarts import RestartsCheck, RestartsPolicy
+from digest.checks.alerts import AlertsCheck, AlertsPolicy
+from digest.checks.conntrack import ConntrackCheck, ConntrackPolicy
+from digest.checks.contract import RangeSeries, Sample, Sources, Status, Window
+from digest.checks.deployments import DeploymentsCheck, DeploymentsPolicy
+from digest.checks.log_questions import CountRow, Filter, LineCount, LineSeries, PeakCount
+from digest.checks.log_storms import LogStormsCheck, LogStormsPolicy
+from digest.checks.oom_kills import OomKillsCheck, OomKillsPolicy
+from digest.checks.readiness import ReadinessCheck, ReadinessPolicy
+from digest.checks.restarts import RestartsCheck, RestartsPolicy
 
 WINDOW = Window(
     start=datetime(2026, 7, 20, tzinfo=UTC),

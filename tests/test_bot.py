@@ -37,7 +37,7 @@ from digest.output.render import Renderer
 from digest.pipeline.policy import Policy
 from digest.pipeline.state import DeliveryState
 from digest.pipeline.window import day_window
-from testbed.embedded import EmbeddedBackends, free_port
+from digest.testbed.embedded import EmbeddedBackends, free_port
 from tests.command import DIGEST, backend_env, run_digest, stop_process
 from tests.fake_telegram import FakeTelegram
 from tests.misbehaving_server import Behaviour, misbehaving_server, recording_server

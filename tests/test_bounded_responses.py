@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from checks.contract import SourceError, SourceErrorKind
 from digest.app.settings import load_settings
 from digest.backends.http import MIB, Endpoint
 from digest.backends.prometheus import PrometheusSource
-from testbed.embedded import free_port
+from digest.checks.contract import SourceError, SourceErrorKind
+from digest.testbed.embedded import free_port
 from tests.command import clean_env, run_digest
 from tests.misbehaving_server import Behaviour, misbehaving_server
 

@@ -38,10 +38,10 @@ from digest.app.replay import replay
 from digest.app.settings import load_settings
 from digest.pipeline.policy import Policy, TrendsPolicy
 from digest.pipeline.window import day_window
-from testbed.corpus import DAYS
-from testbed.corpus.model import Series
-from testbed.embedded import EmbeddedBackends, Server, free_port
-from testbed.snapshots import binary_identity, snapshot_key, timed
+from digest.testbed.corpus import DAYS
+from digest.testbed.corpus.model import Series
+from digest.testbed.embedded import EmbeddedBackends, Server, free_port
+from digest.testbed.snapshots import binary_identity, snapshot_key, timed
 from tests.conftest import VOLUME_SCALE, _scaled
 
 VM_ARGS = ["-search.latencyOffset=0s"]

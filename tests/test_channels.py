@@ -8,10 +8,10 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from checks.contract import Finding, Status, Window
 from digest.app.serve import ChannelPoster, window_key
 from digest.channels.channel import Outcome, Photo, PostResult
 from digest.channels.telegram.bot import BotSettings, DigestBot, build_application
+from digest.checks.contract import Finding, Status, Window
 from digest.output.render import Renderer
 from digest.pipeline.policy import Policy
 from digest.pipeline.score import grade

@@ -18,19 +18,19 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from checks.contract import RangeSeries, Sample, Sources, Window
-from checks.envoy_flags import EnvoyFlagsPolicy
-from checks.log_questions import CountRow, Filter, LineCount, LineSeries, PeakCount
-from checks.promql import open_range
 from digest.app.engine import open_sources
 from digest.app.settings import load_settings
 from digest.backends.victorialogs import LogsqlWriter, time_filter
+from digest.checks.contract import RangeSeries, Sample, Sources, Window
+from digest.checks.envoy_flags import EnvoyFlagsPolicy
+from digest.checks.log_questions import CountRow, Filter, LineCount, LineSeries, PeakCount
+from digest.checks.promql import open_range
 from digest.output.chart import CAPTION_LIMIT, chart_caption, chart_drawing, render_chart, time_ticks
 from digest.output.chart_data import ChartData, ConntrackFill, Counts, HourlyPanel, collect_chart_data
 from digest.output.drawing import nice_ticks
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import day_window, last_window
-from testbed.embedded import EmbeddedBackends, free_port
+from digest.testbed.embedded import EmbeddedBackends, free_port
 
 UTC_ZONE = ZoneInfo("UTC")
 STORM = date(2026, 7, 20)

@@ -6,7 +6,7 @@ import json
 from importlib import metadata
 
 from digest import SCHEMA_VERSION, __version__
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, clean_env, run_digest
 
 

@@ -30,14 +30,14 @@ from digest.backends.scope import parse_matchers, render, scoped_promql
 from digest.output.render import Renderer, to_json
 from digest.pipeline.policy import Policy, TrendsPolicy
 from digest.pipeline.window import day_window
-from testbed.corpus import DAYS
-from testbed.corpus.calm_day import CalmDay
-from testbed.corpus.clusters import InCluster, on_date
-from testbed.corpus.model import CorpusDay
-from testbed.embedded import LOG_STREAM_FIELDS, EmbeddedBackends, day_bounds, load_corpus_day
-from testbed.loki_server import LokiServer, loki_binary_or_skip
-from testbed.prometheus_server import PrometheusServer, missing_binaries
-from testbed.snapshots import binary_identity, snapshot_key
+from digest.testbed.corpus import DAYS
+from digest.testbed.corpus.calm_day import CalmDay
+from digest.testbed.corpus.clusters import InCluster, on_date
+from digest.testbed.corpus.model import CorpusDay
+from digest.testbed.embedded import LOG_STREAM_FIELDS, EmbeddedBackends, day_bounds, load_corpus_day
+from digest.testbed.loki_server import LokiServer, loki_binary_or_skip
+from digest.testbed.prometheus_server import PrometheusServer, missing_binaries
+from digest.testbed.snapshots import binary_identity, snapshot_key
 from tests.command import backend_env, clean_env, run_digest
 from tests.link_queries import identity, loki_streams, metrics_series, query_of
 

@@ -50,21 +50,21 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from checks import coverage
-from checks.contract import Backend
-from checks.envoy_flags import EnvoyFlagsCheck, EnvoyFlagsPolicy
 from digest.app.engine import Config, make_digest, open_sources, stored_history
 from digest.app.settings import load_settings
+from digest.checks import coverage
+from digest.checks.contract import Backend
+from digest.checks.envoy_flags import EnvoyFlagsCheck, EnvoyFlagsPolicy
 from digest.output.render import Renderer, to_json
 from digest.pipeline.policy import Policy, TrendsPolicy
 from digest.pipeline.state import HistoryStore
 from digest.pipeline.window import day_window
-from testbed.corpus.model import Series
-from testbed.corpus.series import KSM
-from testbed.embedded import LOG_STREAM_FIELDS, EmbeddedBackends, loaded_backends
-from testbed.loki_server import LokiServer
-from testbed.prometheus_server import PrometheusServer
-from testbed.snapshots import binary_identity, snapshot_key
+from digest.testbed.corpus.model import Series
+from digest.testbed.corpus.series import KSM
+from digest.testbed.embedded import LOG_STREAM_FIELDS, EmbeddedBackends, loaded_backends
+from digest.testbed.loki_server import LokiServer
+from digest.testbed.prometheus_server import PrometheusServer
+from digest.testbed.snapshots import binary_identity, snapshot_key
 from tests.command import backend_env, run_digest
 from tests.test_coverage import wait_for_copies
 from tests.test_coverage_ablations import (

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, clean_env, run_digest
 
 # The console script's entry, with an exit handler that says whether the interpreter's teardown ran.

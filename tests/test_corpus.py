@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from testbed.corpus import DAYS, day
-from testbed.corpus.homelab import HomelabDay
-from testbed.corpus.model import CorpusDay, Expected, Series
-from testbed.corpus.reconnect_storm import ReconnectStorm
+from digest.testbed.corpus import DAYS, day
+from digest.testbed.corpus.homelab import HomelabDay
+from digest.testbed.corpus.model import CorpusDay, Expected, Series
+from digest.testbed.corpus.reconnect_storm import ReconnectStorm
 
 UTC = dt.UTC
 STEP_MS = 30_000

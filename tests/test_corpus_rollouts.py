@@ -13,10 +13,10 @@ from functools import cache
 
 import pytest
 
-from testbed.corpus import DAYS
-from testbed.corpus.homelab import HomelabDay
-from testbed.corpus.model import Series
-from testbed.corpus.objects import Deployment, scaled_value
+from digest.testbed.corpus import DAYS
+from digest.testbed.corpus.homelab import HomelabDay
+from digest.testbed.corpus.model import Series
+from digest.testbed.corpus.objects import Deployment, scaled_value
 
 SPIRAL = dt.date(2026, 10, 20)
 BESIDE = dt.date(2026, 10, 28)

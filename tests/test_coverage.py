@@ -16,18 +16,18 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from checks.contract import Need, Window
-from checks.coverage import CoveragePolicy, Grid, Report
 from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
+from digest.checks.contract import Need, Window
+from digest.checks.coverage import CoveragePolicy, Grid, Report
 from digest.output.render import Renderer, to_json
 from digest.pipeline.policy import LogsPolicy, Policy, PolicyError, TrendsPolicy, load_policy
 from digest.pipeline.window import day_window
-from testbed.corpus.identity import NODE_IPS
-from testbed.corpus.model import Series
-from testbed.embedded import EmbeddedBackends, loaded_backends
-from testbed.prometheus_server import PrometheusServer
-from testbed.snapshots import binary_identity, snapshot_key
+from digest.testbed.corpus.identity import NODE_IPS
+from digest.testbed.corpus.model import Series
+from digest.testbed.embedded import EmbeddedBackends, loaded_backends
+from digest.testbed.prometheus_server import PrometheusServer
+from digest.testbed.snapshots import binary_identity, snapshot_key
 from tests.test_coverage_ablations import (
     Ablation,
     Copy,
@@ -535,8 +535,8 @@ async def test_logs_without_a_node_field_say_so_rather_than_blame_every_node(var
 
 def test_partly_seen_check_keeps_the_digest_from_ok_and_says_how_much_was_seen() -> None:
     """A clean result on partial data becomes UNKNOWN; the digest is UNKNOWN, its note counts the checks fully seen."""
-    from checks.contract import Coverage, Finding, Gap, GapKind, Status
-    from checks.coverage import apply
+    from digest.checks.contract import Coverage, Finding, Gap, GapKind, Status
+    from digest.checks.coverage import apply
     from digest.output.render import headline
     from digest.pipeline.score import grade
 
@@ -616,8 +616,8 @@ def test_today_before_it_is_over_says_until_when_data_was_seen(own_backends: Emb
 
 
 def _report(window: Window, buckets: set[int]) -> tuple[Report, Need]:
-    from checks.contract import Backend, Need
-    from checks.coverage import Fleet, Report, Seen
+    from digest.checks.contract import Backend, Need
+    from digest.checks.coverage import Fleet, Report, Seen
 
     need = Need("kube-state-metrics", Backend.METRICS, "up", up_target=True)
     fleet = Fleet(first_seen={}, deleted_after={}, excused={})
@@ -626,7 +626,7 @@ def _report(window: Window, buckets: set[int]) -> tuple[Report, Need]:
 
 def test_a_source_silent_for_the_last_half_hour_is_partial_though_96_percent_was_seen() -> None:
     """Scattered gaps are tolerated to 95 %; a silence running to the window's end (dead since 23:00) is not."""
-    from checks.coverage import coverage_of, describe
+    from digest.checks.coverage import coverage_of, describe
 
     window = day_window(CALM, ZoneInfo("UTC"))
     policy = CoveragePolicy()
@@ -645,7 +645,7 @@ def test_a_window_asked_before_its_end_is_partial_even_with_every_bucket_seen() 
     """The part of a window that has not happened yet cannot be vouched for: asked at 23:59, every check is partial."""
     from datetime import UTC, datetime
 
-    from checks.coverage import coverage_of, describe
+    from digest.checks.coverage import coverage_of, describe
     from digest.pipeline.window import as_asked
 
     day = day_window(CALM, ZoneInfo("UTC"))
@@ -656,8 +656,8 @@ def test_a_window_asked_before_its_end_is_partial_even_with_every_bucket_seen() 
     judged = coverage_of(report, [need], CoveragePolicy())
     assert (judged.fraction, judged.partial) == (1.0, True)
     assert describe(judged, asked) == "after 23:59 (not over yet)"
-    from checks.contract import Finding, Status
-    from checks.coverage import apply
+    from digest.checks.contract import Finding, Status
+    from digest.checks.coverage import apply
     from digest.output.render import Renderer
     from digest.pipeline.score import grade
 
@@ -672,7 +672,7 @@ def test_a_window_asked_before_its_end_is_partial_even_with_every_bucket_seen() 
 
 def test_a_quiet_log_source_is_not_a_stuck_shipper() -> None:
     """Half an hour without a line is a gap for a node that writes 40 lines a bucket, not for one that writes 2."""
-    from checks.coverage import _loud_enough
+    from digest.checks.coverage import _loud_enough
 
     policy = CoveragePolicy()
     assert _loud_enough(dict.fromkeys(range(100), 40.0), (100, 102), policy)  # 120 lines expected in 30 min
@@ -683,7 +683,7 @@ def test_a_quiet_log_source_is_not_a_stuck_shipper() -> None:
 
 def test_coverage_off_in_the_policy_vouches_for_nothing() -> None:
     """With coverage disabled nothing is measured: each check's coverage and the top-level "complete" are null."""
-    from checks.contract import Finding, Status
+    from digest.checks.contract import Finding, Status
     from digest.pipeline.score import grade
 
     window = day_window(CALM, ZoneInfo("UTC"))

@@ -32,10 +32,10 @@ from digest.app.settings import load_settings
 from digest.output.render import to_json
 from digest.pipeline.policy import Policy, TrendsPolicy
 from digest.pipeline.window import day_window
-from testbed.corpus import DAYS
-from testbed.corpus.model import CorpusDay, Series
-from testbed.embedded import EmbeddedBackends, loaded_backends
-from testbed.snapshots import binary_identity, snapshot_key
+from digest.testbed.corpus import DAYS
+from digest.testbed.corpus.model import CorpusDay, Series
+from digest.testbed.embedded import EmbeddedBackends, loaded_backends
+from digest.testbed.snapshots import binary_identity, snapshot_key
 
 FIRST_COPY = date(2023, 6, 1)
 SPACING_DAYS = 10

@@ -21,7 +21,6 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
-from checks.contract import Window
 from digest.app.engine import Config
 from digest.app.health import DigestMetrics
 from digest.app.settings import load_settings
@@ -30,10 +29,11 @@ from digest.backends.prometheus import PrometheusSource
 from digest.channels.channel import Outcome, Photo
 from digest.channels.telegram.bot import Digests
 from digest.channels.telegram.sender import Poster, Sender, open_bot
+from digest.checks.contract import Window
 from digest.pipeline.policy import Policy
 from digest.pipeline.state import DeliveryState, Part, PartKind
 from digest.pipeline.window import last_post, post_moment, post_window
-from testbed.embedded import EmbeddedBackends, free_port
+from digest.testbed.embedded import EmbeddedBackends, free_port
 from tests.command import DIGEST, backend_env, clean_env, run_digest
 from tests.fake_telegram import FakeTelegram
 from tests.forward_proxy import forward_proxy

@@ -487,11 +487,13 @@ def test_final_image_is_slim_non_root_and_runs_digest() -> None:
 
 
 def test_image_build_copies_every_package_and_ignores_the_rest() -> None:
-    """The builder copies the product's packages (and the readme); tests, caches and the testbed stay out."""
+    """The builder copies the package and the folders its links name; tests, caches and the testbed stay out."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    packages = {pattern.rstrip("*") for pattern in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    assert pyproject["tool"]["setuptools"]["packages"]["find"]["include"] == ["digest", "digest.*"]
+    links = {path.name: path.readlink() for path in (ROOT / "digest").iterdir() if path.is_symlink()}
     # testbed/ (embedded servers, the corpus) is development tooling: the image runs the bot, never `digest demo`.
-    packages.discard("testbed")
+    packages = {"digest"} | {str(Path(target).name) for name, target in links.items() if name != "testbed"}
+    assert packages == {"digest", "checks", "templates"}
     copied: set[str] = set()
     for keyword, rest in dockerfile_instructions(DOCKERFILE.read_text()):
         if keyword == "COPY" and not rest.startswith("--from="):
@@ -504,4 +506,5 @@ def test_image_build_copies_every_package_and_ignores_the_rest() -> None:
     }
     assert {"tests", ".git", ".venv", ".mypy_cache", ".ruff_cache", ".pytest_cache", "**/__pycache__"} <= ignored
     assert "testbed" not in copied
+    assert {"testbed", "digest/testbed"} <= ignored
     assert not ignored & (copied | {f"{path}/" for path in copied}), "the build context must keep what is copied"

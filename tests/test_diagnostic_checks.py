@@ -13,22 +13,22 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from checks.alerts import AlertsCheck, AlertsPolicy
-from checks.contract import Check, Finding, Quantity, Sources, Status, Unit, Window
-from checks.cpu_throttling import CpuThrottlingCheck, CpuThrottlingPolicy
-from checks.deployments import DeploymentsCheck, DeploymentsPolicy
-from checks.empty_endpoints import EmptyEndpointsCheck, EmptyEndpointsPolicy
-from checks.log_storms import LogStormsCheck, LogStormsPolicy
-from checks.memory_pressure import MemoryPressureCheck, MemoryPressurePolicy
-from checks.readiness import ReadinessCheck, ReadinessPolicy
-from checks.restarts import RestartsCheck, RestartsPolicy
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
+from digest.checks.alerts import AlertsCheck, AlertsPolicy
+from digest.checks.contract import Check, Finding, Quantity, Sources, Status, Unit, Window
+from digest.checks.cpu_throttling import CpuThrottlingCheck, CpuThrottlingPolicy
+from digest.checks.deployments import DeploymentsCheck, DeploymentsPolicy
+from digest.checks.empty_endpoints import EmptyEndpointsCheck, EmptyEndpointsPolicy
+from digest.checks.log_storms import LogStormsCheck, LogStormsPolicy
+from digest.checks.memory_pressure import MemoryPressureCheck, MemoryPressurePolicy
+from digest.checks.readiness import ReadinessCheck, ReadinessPolicy
+from digest.checks.restarts import RestartsCheck, RestartsPolicy
 from digest.pipeline.window import day_window
-from testbed.corpus import DAYS
-from testbed.corpus.model import Series
-from testbed.embedded import EmbeddedBackends, free_port
+from digest.testbed.corpus import DAYS
+from digest.testbed.corpus.model import Series
+from digest.testbed.embedded import EmbeddedBackends, free_port
 
 UTC_ZONE = ZoneInfo("UTC")
 CHECKS: tuple[Check, ...] = (

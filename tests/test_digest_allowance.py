@@ -14,7 +14,7 @@ import pytest
 
 from digest.channels.telegram.allowance import CommandAllowance
 from digest.channels.telegram.bot import DigestBot
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 from tests.command import clean_env, run_digest
 from tests.fake_telegram import FakeTelegram, SentCall
 from tests.test_bot import ALLOWED, QUIET, TOKEN, make_config, running, visible

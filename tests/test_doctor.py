@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from digest.backends.http import why_unreachable
-from testbed.embedded import EmbeddedBackends, free_port
+from digest.testbed.embedded import EmbeddedBackends, free_port
 from tests.command import backend_env, run_digest
 
 AT = "2026-07-21T00:00:00Z"  # the 24 h of the corpus day 2026-07-20

@@ -20,13 +20,26 @@ from typing import Any
 
 import pytest
 
-from checks import registry
-from checks.contract import Window
-from checks.log_questions import ROLES, AllOf, AnyOf, Empty, Filter, Is, Json, LineCount, Matches, Not, OneOf, PeakCount
+from digest.checks import registry
+from digest.checks.contract import Window
+from digest.checks.log_questions import (
+    ROLES,
+    AllOf,
+    AnyOf,
+    Empty,
+    Filter,
+    Is,
+    Json,
+    LineCount,
+    Matches,
+    Not,
+    OneOf,
+    PeakCount,
+)
 from digest.pipeline.policy import Policy
-from testbed.corpus.model import Series
-from testbed.embedded import EmbeddedBackends
-from testbed.loki_server import LokiServer
+from digest.testbed.corpus.model import Series
+from digest.testbed.embedded import EmbeddedBackends
+from digest.testbed.loki_server import LokiServer
 from tests.command import backend_env, run_digest
 from tests.test_coverage_ablations import Ablation, Copy, _keep_line, _lines, _series
 
@@ -72,14 +85,15 @@ def _code_strings(module: Any) -> str:
 
 def _helpers(module: Any) -> list[Any]:
     """The checks/ modules ``module`` imports to build its queries (not coverage's needs, not the vocabulary)."""
+    # checks/ imports its own modules relatively (it is installed as digest.checks and imports nothing of digest).
     names = {
-        node.module
+        f"digest.checks.{node.module}"
         for node in ast.walk(ast.parse(inspect.getsource(module)))
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("checks.")
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 1
     }
     return [
         importlib.import_module(name)
-        for name in sorted(names - {"checks.coverage", "checks.contract", "checks.log_questions"})
+        for name in sorted(names - {"digest.checks.coverage", "digest.checks.contract", "digest.checks.log_questions"})
     ]
 
 

@@ -19,9 +19,12 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
-from checks.contract import Finding, SourceError, SourceErrorKind, Sources, Status, Window
-from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
-from checks.log_questions import (
+from digest.backends.http import Endpoint
+from digest.backends.prometheus import PrometheusSource
+from digest.backends.victorialogs import VictoriaLogsSource, readable_shape
+from digest.checks.contract import Finding, SourceError, SourceErrorKind, Sources, Status, Window
+from digest.checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from digest.checks.log_questions import (
     EVERY_LINE,
     AnswerClock,
     CountRow,
@@ -35,14 +38,11 @@ from checks.log_questions import (
     every,
     sampled_minutes,
 )
-from checks.redaction import redact, shorten
-from digest.backends.http import Endpoint
-from digest.backends.prometheus import PrometheusSource
-from digest.backends.victorialogs import VictoriaLogsSource, readable_shape
+from digest.checks.redaction import redact, shorten
 from digest.output.render import Renderer
 from digest.pipeline.policy import Policy
 from digest.pipeline.score import grade
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 
 START = datetime(2026, 3, 2, 10, tzinfo=UTC)
 END = START + timedelta(hours=1)

@@ -6,10 +6,10 @@ from datetime import date
 
 import pytest
 
-from checks.contract import Event, Finding, Offender, Quantity, Span, Status, Unit
+from digest.checks.contract import Event, Finding, Offender, Quantity, Span, Status, Unit
 from digest.pipeline.explain import explain
-from testbed.corpus import DAYS
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.corpus import DAYS
+from digest.testbed.embedded import EmbeddedBackends
 from tests.test_incident_days import digest_of
 
 # The rules that fire on each corpus day, with the cause each names ("" when it says it cannot tell).

@@ -20,7 +20,7 @@ from digest.channels.telegram.sender import Pacer, Poster, Sender
 from digest.channels.telegram.text import utf16_length
 from digest.output.render import Renderer
 from digest.pipeline.state import DeliveryState, StateError
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 from tests.command import clean_env, run_digest
 from tests.fake_telegram import FakeTelegram, Sleeps
 from tests.telegram_html import parse_html

@@ -13,18 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from checks.error_lines import ErrorLinesPolicy
 from digest.app.engine import Config, make_digest, open_history_store, open_sources, stored_history
 from digest.app.settings import load_settings
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.recorded import RecordedLogs
 from digest.backends.victorialogs import VictoriaLogsSource
+from digest.checks.error_lines import ErrorLinesPolicy
 from digest.output.render import to_json
 from digest.pipeline.policy import Policy
 from digest.pipeline.state import HistoryStore
 from digest.pipeline.trends import policy_fingerprint
 from digest.pipeline.window import day_window
-from testbed.embedded import EmbeddedBackends, free_port
+from digest.testbed.embedded import EmbeddedBackends, free_port
 
 DAY = date(2026, 8, 17)  # the day after the keepalive race: its trends compare with 08-16 and 08-12
 

@@ -20,15 +20,15 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
-from checks.conntrack import ConntrackCheck, ConntrackPolicy
-from checks.contract import Finding, Sources, Status, Window
-from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
-from checks.log_storms import LogStormsCheck, LogStormsPolicy
-from checks.logsql import quoted
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
 from digest.channels.telegram.text import MAX_TEXT, split_html, visible_length
+from digest.checks.conntrack import ConntrackCheck, ConntrackPolicy
+from digest.checks.contract import Finding, Sources, Status, Window
+from digest.checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from digest.checks.log_storms import LogStormsCheck, LogStormsPolicy
+from digest.checks.logsql import quoted
 from digest.output.chart import LEGEND_LABEL_LIMIT, chart_caption, chart_drawing, legend_label, render_chart
 from digest.output.chart_data import ChartData, Counts, HourlyPanel, collect_chart_data
 from digest.output.render import Renderer, headline, unseen_spans
@@ -36,7 +36,7 @@ from digest.output.safe_text import escape_json, for_drawing, visible
 from digest.pipeline.explain import Explanation
 from digest.pipeline.policy import Policy
 from digest.pipeline.score import Digest, grade
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 from tests.telegram_html import parse_html
 
 START = datetime(2026, 3, 1, 10, tzinfo=UTC)

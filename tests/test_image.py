@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from digest import __version__
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, run_digest
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,8 +22,8 @@ from digest.output.render import Renderer, to_json
 from digest.pipeline.policy import Policy
 from digest.pipeline.score import Digest
 from digest.pipeline.window import day_window
-from testbed.corpus import DAYS
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.corpus import DAYS
+from digest.testbed.embedded import EmbeddedBackends
 from tests.telegram_html import parse_html
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -35,16 +35,16 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from checks import registry
-from checks.contract import Backend, Need
 from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
+from digest.checks import registry
+from digest.checks.contract import Backend, Need
 from digest.output.render import to_json
 from digest.pipeline.policy import Policy, TrendsPolicy
 from digest.pipeline.window import day_window
-from testbed.corpus.model import Series
-from testbed.embedded import EmbeddedBackends, loaded_backends
-from testbed.snapshots import binary_identity, snapshot_key
+from digest.testbed.corpus.model import Series
+from digest.testbed.embedded import EmbeddedBackends, loaded_backends
+from digest.testbed.snapshots import binary_identity, snapshot_key
 from tests.test_coverage import VARIANTS as FLEET_VARIANTS
 from tests.test_coverage import load_copies, wait_for_copies
 from tests.test_coverage_ablations import Ablation, Copy, _cut, _keep_line, _keep_series

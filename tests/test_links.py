@@ -20,7 +20,7 @@ from digest.app.settings import load_settings
 from digest.output.render import Renderer
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import day_window
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 from tests.link_queries import identity, metrics_series, query_of, victorialogs_lines
 
 # The storm (error lines, OOM, conntrack, memory, log storm, restarts), the recreate rollout (Envoy UH, empty

@@ -32,18 +32,18 @@ from typing import Any
 import httpx
 import pytest
 
-from checks.contract import Finding, Sources, Window, WorkloadSignatures
-from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
-from checks.log_questions import sampled_minutes
 from digest.backends.http import Endpoint
 from digest.backends.loki import PATTERN_CANDIDATES, LokiSource, usable_pattern
 from digest.backends.prometheus import PrometheusSource
+from digest.checks.contract import Finding, Sources, Window, WorkloadSignatures
+from digest.checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from digest.checks.log_questions import sampled_minutes
 from digest.pipeline.novelty import ShapeHistory, judge
 from digest.pipeline.trends import earlier_windows
 from tests.test_loki_source import _need_loki
 
 try:
-    from testbed.loki_server import LokiServer
+    from digest.testbed.loki_server import LokiServer
 except ImportError:  # pragma: no cover  # the testbed is part of the repository; this only guards a partial checkout
     LokiServer = None  # type: ignore[assignment,misc]
 

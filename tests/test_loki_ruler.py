@@ -28,13 +28,13 @@ import httpx
 import pytest
 import yaml
 
-from checks.contract import Window
 from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
+from digest.checks.contract import Window
 from digest.output.render import to_json
 from digest.pipeline.policy import Policy
-from testbed.embedded import EmbeddedBackends, Server, free_port, log_tail
-from testbed.loki_server import LokiServer, loki_binary_or_skip
+from digest.testbed.embedded import EmbeddedBackends, Server, free_port, log_tail
+from digest.testbed.loki_server import LokiServer, loki_binary_or_skip
 from tests.command import clean_env, run_digest, stop_process
 from tests.test_recorded_counts import vmalert_binary
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from testbed.corpus import DAYS
-from testbed.loki_server import (
+from digest.testbed.corpus import DAYS
+from digest.testbed.loki_server import (
     BINARY_VARIABLE,
     REQUIRE_VARIABLE,
     LokiError,

@@ -19,10 +19,13 @@ from typing import Any
 import httpx
 import pytest
 
-from checks.contract import SourceError, SourceErrorKind, Sources, Status, Window
-from checks.coverage import Grid, logs_question, pod_logs
-from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
-from checks.log_questions import (
+from digest.backends.http import Endpoint
+from digest.backends.loki import LogqlWriter, LokiSource, bucket_plan, counted_terms, word_regex
+from digest.backends.victorialogs import VictoriaLogsSource
+from digest.checks.contract import SourceError, SourceErrorKind, Sources, Status, Window
+from digest.checks.coverage import Grid, logs_question, pod_logs
+from digest.checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from digest.checks.log_questions import (
     EVERY_LINE,
     AllOf,
     AnyOf,
@@ -38,13 +41,10 @@ from checks.log_questions import (
     OneOf,
     PeakCount,
 )
-from digest.backends.http import Endpoint
-from digest.backends.loki import LogqlWriter, LokiSource, bucket_plan, counted_terms, word_regex
-from digest.backends.victorialogs import VictoriaLogsSource
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 
 try:
-    from testbed.loki_server import LokiServer, LokiUnavailable, find_loki_binary
+    from digest.testbed.loki_server import LokiServer, LokiUnavailable, find_loki_binary
 except ImportError:  # pragma: no cover  # the testbed is part of the repository; this only guards a partial checkout
     LokiServer = None  # type: ignore[assignment,misc]
 

@@ -16,18 +16,18 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from checks.contract import Sample, Sources, Status, Window
-from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
-from checks.memory_pressure import MemoryPressureCheck, MemoryPressurePolicy
-from checks.oom_kills import OomKillsCheck, OomKillsPolicy
-from checks.promql import MAX_NARROWED, any_of, container_matchers, quote, regex_literal, with_matchers
-from checks.restarted import restarted_query
-from checks.restarts import RestartsCheck, RestartsPolicy
 from digest.backends.http import Endpoint, tls_context
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
-from testbed.corpus.model import Series
-from testbed.embedded import EmbeddedBackends
+from digest.checks.contract import Sample, Sources, Status, Window
+from digest.checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from digest.checks.memory_pressure import MemoryPressureCheck, MemoryPressurePolicy
+from digest.checks.oom_kills import OomKillsCheck, OomKillsPolicy
+from digest.checks.promql import MAX_NARROWED, any_of, container_matchers, quote, regex_literal, with_matchers
+from digest.checks.restarted import restarted_query
+from digest.checks.restarts import RestartsCheck, RestartsPolicy
+from digest.testbed.corpus.model import Series
+from digest.testbed.embedded import EmbeddedBackends
 from tests.misbehaving_server import Behaviour, recording_server
 
 SCRAPE_S = 30

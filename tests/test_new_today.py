@@ -21,17 +21,17 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from checks.contract import Finding, Offender, SourceErrorKind, Sources, Status
-from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
-from checks.log_questions import ShapeCount, Shapes
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
+from digest.checks.contract import Finding, Offender, SourceErrorKind, Sources, Status
+from digest.checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from digest.checks.log_questions import ShapeCount, Shapes
 from digest.pipeline.novelty import Novelty, ShapeHistory, error_lines_of, judge
 from digest.pipeline.state import HistoryStore
 from digest.pipeline.trends import earlier_windows
 from digest.pipeline.window import day_window
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 from tests.test_error_signatures import RealLogs, ShapelessLogs  # the real source; every shapes question refused
 
 UTC_ZONE = ZoneInfo("UTC")
@@ -217,7 +217,7 @@ async def test_the_state_file_is_read_and_written_off_the_event_loop(sources: So
 
 def test_stored_findings_keep_the_top_signatures_without_examples() -> None:
     """A day stored by the trends keeps its signatures' keys, shapes and shares (for "gone"), but no example line."""
-    from checks.contract import Signature, WorkloadSignatures
+    from digest.checks.contract import Signature, WorkloadSignatures
     from digest.pipeline.collect import Collected
     from digest.pipeline.trends import _decode, _encode
 

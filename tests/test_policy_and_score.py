@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from checks.contract import Finding, Status, Window
+from digest.checks.contract import Finding, Status, Window
 from digest.output.render import headline, to_json
 from digest.pipeline.policy import Policy, PolicyError, load_policy
 from digest.pipeline.score import DigestStatus, grade

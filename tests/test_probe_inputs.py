@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from checks.contract import SourceError, SourceErrorKind
 from digest.app.logs import RedactingFormatter
 from digest.app.settings import load_settings
 from digest.backends.http import MIB, BoundedInflater, Endpoint
 from digest.backends.prometheus import PrometheusSource
+from digest.checks.contract import SourceError, SourceErrorKind
 from tests.command import clean_env, run_digest
 from tests.misbehaving_server import Behaviour, misbehaving_server
 from tests.test_bad_input import one_line

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from datetime import UTC, date
 
-from checks.restarts import LIVENESS_FAILED, RestartsCheck, RestartsPolicy
 from digest.app.engine import Config, open_sources
 from digest.app.settings import load_settings
 from digest.backends.http import Endpoint, HttpSource
+from digest.checks.restarts import LIVENESS_FAILED, RestartsCheck, RestartsPolicy
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import day_window
-from testbed.embedded import EmbeddedBackends
-from testbed.prometheus_server import PrometheusServer
+from digest.testbed.embedded import EmbeddedBackends
+from digest.testbed.prometheus_server import PrometheusServer
 
 
 def _config(metrics_url: str, logs_url: str) -> Config:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.corpus.model import Series
-from testbed.prometheus_server import BLOCK_MS, PrometheusServer, PrometheusServerError, write_block_files
+from digest.testbed.corpus.model import Series
+from digest.testbed.prometheus_server import BLOCK_MS, PrometheusServer, PrometheusServerError, write_block_files
 
 HOUR_MS = 3_600_000
 _EPOCH_DAY = dt.date(2026, 7, 18)

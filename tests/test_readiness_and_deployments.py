@@ -11,15 +11,15 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from checks.contract import Finding, Sources, Status, Window
-from checks.deployments import DeploymentsCheck, DeploymentsPolicy
-from checks.empty_endpoints import EmptyEndpointsCheck, EmptyEndpointsPolicy
-from checks.readiness import ReadinessCheck, ReadinessPolicy
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
-from testbed.corpus.model import Series
-from testbed.embedded import EmbeddedBackends
+from digest.checks.contract import Finding, Sources, Status, Window
+from digest.checks.deployments import DeploymentsCheck, DeploymentsPolicy
+from digest.checks.empty_endpoints import EmptyEndpointsCheck, EmptyEndpointsPolicy
+from digest.checks.readiness import ReadinessCheck, ReadinessPolicy
+from digest.testbed.corpus.model import Series
+from digest.testbed.embedded import EmbeddedBackends
 
 UTC_ZONE = ZoneInfo("UTC")
 KSM = {"job": "kube-state-metrics", "instance": "10.0.0.9:8080"}

@@ -26,15 +26,15 @@ import httpx
 import pytest
 import yaml
 
-from checks.contract import rfc3339
 from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
+from digest.checks.contract import rfc3339
 from digest.output.render import to_json
 from digest.pipeline.policy import Policy, load_policy
 from digest.pipeline.window import day_window
-from testbed.corpus import DAYS
-from testbed.embedded import EmbeddedBackends, Server, free_port
-from testbed.snapshots import binary_identity, snapshot_key
+from digest.testbed.corpus import DAYS
+from digest.testbed.embedded import EmbeddedBackends, Server, free_port
+from digest.testbed.snapshots import binary_identity, snapshot_key
 from tests.command import backend_env, clean_env, run_digest
 from tests.conftest import VOLUME_SCALE
 from tests.misbehaving_server import Behaviour, recording_server
@@ -406,8 +406,8 @@ def test_doctor_says_where_the_counts_come_from(records: Records, tmp_path: Path
 
 def test_records_parts_fold_into_series_as_their_merged_rows_do() -> None:
     """Records' parts, as rows or as signed series, fold into the merged rows' series: signs summed, empties out."""
-    from checks.log_questions import CountRow, LineSeries, added_series, series_of
     from digest.backends.recorded import _merged
+    from digest.checks.log_questions import CountRow, LineSeries, added_series, series_of
 
     first, second = {"node": "n1"}, {"node": "n2"}
     parts = [

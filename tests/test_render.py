@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from html.parser import HTMLParser
 from zoneinfo import ZoneInfo
 
-from checks.contract import Finding, Offender, Status, Window
+from digest.checks.contract import Finding, Offender, Status, Window
 from digest.output.render import Renderer, to_json
 from digest.pipeline.policy import Policy
 from digest.pipeline.score import grade

@@ -11,7 +11,7 @@ import pytest
 
 from digest.app.replay import days_between
 from digest.pipeline.window import WindowError
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, run_digest
 from tests.fake_telegram import FakeTelegram
 

@@ -26,7 +26,7 @@ from digest.app.settings import load_settings
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.pipeline.policy import Policy
-from testbed.embedded import EmbeddedBackends, free_port
+from digest.testbed.embedded import EmbeddedBackends, free_port
 from tests.command import clean_env, run_digest
 from tests.fake_telegram import FakeTelegram
 from tests.misbehaving_server import Behaviour, recording_server

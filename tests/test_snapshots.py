@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from testbed.embedded import EmbeddedBackends, loaded_backends
-from testbed.snapshots import SnapshotKey, Timing, default_root, fingerprint, listen
+from digest.testbed.embedded import EmbeddedBackends, loaded_backends
+from digest.testbed.snapshots import SnapshotKey, Timing, default_root, fingerprint, listen
 from tests.timings import summary_lines
 
 SERIES = (

@@ -10,15 +10,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from checks.contract import SourceError, SourceErrorKind, Window
-from checks.log_questions import EVERY_LINE, CountRow, LineCount, LineSeries, PeakCount, ShapeCount, series_of
 from digest.backends.http import _AHEAD, Endpoint, QueryGate, asked_ahead
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.recorded import RecordedLogs
 from digest.backends.victorialogs import VictoriaLogsSource
+from digest.checks.contract import SourceError, SourceErrorKind, Window
+from digest.checks.log_questions import EVERY_LINE, CountRow, LineCount, LineSeries, PeakCount, ShapeCount, series_of
 from digest.pipeline.policy import Policy
 from digest.pipeline.recording import recording_plan
-from testbed.embedded import free_port
+from digest.testbed.embedded import free_port
 from tests.misbehaving_server import Behaviour, misbehaving_server, recording_server
 
 AT = datetime(2026, 7, 21, tzinfo=UTC)

@@ -7,15 +7,15 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from checks.contract import Sources, Window
-from checks.envoy_flags import EnvoyFlagsCheck, EnvoyFlagsPolicy
-from checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
-from checks.log_questions import EVERY_LINE, LineCount
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.victorialogs import VictoriaLogsSource
+from digest.checks.contract import Sources, Window
+from digest.checks.envoy_flags import EnvoyFlagsCheck, EnvoyFlagsPolicy
+from digest.checks.error_lines import ErrorLinesCheck, ErrorLinesPolicy
+from digest.checks.log_questions import EVERY_LINE, LineCount
 from digest.pipeline.window import day_window
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 from tests.misbehaving_server import Behaviour, misbehaving_server
 
 FIXTURES = Path(__file__).parent / "fixtures"

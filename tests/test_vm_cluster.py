@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from digest.backends.http import Endpoint, HttpSource, cluster_fix, same_tenant, vm_tenant_of
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, run_digest
 from tests.misbehaving_server import QuietHandler, serving
 

@@ -35,7 +35,7 @@ from digest.pipeline.week import (
     week_days,
 )
 from digest.pipeline.window import WindowError
-from testbed.embedded import EmbeddedBackends
+from digest.testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, run_digest
 
 W33 = (2026, 33)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from checks.error_lines import owned_by, workload_of
+from digest.checks.error_lines import owned_by, workload_of
 
 
 @pytest.mark.parametrize(

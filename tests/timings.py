@@ -16,7 +16,7 @@ from dataclasses import asdict
 
 import pytest
 
-from testbed.snapshots import Timing, listen
+from digest.testbed.snapshots import Timing, listen
 
 _KEY = "digest_backend_timings"
 

@@ -20,13 +20,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NoReturn
 
-from checks.contract import Window
 from digest import __version__
 from digest.app.console_script import raise_young_threshold
 from digest.app.engine import Config, load_config, make_chart, make_digest, open_history_store, stored_history
 from digest.app.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
 from digest.app.logs import configure_logging
 from digest.app.settings import ConfigError, Settings, load_settings
+from digest.checks.contract import Window
 from digest.output.render import FORMATS, Renderer, headline, most_said, unseen_spans
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import (
@@ -368,14 +368,17 @@ def _replay(args: argparse.Namespace, config: Config, token: str | None) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    # The demo's backends and corpus are development tooling (testbed/), shipped beside the product in a clone or a
-    # wheel, left out of the container image.
+    # The demo's backends and corpus are development tooling (digest.testbed, the repository's testbed/), shipped in
+    # the wheel and left out of the container image.
     try:
-        from testbed.corpus import DAYS
-        from testbed.corpus import day as corpus_day
-        from testbed.embedded import EmbeddedBackends, EmbeddedError, load_corpus_day
+        from digest.testbed.corpus import DAYS
+        from digest.testbed.corpus import day as corpus_day
+        from digest.testbed.embedded import EmbeddedBackends, EmbeddedError, load_corpus_day
     except ImportError:
-        print("digest: demo needs the testbed package (install digest from a clone of its repository)", file=sys.stderr)
+        print(
+            "digest: demo needs digest.testbed, which this image leaves out (install digest with pip, or from a clone)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
 
     try:

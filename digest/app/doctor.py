@@ -28,10 +28,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
-from checks import registry
-from checks.contract import Finding, Input, SourceError, Sources, Status, Unwatched, Window, fmt_duration
-from checks.coverage import PARTIAL
-from checks.log_questions import EVERY_LINE, ROLES, Empty, Filter, Json, LineCount, LogField, Not
 from digest import __version__
 from digest.app.engine import Config, make_digest, open_sources
 from digest.app.exit_codes import EXIT_OK, EXIT_USAGE
@@ -41,6 +37,10 @@ from digest.backends.loki import DEFAULT_LABELS
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.scope import render
 from digest.backends.victorialogs import DEFAULT_FIELDS
+from digest.checks import registry
+from digest.checks.contract import Finding, Input, SourceError, Sources, Status, Unwatched, Window, fmt_duration
+from digest.checks.coverage import PARTIAL
+from digest.checks.log_questions import EVERY_LINE, ROLES, Empty, Filter, Json, LineCount, LogField, Not
 from digest.pipeline.policy import Policy
 from digest.pipeline.recording import recording_plan
 from digest.pipeline.score import Digest

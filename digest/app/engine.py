@@ -15,15 +15,15 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from checks.contract import Finding, Sightings, Sources, Window
-from checks.error_lines import ErrorLinesCheck
-from checks.log_questions import LogsSource
 from digest.app.settings import ConfigError, LogBackend, RecordedCounts, Settings, load_settings
 from digest.backends.http import tls_context
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.recorded import RecordedLogs
 from digest.backends.scope import render
 from digest.backends.victorialogs import VictoriaLogsSource
+from digest.checks.contract import Finding, Sightings, Sources, Window
+from digest.checks.error_lines import ErrorLinesCheck
+from digest.checks.log_questions import LogsSource
 from digest.pipeline.collect import Collected, build_checks, collect
 from digest.pipeline.novelty import Novelty, ShapeHistory, judge
 from digest.pipeline.policy import Policy, PolicyError, load_policy

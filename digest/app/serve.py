@@ -19,7 +19,6 @@ from pathlib import Path
 
 from telegram import Update
 
-from checks.contract import Window
 from digest.app.bot import make_bot
 from digest.app.engine import Config, make_chart, make_digest, make_week, open_history_store, stored_history
 from digest.app.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
@@ -30,6 +29,7 @@ from digest.channels.channel import Channel, DeliveryError, Outcome, Photo
 from digest.channels.telegram.bot import build_application, weekly_key
 from digest.channels.telegram.channel import TelegramChannel
 from digest.channels.telegram.sender import Poster, Sender, open_bot
+from digest.checks.contract import Window
 from digest.output.render import Renderer, headline, most_said, unseen_spans
 from digest.pipeline.score import Digest
 from digest.pipeline.state import DeliveryState, StateError

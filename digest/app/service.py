@@ -17,11 +17,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from checks.contract import SourceError, Window
-from checks.log_questions import LineCount
 from digest.app.engine import Config, make_chart, make_digest, make_week, open_sources, stored_history
 from digest.app.health import DigestMetrics
 from digest.channels.channel import Photo
+from digest.checks.contract import SourceError, Window
+from digest.checks.log_questions import LineCount
 from digest.output.render import Renderer, headline, most_said, unseen_spans
 from digest.pipeline.score import Digest
 from digest.pipeline.state import HistoryStore

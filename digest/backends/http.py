@@ -51,8 +51,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
-from checks.contract import RangeSeries, Sample, SourceError, SourceErrorKind, fmt_duration
-from checks.log_questions import AnswerClock
+from digest.checks.contract import RangeSeries, Sample, SourceError, SourceErrorKind, fmt_duration
+from digest.checks.log_questions import AnswerClock
 
 log = logging.getLogger(__name__)
 # One line per backend query with -v: its backend, path, window, status, time and answer size, and the query itself.

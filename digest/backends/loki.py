@@ -85,8 +85,10 @@ from typing import Any
 
 import httpx
 
-from checks.contract import SourceError, SourceErrorKind, Window
-from checks.log_questions import (
+from digest.backends.http import HttpSource, WrongApiError, answering_within, parse_value
+from digest.backends.scope import Matcher
+from digest.checks.contract import SourceError, SourceErrorKind, Window
+from digest.checks.log_questions import (
     AllOf,
     AnyOf,
     CountRow,
@@ -114,9 +116,7 @@ from checks.log_questions import (
     series_column,
     series_of,
 )
-from checks.logsql import quoted
-from digest.backends.http import HttpSource, WrongApiError, answering_within, parse_value
-from digest.backends.scope import Matcher
+from digest.checks.logsql import quoted
 
 # Promtail's and Alloy's Kubernetes labels; level is structured metadata or a label (a label filter reads both).
 DEFAULT_LABELS: Mapping[Role, str] = {

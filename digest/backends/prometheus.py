@@ -22,9 +22,9 @@ from datetime import datetime
 
 import httpx
 
-from checks.contract import RangeSeries, Sample, SourceErrorKind, rfc3339
 from digest.backends.http import Endpoint, HttpSource
 from digest.backends.scope import Matcher, ScopeError, scoped_promql
+from digest.checks.contract import RangeSeries, Sample, SourceErrorKind, rfc3339
 
 
 def _moment(at: datetime) -> str:

@@ -47,8 +47,9 @@ from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from typing import Literal, Protocol, TypeVar
 
-from checks.contract import CountedFrom, RangeSeries, Sample, SourceError, Window
-from checks.log_questions import (
+from digest.backends.http import asked_ahead
+from digest.checks.contract import CountedFrom, RangeSeries, Sample, SourceError, Window
+from digest.checks.log_questions import (
     EVERY_LINE,
     CountRow,
     Filter,
@@ -65,7 +66,6 @@ from checks.log_questions import (
     field_label,
     series_column,
 )
-from digest.backends.http import asked_ahead
 
 MINUTE = 60
 SLOT_MS = MINUTE * 1000

@@ -40,8 +40,6 @@ from typing import Any
 
 import yaml
 
-from checks.log_questions import EVERY_LINE, Filter
-from checks.logsql import field_name
 from digest.backends.loki import LogqlWriter, counted_terms
 from digest.backends.recorded import (
     COLUMN_LABEL,
@@ -54,6 +52,8 @@ from digest.backends.recorded import (
     label_of,
 )
 from digest.backends.victorialogs import WHOLE_ANSWERS_ONLY, LogsqlWriter
+from digest.checks.log_questions import EVERY_LINE, Filter
+from digest.checks.logsql import field_name
 
 EVALUATORS = ("vmalert", "loki")
 

@@ -32,8 +32,10 @@ from datetime import UTC, datetime
 from operator import itemgetter
 from typing import cast
 
-from checks.contract import SourceErrorKind, Window, rfc3339
-from checks.log_questions import (
+from digest.backends.http import HttpSource, answering_within, result_labels_and_text
+from digest.backends.scope import Matcher, render
+from digest.checks.contract import SourceErrorKind, Window, rfc3339
+from digest.checks.log_questions import (
     EVERY_LINE,
     AllOf,
     AnyOf,
@@ -61,9 +63,7 @@ from checks.log_questions import (
     series_column,
     series_of,
 )
-from checks.logsql import any_of_regex, field_name, quoted
-from digest.backends.http import HttpSource, answering_within, result_labels_and_text
-from digest.backends.scope import Matcher, render
+from digest.checks.logsql import any_of_regex, field_name, quoted
 
 # In every request's form: a count from only some of a cluster's storage nodes is refused, never taken (above).
 WHOLE_ANSWERS_ONLY: Mapping[str, str] = {"allow_partial_response": "0"}

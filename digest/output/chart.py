@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from checks.contract import (
+from digest.checks.contract import (
     Window,
     fmt_int,
     fmt_percent,

@@ -32,12 +32,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from checks.conntrack import ConntrackCheck
-from checks.contract import SourceError, Sources, Window, node_name
-from checks.envoy_flags import EnvoyFlagsCheck
-from checks.error_lines import ErrorLinesCheck, workload_of
-from checks.log_questions import EVERY_LINE, CountRow, Json, LineCount
-from checks.promql import quote
+from digest.checks.conntrack import ConntrackCheck
+from digest.checks.contract import SourceError, Sources, Window, node_name
+from digest.checks.envoy_flags import EnvoyFlagsCheck
+from digest.checks.error_lines import ErrorLinesCheck, workload_of
+from digest.checks.log_questions import EVERY_LINE, CountRow, Json, LineCount
+from digest.checks.promql import quote
 from digest.pipeline.policy import Policy
 
 CONNTRACK_STEP_SECONDS = 300

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC
 from urllib.parse import quote
 
-from checks.contract import Look, Window
 from digest.backends.scope import Matcher, scoped_promql
+from digest.checks.contract import Look, Window
 
 
 @dataclass(frozen=True)

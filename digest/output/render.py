@@ -20,10 +20,10 @@ from datetime import UTC, date, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from checks.contract import CountedFrom, Coverage, Finding, NodeLacks, Status, fmt_int, fmt_percent, rfc3339
-from checks.coverage import PARTIAL, phrases
-from checks.error_lines import SAID_KINDS, workload_of
 from digest import SCHEMA_VERSION, __version__
+from digest.checks.contract import CountedFrom, Coverage, Finding, NodeLacks, Status, fmt_int, fmt_percent, rfc3339
+from digest.checks.coverage import PARTIAL, phrases
+from digest.checks.error_lines import SAID_KINDS, workload_of
 from digest.output.links import Link, LinkMaker
 from digest.output.safe_text import escape_json, finalize
 from digest.pipeline.score import Digest, DigestStatus
@@ -40,7 +40,7 @@ def _environment(autoescape: bool) -> jinja2.Environment:
     # Imported on first use: JSON output and start-up do not need Jinja2.
     import jinja2
 
-    folder = resources.files("templates")
+    folder = resources.files("digest.templates")
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(folder)),
         autoescape=autoescape,  # noqa: S701  # on for HTML; the plain-text output is not markup

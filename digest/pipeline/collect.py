@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from checks import coverage, registry
-from checks.contract import (
+from digest.backends.recorded import RecordedLogs
+from digest.checks import coverage, registry
+from digest.checks.contract import (
     Backend,
     Check,
     CountedFrom,
@@ -33,7 +34,7 @@ from checks.contract import (
     Window,
     unknown,
 )
-from checks.log_questions import (
+from digest.checks.log_questions import (
     CountRow,
     Filter,
     LineCount,
@@ -43,7 +44,6 @@ from checks.log_questions import (
     ShapeCount,
     Shapes,
 )
-from digest.backends.recorded import RecordedLogs
 from digest.pipeline.policy import Policy
 
 log = logging.getLogger(__name__)

@@ -47,8 +47,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from checks.contract import Event, Finding, Offender, Span, Status, fmt_duration, fmt_int, fmt_percent
-from checks.envoy_flags import upstream_namespace, upstream_route
+from digest.checks.contract import Event, Finding, Offender, Span, Status, fmt_duration, fmt_int, fmt_percent
+from digest.checks.envoy_flags import upstream_namespace, upstream_route
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from checks.contract import Finding, SourceError, Sources, Status, Window, WorkloadSignatures, time_left
-from checks.error_lines import ErrorLinesCheck, ShapeKeys
-from checks.log_questions import AnswerClock
+from digest.checks.contract import Finding, SourceError, Sources, Status, Window, WorkloadSignatures, time_left
+from digest.checks.error_lines import ErrorLinesCheck, ShapeKeys
+from digest.checks.log_questions import AnswerClock
 from digest.pipeline.state import HistoryStore, StateError
 
 log = logging.getLogger(__name__)

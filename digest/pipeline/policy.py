@@ -40,22 +40,22 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from checks import registry
-from checks.alerts import AlertsPolicy
-from checks.conntrack import ConntrackPolicy
-from checks.coverage import CoveragePolicy
-from checks.cpu_throttling import CpuThrottlingPolicy
-from checks.deployments import DeploymentsPolicy
-from checks.empty_endpoints import EmptyEndpointsPolicy
-from checks.envoy_flags import EnvoyFlagsPolicy
-from checks.error_lines import ErrorLinesPolicy
-from checks.log_questions import ROLES, Role
-from checks.log_storms import LogStormsPolicy
-from checks.memory_pressure import MemoryPressurePolicy
-from checks.oom_kills import OomKillsPolicy
-from checks.readiness import ReadinessPolicy
-from checks.restarts import RestartsPolicy
-from checks.workloads import WorkloadsPolicy
+from digest.checks import registry
+from digest.checks.alerts import AlertsPolicy
+from digest.checks.conntrack import ConntrackPolicy
+from digest.checks.coverage import CoveragePolicy
+from digest.checks.cpu_throttling import CpuThrottlingPolicy
+from digest.checks.deployments import DeploymentsPolicy
+from digest.checks.empty_endpoints import EmptyEndpointsPolicy
+from digest.checks.envoy_flags import EnvoyFlagsPolicy
+from digest.checks.error_lines import ErrorLinesPolicy
+from digest.checks.log_questions import ROLES, Role
+from digest.checks.log_storms import LogStormsPolicy
+from digest.checks.memory_pressure import MemoryPressurePolicy
+from digest.checks.oom_kills import OomKillsPolicy
+from digest.checks.readiness import ReadinessPolicy
+from digest.checks.restarts import RestartsPolicy
+from digest.checks.workloads import WorkloadsPolicy
 
 # Each check's policy section, from the registry (the typed fields of `Policy` below are kept in step by a test).
 CHECK_POLICIES: dict[str, type[Any]] = {entry.name: entry.policy_type for entry in registry.CHECKS}

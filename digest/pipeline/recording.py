@@ -21,13 +21,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from checks.contract import Window
-from checks.envoy_flags import EnvoyFlagsCheck
-from checks.error_lines import ErrorLinesCheck
-from checks.log_questions import EVERY_LINE, AllOf, Filter, every
-from checks.log_storms import LogStormsCheck
 from digest.backends.recorded import Family, RecordingPlan
 from digest.backends.scope import Matcher, render
+from digest.checks.contract import Window
+from digest.checks.envoy_flags import EnvoyFlagsCheck
+from digest.checks.error_lines import ErrorLinesCheck
+from digest.checks.log_questions import EVERY_LINE, AllOf, Filter, every
+from digest.checks.log_storms import LogStormsCheck
 from digest.pipeline.policy import Policy
 
 # A question's filters and fields do not depend on its window: any one serves to read them.

@@ -14,7 +14,7 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from checks.contract import Finding, Status, Unwatched, Window
+from digest.checks.contract import Finding, Status, Unwatched, Window
 from digest.pipeline.explain import Explanation, explain
 from digest.pipeline.novelty import Novelty
 from digest.pipeline.policy import Policy

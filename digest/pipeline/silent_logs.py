@@ -29,11 +29,11 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from checks import coverage
-from checks.contract import Backend, Check, Finding, GapKind, SourceError, Sources, Status, Window
-from checks.envoy_flags import upstream_namespace, upstream_route
-from checks.error_lines import workload_pods
-from checks.promql import any_of, quote, regex_literal
+from digest.checks import coverage
+from digest.checks.contract import Backend, Check, Finding, GapKind, SourceError, Sources, Status, Window
+from digest.checks.envoy_flags import upstream_namespace, upstream_route
+from digest.checks.error_lines import workload_pods
+from digest.checks.promql import any_of, quote, regex_literal
 from digest.pipeline.collect import Collected
 from digest.pipeline.policy import Policy
 from digest.pipeline.score import Digest

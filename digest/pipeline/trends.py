@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta
 
-from checks.contract import Finding, Sightings, Signature, Sources, Status, Window, WorkloadSignatures, fmt_int
+from digest.checks.contract import Finding, Sightings, Signature, Sources, Status, Window, WorkloadSignatures, fmt_int
 from digest.pipeline.collect import Collected, build_checks, collect
 from digest.pipeline.novelty import ShapeHistory
 from digest.pipeline.policy import CHECK_POLICIES, Policy

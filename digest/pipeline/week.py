@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta, tzinfo
 
-from checks.contract import Status, fmt_int, fmt_percent
+from digest.checks.contract import Status, fmt_int, fmt_percent
 from digest.pipeline.score import Digest, DigestStatus
 from digest.pipeline.window import WindowError
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
-from checks.contract import Window
+from digest.checks.contract import Window
 
 MAX_WINDOW = timedelta(days=7)
 # The days a digest can be asked for: no backend holds data before the Unix epoch, and a day in year 9999 has no

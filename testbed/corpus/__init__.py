@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import datetime as dt
 
-from testbed.corpus.calm_day import CalmDay
-from testbed.corpus.conntrack_near_full import ConntrackNearFull
-from testbed.corpus.keepalive_fixed import KeepaliveFixed
-from testbed.corpus.keepalive_race import KeepaliveRace
-from testbed.corpus.model import CorpusDay, Expected, Series
-from testbed.corpus.node_not_ready import NodeNotReady
-from testbed.corpus.quiet_endpoints import QuietEndpoints
-from testbed.corpus.readiness_spiral import ReadinessSpiral
-from testbed.corpus.reconnect_storm import ReconnectStorm
-from testbed.corpus.recreate_beside_rolling import RecreateBesideRolling
-from testbed.corpus.recreate_rollout import RecreateRollout
-from testbed.corpus.spiral_unscraped import SpiralUnscraped
-from testbed.corpus.stuck_rollout import StuckRollout
+from digest.testbed.corpus.calm_day import CalmDay
+from digest.testbed.corpus.conntrack_near_full import ConntrackNearFull
+from digest.testbed.corpus.keepalive_fixed import KeepaliveFixed
+from digest.testbed.corpus.keepalive_race import KeepaliveRace
+from digest.testbed.corpus.model import CorpusDay, Expected, Series
+from digest.testbed.corpus.node_not_ready import NodeNotReady
+from digest.testbed.corpus.quiet_endpoints import QuietEndpoints
+from digest.testbed.corpus.readiness_spiral import ReadinessSpiral
+from digest.testbed.corpus.reconnect_storm import ReconnectStorm
+from digest.testbed.corpus.recreate_beside_rolling import RecreateBesideRolling
+from digest.testbed.corpus.recreate_rollout import RecreateRollout
+from digest.testbed.corpus.spiral_unscraped import SpiralUnscraped
+from digest.testbed.corpus.stuck_rollout import StuckRollout
 
 __all__ = ["DAYS", "CorpusDay", "Expected", "Series", "day"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from testbed.corpus.identity import DAY_S, MINUTES, NODES, SCRAPE_S, Window, salt_of
-from testbed.corpus.objects import CfsFn
+from digest.testbed.corpus.identity import DAY_S, MINUTES, NODES, SCRAPE_S, Window, salt_of
+from digest.testbed.corpus.objects import CfsFn
 
 # Share of a European homelab's peak traffic per UTC hour (value at the middle of the hour).
 USER_PROFILE = (

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from testbed.corpus.homelab import HomelabDay
+from digest.testbed.corpus.homelab import HomelabDay
 
 
 class CalmDay(HomelabDay):

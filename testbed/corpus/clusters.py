@@ -15,8 +15,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from testbed.corpus.homelab import HomelabDay
-from testbed.corpus.model import CorpusDay, Expected, Series
+from digest.testbed.corpus.homelab import HomelabDay
+from digest.testbed.corpus.model import CorpusDay, Expected, Series
 
 _RECORD_START = re.compile(rb"(?m)^\{")
 

@@ -19,12 +19,12 @@ import datetime as dt
 import itertools
 from collections.abc import Sequence
 
-from testbed.corpus.baselines import allocate, conntrack_baseline
-from testbed.corpus.homelab import Homelab, HomelabDay
-from testbed.corpus.identity import SCRAPE_S, iso
-from testbed.corpus.model import Series
-from testbed.corpus.objects import CONNTRACK_LIMIT, NodeModel
-from testbed.corpus.series import alert_series
+from digest.testbed.corpus.baselines import allocate, conntrack_baseline
+from digest.testbed.corpus.homelab import Homelab, HomelabDay
+from digest.testbed.corpus.identity import SCRAPE_S, iso
+from digest.testbed.corpus.model import Series
+from digest.testbed.corpus.objects import CONNTRACK_LIMIT, NodeModel
+from digest.testbed.corpus.series import alert_series
 
 NODE = "pi5-3"
 PEAK_ENTRIES = 126_484

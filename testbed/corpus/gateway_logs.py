@@ -12,10 +12,10 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from testbed.corpus.baselines import allocate, share
-from testbed.corpus.identity import DAY_S, Window, iso, salt_of, stable_digest
-from testbed.corpus.objects import Pod
-from testbed.corpus.pod_logs import TAIL, LogSource, RenderContext, record_head, record_mid
+from digest.testbed.corpus.baselines import allocate, share
+from digest.testbed.corpus.identity import DAY_S, Window, iso, salt_of, stable_digest
+from digest.testbed.corpus.objects import Pod
+from digest.testbed.corpus.pod_logs import TAIL, LogSource, RenderContext, record_head, record_mid
 
 UH_BODY = "no healthy upstream"
 UC_BODY = "upstream connect error or disconnect/reset before headers. reset reason: connection termination"

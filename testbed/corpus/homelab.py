@@ -24,7 +24,7 @@ import datetime as dt
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from testbed.corpus.baselines import (
+from digest.testbed.corpus.baselines import (
     allocate,
     cfs_baseline,
     conntrack_baseline,
@@ -33,7 +33,7 @@ from testbed.corpus.baselines import (
     minute_weights,
     user_profile,
 )
-from testbed.corpus.gateway_logs import (
+from digest.testbed.corpus.gateway_logs import (
     BROWSERS,
     MONITOR,
     Flow,
@@ -43,7 +43,7 @@ from testbed.corpus.gateway_logs import (
     Route,
     RouteTraffic,
 )
-from testbed.corpus.identity import (
+from digest.testbed.corpus.identity import (
     DAY_S,
     ENVOY_DEPLOYMENT,
     ENVOY_NAMESPACE,
@@ -56,8 +56,8 @@ from testbed.corpus.identity import (
     iso,
     salt_of,
 )
-from testbed.corpus.model import Expected, Series
-from testbed.corpus.objects import (
+from digest.testbed.corpus.model import Expected, Series
+from digest.testbed.corpus.objects import (
     CONNTRACK_LIMIT,
     Container,
     Deployment,
@@ -72,7 +72,7 @@ from testbed.corpus.objects import (
     revision_start,
     statefulset_pod,
 )
-from testbed.corpus.pod_logs import (
+from digest.testbed.corpus.pod_logs import (
     ContainerLog,
     LogEvent,
     LogSource,
@@ -81,7 +81,7 @@ from testbed.corpus.pod_logs import (
     spread_events,
     stream_chunks,
 )
-from testbed.corpus.series import (
+from digest.testbed.corpus.series import (
     deployment_series,
     endpointslice_series,
     node_object_series,

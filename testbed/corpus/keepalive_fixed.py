@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from testbed.corpus.baselines import allocate
-from testbed.corpus.gateway_logs import FORTIO, Flow, PathSpec, RouteTraffic
-from testbed.corpus.homelab import ROUTE_API, Homelab, HomelabDay
-from testbed.corpus.identity import MINUTES
+from digest.testbed.corpus.baselines import allocate
+from digest.testbed.corpus.gateway_logs import FORTIO, Flow, PathSpec, RouteTraffic
+from digest.testbed.corpus.homelab import ROUTE_API, Homelab, HomelabDay
+from digest.testbed.corpus.identity import MINUTES
 
 ROUTE_REQUESTS = 87_578
 LOAD_REQUESTS = 70_000

@@ -32,10 +32,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
-from testbed.corpus.homelab import Homelab, HomelabDay
-from testbed.corpus.identity import SCRAPE_S, day_start, iso
-from testbed.corpus.objects import Pod, deployment_pod, revision
-from testbed.corpus.series import first_probe
+from digest.testbed.corpus.homelab import Homelab, HomelabDay
+from digest.testbed.corpus.identity import SCRAPE_S, day_start, iso
+from digest.testbed.corpus.objects import Pod, deployment_pod, revision
+from digest.testbed.corpus.series import first_probe
 
 NODE = "pi5-2"
 HANG = ("03:10:00", "03:52:00")

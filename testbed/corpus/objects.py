@@ -12,7 +12,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from testbed.corpus.identity import (
+from digest.testbed.corpus.identity import (
     ENVOY_DEPLOYMENT,
     ENVOY_NAMESPACE,
     day_start,

@@ -14,8 +14,8 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from testbed.corpus.identity import DAY_S, MINUTES, Window, salt_of
-from testbed.corpus.objects import Pod
+from digest.testbed.corpus.identity import DAY_S, MINUTES, Window, salt_of
+from digest.testbed.corpus.objects import Pod
 
 CHUNK_RECORDS = 20_000
 BLOCK_S = 10

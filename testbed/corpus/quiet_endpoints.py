@@ -28,12 +28,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from testbed.corpus.baselines import allocate, flat_profile, user_profile
-from testbed.corpus.homelab import Homelab, HomelabDay
-from testbed.corpus.identity import GIB, MIB, MINUTES, Window, salt_of
-from testbed.corpus.model import Series
-from testbed.corpus.objects import Container, Deployment, Pod, Service, deployment_pod, revision_start
-from testbed.corpus.pod_logs import LogSource, Template, TemplateGroup, spread_events
+from digest.testbed.corpus.baselines import allocate, flat_profile, user_profile
+from digest.testbed.corpus.homelab import Homelab, HomelabDay
+from digest.testbed.corpus.identity import GIB, MIB, MINUTES, Window, salt_of
+from digest.testbed.corpus.model import Series
+from digest.testbed.corpus.objects import Container, Deployment, Pod, Service, deployment_pod, revision_start
+from digest.testbed.corpus.pod_logs import LogSource, Template, TemplateGroup, spread_events
 
 UC_RATIO = 0.0005
 QUOTE_MIN, QUOTE_MAX = 2.0, 15.0

@@ -27,13 +27,13 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import replace
 
-from testbed.corpus.baselines import allocate, cfs_baseline, wobble
-from testbed.corpus.gateway_logs import FORTIO, Flow, PathSpec, RouteTraffic
-from testbed.corpus.homelab import Homelab, HomelabDay
-from testbed.corpus.identity import MINUTES, SCRAPE_S, salt_of
-from testbed.corpus.objects import CfsFn, Pod
-from testbed.corpus.pod_logs import LogEvent
-from testbed.corpus.series import probe_times, readiness_intervals
+from digest.testbed.corpus.baselines import allocate, cfs_baseline, wobble
+from digest.testbed.corpus.gateway_logs import FORTIO, Flow, PathSpec, RouteTraffic
+from digest.testbed.corpus.homelab import Homelab, HomelabDay
+from digest.testbed.corpus.identity import MINUTES, SCRAPE_S, salt_of
+from digest.testbed.corpus.objects import CfsFn, Pod
+from digest.testbed.corpus.pod_logs import LogEvent
+from digest.testbed.corpus.series import probe_times, readiness_intervals
 
 LOAD_REQUESTS = 130_000
 LOAD_START = "09:00"

@@ -33,12 +33,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from testbed.corpus.baselines import allocate, conntrack_baseline, memory_baseline
-from testbed.corpus.gateway_logs import RouteTraffic
-from testbed.corpus.homelab import Homelab, HomelabDay
-from testbed.corpus.identity import DAY_S, GIB, MINUTES, SCRAPE_S, salt_of
-from testbed.corpus.objects import Container, MemoryFn, NodeModel, Pod, Termination, deployment_pod
-from testbed.corpus.pod_logs import (
+from digest.testbed.corpus.baselines import allocate, conntrack_baseline, memory_baseline
+from digest.testbed.corpus.gateway_logs import RouteTraffic
+from digest.testbed.corpus.homelab import Homelab, HomelabDay
+from digest.testbed.corpus.identity import DAY_S, GIB, MINUTES, SCRAPE_S, salt_of
+from digest.testbed.corpus.objects import Container, MemoryFn, NodeModel, Pod, Termination, deployment_pod
+from digest.testbed.corpus.pod_logs import (
     TAIL,
     LogEvent,
     LogSource,
@@ -48,7 +48,7 @@ from testbed.corpus.pod_logs import (
     record_mid,
     spread_events,
 )
-from testbed.corpus.series import probe_times
+from digest.testbed.corpus.series import probe_times
 
 ERROR_LINES = 4_539_734
 TOTAL_LINES = 12_900_000

@@ -27,20 +27,20 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
-from testbed.corpus.baselines import allocate
-from testbed.corpus.gateway_logs import Flow, RouteTraffic
-from testbed.corpus.homelab import Homelab, HomelabDay, api_container
-from testbed.corpus.identity import iso
-from testbed.corpus.objects import Deployment, Pod, Service, deployment_pod, revision_start
-from testbed.corpus.pod_logs import LogEvent, LogSource
-from testbed.corpus.recreate_rollout import (
+from digest.testbed.corpus.baselines import allocate
+from digest.testbed.corpus.gateway_logs import Flow, RouteTraffic
+from digest.testbed.corpus.homelab import Homelab, HomelabDay, api_container
+from digest.testbed.corpus.identity import iso
+from digest.testbed.corpus.objects import Deployment, Pod, Service, deployment_pod, revision_start
+from digest.testbed.corpus.pod_logs import LogEvent, LogSource
+from digest.testbed.corpus.recreate_rollout import (
     PROBE_PATHS,
     PROBER,
     ROUTE_STATUS,
     status_page_container,
     status_page_logs,
 )
-from testbed.corpus.series import first_probe
+from digest.testbed.corpus.series import first_probe
 
 API_ROLLOUT = "09:14:00"
 API_VERSION = "1.12.1"

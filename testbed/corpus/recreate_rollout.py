@@ -21,12 +21,12 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
-from testbed.corpus.baselines import allocate, flat_profile
-from testbed.corpus.gateway_logs import Client, Flow, PathSpec, Route, RouteTraffic
-from testbed.corpus.homelab import Homelab, HomelabDay
-from testbed.corpus.identity import MIB
-from testbed.corpus.objects import Container, Deployment, Pod, Service, deployment_pod, revision_start
-from testbed.corpus.pod_logs import LogEvent, LogSource, Template, TemplateGroup
+from digest.testbed.corpus.baselines import allocate, flat_profile
+from digest.testbed.corpus.gateway_logs import Client, Flow, PathSpec, Route, RouteTraffic
+from digest.testbed.corpus.homelab import Homelab, HomelabDay
+from digest.testbed.corpus.identity import MIB
+from digest.testbed.corpus.objects import Container, Deployment, Pod, Service, deployment_pod, revision_start
+from digest.testbed.corpus.pod_logs import LogEvent, LogSource, Template, TemplateGroup
 
 PROBER_REQUESTS = 2_595
 PROBER_UH = 840

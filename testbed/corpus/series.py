@@ -10,10 +10,10 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from testbed.corpus.baselines import cfs_baseline, memory_baseline
-from testbed.corpus.identity import NODE_IPS, NODES, SCRAPE_S, Window, container_id, salt_of
-from testbed.corpus.model import Series
-from testbed.corpus.objects import (
+from digest.testbed.corpus.baselines import cfs_baseline, memory_baseline
+from digest.testbed.corpus.identity import NODE_IPS, NODES, SCRAPE_S, Window, container_id, salt_of
+from digest.testbed.corpus.model import Series
+from digest.testbed.corpus.objects import (
     CONNTRACK_LIMIT,
     Container,
     Deployment,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from testbed.corpus.readiness_spiral import ReadinessSpiral
+from digest.testbed.corpus.readiness_spiral import ReadinessSpiral
 
 # (start of the cascade, how long the last pod stays out beyond the others): five episodes, other sizes than 08-12.
 EPISODES_1020 = (

@@ -32,10 +32,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
-from testbed.corpus.homelab import Homelab, HomelabDay, api_container
-from testbed.corpus.identity import iso
-from testbed.corpus.objects import Pod, Termination, deployment_pod
-from testbed.corpus.pod_logs import LogEvent, LogSource
+from digest.testbed.corpus.homelab import Homelab, HomelabDay, api_container
+from digest.testbed.corpus.identity import iso
+from digest.testbed.corpus.objects import Pod, Termination, deployment_pod
+from digest.testbed.corpus.pod_logs import LogEvent, LogSource
 
 ROLLOUT = "14:02:00"
 VERSION = "1.13.0"

@@ -42,12 +42,12 @@ from telegram.constants import ChatAction
 from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
 
-from checks.contract import Window
 from digest.channels.channel import Outcome, Photo, PostResult
 from digest.channels.telegram.allowance import CommandAllowance
 from digest.channels.telegram.polling import PollHealth, PollingRequest
 from digest.channels.telegram.sender import BotApiRequest, ChatId, Poster, Sender, recipient, reply_parameters
 from digest.channels.telegram.text import MAX_TEXT, fit_utf16
+from digest.checks.contract import Window
 from digest.pipeline.state import Delivery, DeliveryState, StateError
 from digest.pipeline.week import iso_week, last_complete_week, parse_iso_week, week_days
 from digest.pipeline.window import (
