@@ -28,6 +28,7 @@ from digest.testbed.embedded import EmbeddedBackends, free_port
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "alerts.yaml"
 METRIC = "digest_last_successful_delivery_timestamp_seconds"
+FIRST_USED = "digest_state_first_used_timestamp_seconds"
 CHAT = "-100"
 
 # The story replayed, all in UTC. Samples every 60 s from DATA_START to BOT_GONE (exclusive). The gauge holds the time
@@ -48,6 +49,8 @@ REPLAY_FROM = DATA_START + timedelta(minutes=10)
 REPLAY_TO = datetime(2026, 7, 22, 9, 0, tzinfo=UTC)
 SCRAPE = timedelta(seconds=60)
 
+# The install of the story's bot, long before it; the fresh install's story starts with its install at DATA_START.
+INSTALLED = datetime(2026, 7, 1, 9, 0, tzinfo=UTC)
 SILENCE = timedelta(hours=26)  # the threshold written in DigestNotDelivered and DigestMetricsAbsent
 FOR = timedelta(minutes=5)  # their `for:`
 EVALUATION = timedelta(minutes=1)  # the group's `interval:`
@@ -92,8 +95,18 @@ def bot_metrics() -> list[bytes]:
     counter = "digest_deliveries_total"
     return [
         import_line({"__name__": METRIC, "chat": CHAT}, gauge),
+        import_line({"__name__": FIRST_USED}, [(moment, INSTALLED.timestamp()) for moment in times]),
         import_line({"__name__": counter, "outcome": "sent"}, sent),
         import_line({"__name__": counter, "outcome": "failed"}, failed),
+    ]
+
+
+def fresh_install_metrics() -> list[bytes]:
+    """A bot installed at DATA_START that is up and scraped all along and never delivers: no per-chat gauge at all."""
+    times = scrape_times()
+    return [
+        import_line({"__name__": FIRST_USED}, [(moment, DATA_START.timestamp()) for moment in times]),
+        import_line({"__name__": "digest_deliveries_total", "outcome": "sent"}, [(moment, 0.0) for moment in times]),
     ]
 
 
@@ -189,17 +202,14 @@ def test_dry_run_rejects_a_broken_rule(tmp_path: Path) -> None:
     assert rule["alert"] in result.stderr
 
 
-@pytest.fixture(scope="module")
-def replayed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBackends]:
-    """A VictoriaMetrics holding the delivery gauge and the ALERTS series vmalert's replay wrote for it."""
+def _replay(series: list[bytes], ready: tuple[str, ...], log_path: Path) -> Iterator[EmbeddedBackends]:
+    """A VictoriaMetrics holding ``series`` and the ALERTS series vmalert's replay wrote for them."""
     binary = vmalert_binary()
-    log_path = tmp_path_factory.mktemp("vmalert") / "vmalert.log"
     with EmbeddedBackends() as backends:
-        backends.import_series(bot_metrics())
-        backends.wait_for_series(METRIC, LAST_DELIVERY, 1)
+        backends.import_series(series)
         # vmalert must see the whole story, not the part flushed so far.
-        wait_for_samples(backends, METRIC, len(scrape_times()))
-        wait_for_samples(backends, "digest_deliveries_total", 2 * len(scrape_times()))
+        for selector in ready:
+            wait_for_samples(backends, selector, len(scrape_times()))
         command = [
             binary,
             f"-rule={RULES}",
@@ -229,6 +239,20 @@ def replayed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBacke
                 pytest.fail(f"vmalert replay did not finish in 120 s: {log_path.read_text()[-2000:]}")
         assert returncode == 0, log_path.read_text()[-2000:]
         yield backends
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBackends]:
+    """The story: daily deliveries, then silence, then the bot gone; replayed through vmalert."""
+    ready = (METRIC, FIRST_USED, 'digest_deliveries_total{outcome="sent"}', 'digest_deliveries_total{outcome="failed"}')
+    yield from _replay(bot_metrics(), ready, tmp_path_factory.mktemp("vmalert") / "vmalert.log")
+
+
+@pytest.fixture(scope="module")
+def fresh_install(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBackends]:
+    """A bot installed at DATA_START that never delivers; replayed through vmalert."""
+    ready = (FIRST_USED, "digest_deliveries_total")
+    yield from _replay(fresh_install_metrics(), ready, tmp_path_factory.mktemp("vmalert") / "vmalert.log")
 
 
 def test_not_delivered_fires_only_after_26_hours_of_silence(replayed: EmbeddedBackends) -> None:
@@ -272,3 +296,20 @@ def test_delivery_failures_fire_for_an_hour_after_a_failed_post(replayed: Embedd
     # Only the failed outcome: the two deliveries that increased `sent` raised nothing.
     assert alert_samples(replayed, "DigestDeliveryFailures", "firing", outcome="sent").times == []
     assert len(alert_samples(replayed, "DigestDeliveryFailures", "firing", outcome="failed").times) == len(firing.times)
+
+
+def test_a_fresh_install_is_not_absent_and_pages_26_hours_after_it_if_it_never_delivers(
+    fresh_install: EmbeddedBackends,
+) -> None:
+    """A bot up since its install and never delivering: DigestMetricsAbsent never; DigestNotDelivered at 26 h."""
+    firing = wait_for_alert(fresh_install, "DigestNotDelivered", "firing")
+    pending = alert_samples(fresh_install, "DigestNotDelivered", "pending")
+    threshold = DATA_START + SILENCE
+    assert pending.times, "DigestNotDelivered was never pending"
+    assert threshold < pending.first <= threshold + EVALUATION
+    assert firing.times, "DigestNotDelivered never fired"
+    assert firing.first >= pending.first + FOR
+    # The metrics were there from the install: nothing absent, not even pending, while the bot was scraped.
+    absent = alert_samples(fresh_install, "DigestMetricsAbsent", "pending").times
+    absent += alert_samples(fresh_install, "DigestMetricsAbsent", "firing").times
+    assert not [moment for moment in absent if moment < BOT_GONE - SCRAPE + SILENCE]

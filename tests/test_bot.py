@@ -501,6 +501,11 @@ async def test_healthz_and_metrics(corpus_backends: EmbeddedBackends, tg: FakeTe
     )
     assert seeded is not None
     assert seeded > 0
+    # The install time is there from the first start and the same after a restart (the state file keeps it).
+    first = metrics.registry.get_sample_value("digest_state_first_used_timestamp_seconds")
+    assert first is not None
+    assert first > 0
+    assert again.registry.get_sample_value("digest_state_first_used_timestamp_seconds") == first
 
 
 async def test_healthz_is_503_when_not_ready() -> None:

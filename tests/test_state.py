@@ -192,3 +192,15 @@ def test_recipients_that_are_not_integers_and_other_channels_share_the_file(tmp_
     assert webhook.claim("@ops_digest", "daily:2026-07-20", lease_seconds=60)  # same name, another channel
     assert not telegram.claim("@ops_digest", "daily:2026-07-20", lease_seconds=60)
     assert [delivery.recipient for delivery in telegram.latest("@ops_digest")] == ["@ops_digest"]
+
+
+def test_the_first_use_is_stored_once_and_kept_across_reopens(tmp_path: Path) -> None:
+    """first_used() records the first time it is asked and returns that time ever after, in a reopened file too."""
+    path = tmp_path / "state.sqlite"
+    state = DeliveryState(path, owner="a")
+    assert state.first_used(1000.0) == 1000.0
+    assert state.first_used(2000.0) == 1000.0
+    state.close()
+    again = DeliveryState(path, owner="b")
+    assert again.first_used(3000.0) == 1000.0
+    again.close()

@@ -117,6 +117,10 @@ class AppHooks:
         metrics = self.service.metrics
         if metrics is None:
             return
+        try:
+            metrics.first_used.set(self.state.first_used(time.time()))
+        except StateError as exc:
+            log.error("cannot read the state file: %s", exc)
         for chat_id in self.config.settings.telegram_chat_ids:
             try:
                 sent = [d.sent_at for d in self.state.latest(self.state.current(recipient(chat_id))) if d.sent_at]

@@ -50,6 +50,13 @@ class DigestMetrics:
             ["chat"],
             registry=self.registry,
         )
+        # Always there while the bot runs: the alert on a bot that is gone reads it, and the one on a bot that never
+        # delivered since it was installed starts its 26 h from it (deploy/alerts.yaml).
+        self.first_used = Gauge(
+            "digest_state_first_used_timestamp_seconds",
+            "Unix time the bot's state file was first used (its install).",
+            registry=self.registry,
+        )
         self.deliveries = Counter("digest_deliveries", "Digest posts by outcome.", ["outcome"], registry=self.registry)
         self.query_errors = Counter(
             "digest_query_errors",

@@ -90,6 +90,12 @@ CREATE TABLE IF NOT EXISTS part_sends (
     unanswered   INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (channel, recipient, key, part)
 );
+-- Facts about the file itself: `first_used`, the Unix time the first bot opened it (the install, for the alert on a
+-- bot that never delivered: deploy/alerts.yaml).
+CREATE TABLE IF NOT EXISTS state_facts (
+    name   TEXT PRIMARY KEY,
+    value  REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS recipient_moves (
     channel        TEXT NOT NULL,
     old_recipient  TEXT NOT NULL,
@@ -577,6 +583,13 @@ class DeliveryState:
             (self._channel, recipient, key),
         )
         return _delivery(rows[0]) if rows else None
+
+    def first_used(self, now: float) -> float:
+        """When this state file was first used: ``now`` the first time it is asked, the stored time ever after."""
+        with self._write() as db:
+            db.execute("INSERT OR IGNORE INTO state_facts (name, value) VALUES ('first_used', ?)", (now,))
+            row = db.execute("SELECT value FROM state_facts WHERE name = 'first_used'").fetchone()
+        return float(row[0])
 
     def latest(self, recipient: str) -> list[Delivery]:
         """The recipient's ten most recent deliveries, newest first."""
