@@ -178,7 +178,7 @@ def test_a_state_file_of_integer_chat_ids_is_rekeyed_in_place_and_nothing_is_sen
     assert state.current("-100") == "-1001234"
     state.close()
     tables = {row[0] for row in sqlite3.connect(path).execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert tables == {"deliveries", "delivery_parts", "part_sends", "recipient_moves"}
+    assert tables == {"deliveries", "delivery_parts", "part_sends", "recipient_moves", "state_facts"}
     DeliveryState(path, "again").close()  # opening a migrated file again changes nothing
 
 
