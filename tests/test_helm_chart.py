@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "deploy" / "helm" / "digest"
 PRESETS = REPO / "deploy" / "helm" / "presets"
 REQUIRED = ["--set", "telegram.chatIds=-1001234567890", "--set", "telegram.token=123:abc"]
-MONITORING_KINDS = {"ServiceMonitor", "PrometheusRule", "VMServiceScrape", "VMRule"}
+MONITORING_KINDS = {"ServiceMonitor", "PrometheusRule", "VMServiceScrape", "VMRule", "VMAlert"}
 CRD_SCHEMAS = REPO / "tests" / "fixtures" / "crd-schemas"
 # kind -> its CRD's schema (the served version's openAPIV3Schema, unknown fields refused); tests/fixtures/crd-schemas.
 VENDORED_SCHEMAS = {
@@ -42,6 +42,7 @@ VENDORED_SCHEMAS = {
     "PrometheusRule": "prometheusrule-monitoring.coreos.com-v1.json",
     "VMServiceScrape": "vmservicescrape-operator.victoriametrics.com-v1beta1.json",
     "VMRule": "vmrule-operator.victoriametrics.com-v1beta1.json",
+    "VMAlert": "vmalert-operator.victoriametrics.com-v1beta1.json",
 }
 
 
@@ -83,6 +84,8 @@ CASES = {
         "--set",
         "recordingRules.vmalert.labels.evaluator=victorialogs",
         "--set",
+        "recordingRules.vmalert.createVMAlert=true",
+        "--set",
         "recordingRules.loki.enabled=true",
     ),
 }
@@ -96,7 +99,8 @@ MONITORING_CASES = {
         ("VMServiceScrape", "digest"),
         ("VMRule", "digest"),
     },
-    "recording-rules-for-vmalert-and-loki": {("VMRule", "digest-log-counts")},  # type: vlogs groups
+    # type: vlogs groups, and the VMAlert that reads VictoriaLogs to run them
+    "recording-rules-for-vmalert-and-loki": {("VMRule", "digest-log-counts"), ("VMAlert", "digest-log-counts")},
 }
 
 
@@ -171,7 +175,7 @@ def test_every_preset_renders_monitoring_objects_that_match_their_crd_schemas(ca
 
 
 def test_the_presets_render_every_monitoring_kind() -> None:
-    """Between them, the cases render all four monitoring kinds, so each one's schema is exercised above."""
+    """Between them, the cases render all five monitoring kinds, so each one's schema is exercised above."""
     assert {kind for objects in MONITORING_CASES.values() for kind, _ in objects} == MONITORING_KINDS
 
 
@@ -193,6 +197,10 @@ def _misspell_a_group_field(spec: dict[str, Any]) -> None:
 
 def _misspell_a_group_type(spec: dict[str, Any]) -> None:
     spec["groups"][0]["typ"] = spec["groups"][0].pop("type")
+
+
+def _misspell_the_datasource(spec: dict[str, Any]) -> None:
+    spec["datasourc"] = spec.pop("datasource")
 
 
 # name -> (case rendered, kind, misspelling, what the error says)
@@ -244,6 +252,12 @@ TYPOS = {
         "VMRule",
         _misspell_a_group_field,
         "'rule' was unexpected",
+    ),
+    "VMAlert spec.datasourc": (
+        "recording-rules-for-vmalert-and-loki",
+        "VMAlert",
+        _misspell_the_datasource,
+        "'datasourc' was unexpected",
     ),
     "VMRule (recording, vlogs) spec.groups[].typ": (
         "recording-rules-for-vmalert-and-loki",
@@ -337,6 +351,13 @@ def test_the_recording_rules_render_for_each_evaluator() -> None:
     """The toggles render a VMRule of the vmalert rules and a ConfigMap Loki's chart loads (label loki_rule)."""
     rendered = {obj["kind"]: obj for obj in _render(*CASES["recording-rules-for-vmalert-and-loki"])}
     recording = REPO / "deploy" / "recording"
+    # The VMAlert reads VictoriaLogs, writes to the metrics store, and selects the VMRule by its labels alone.
+    vmalert = rendered["VMAlert"]["spec"]
+    assert vmalert["datasource"]["url"] == "http://victoria-logs.logging.svc:9428"
+    assert vmalert["remoteWrite"]["url"] == "http://vmsingle-vm.monitoring.svc:8428"
+    assert vmalert["selectAllByDefault"] is False
+    assert vmalert["ruleSelector"]["matchLabels"] == {"evaluator": "victorialogs"}
+    assert rendered["VMRule"]["metadata"]["labels"]["evaluator"] == "victorialogs"
     assert rendered["VMRule"]["spec"] == yaml.safe_load((recording / "vmalert-rules.yaml").read_text())
     assert rendered["VMRule"]["spec"]["groups"][0]["type"] == "vlogs"
     [loki] = [
@@ -590,6 +611,19 @@ REFUSED = {
         "backends.metrics.auth: the keys name a Secret's keys; set backends.metrics.auth.existingSecret",
     ),
     "a time zone that does not exist": ({"timezone": "Europe/Pariss"}, 'timezone: "Europe/Pariss" is not a time zone'),
+    "a VMAlert for LogsQL on Loki": (
+        {
+            "backends.logs.kind": "loki",
+            "recordingRules.vmalert.enabled": "true",
+            "recordingRules.vmalert.labels.evaluator": "victorialogs",
+            "recordingRules.vmalert.createVMAlert": "true",
+        },
+        "recordingRules.vmalert.createVMAlert reads VictoriaLogs: backends.logs.kind is loki",
+    ),
+    "a VMAlert without its rules": (
+        {"recordingRules.vmalert.createVMAlert": "true"},
+        "recordingRules.vmalert.createVMAlert needs recordingRules.vmalert.enabled",
+    ),
 }
 
 

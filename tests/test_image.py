@@ -242,3 +242,47 @@ def test_release_workflow_builds_both_architectures_from_the_dockerfile() -> Non
     assert build["file"] == "deploy/Dockerfile"
     assert build["push"] is True
     assert uses["docker/login-action"]["with"]["registry"] == "ghcr.io"
+
+
+BASH = shutil.which("bash") or "/bin/bash"
+
+
+def _name_step() -> str:
+    workflow = yaml.safe_load(RELEASE_WORKFLOW.read_text())
+    steps = [step for job in workflow["jobs"].values() for step in job["steps"]]
+    [step] = [step for step in steps if step.get("name") == "Image name and version from the chart"]
+    return str(step["run"])
+
+
+def test_the_release_pushes_the_image_the_chart_pulls(tmp_path: Path) -> None:
+    """The workflow's name step, run here: it reads the chart's image and refuses a tag that is not the appVersion."""
+    values = yaml.safe_load((ROOT / "deploy" / "helm" / "digest" / "values.yaml").read_text())
+    chart = yaml.safe_load((ROOT / "deploy" / "helm" / "digest" / "Chart.yaml").read_text())
+    image = values["image"]["repository"]
+    github_env = tmp_path / "github-env"
+    run = subprocess.run(
+        [BASH, "-euo", "pipefail", "-c", _name_step()],
+        cwd=ROOT,
+        env={"PATH": os.environ["PATH"], "GITHUB_REF_NAME": f"v{chart['appVersion']}", "GITHUB_ENV": str(github_env)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert github_env.read_text() == f"IMAGE={image}\n"
+    wrong = subprocess.run(
+        [BASH, "-euo", "pipefail", "-c", _name_step()],
+        cwd=ROOT,
+        env={"PATH": os.environ["PATH"], "GITHUB_REF_NAME": "v9.9.9", "GITHUB_ENV": str(github_env)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert wrong.returncode != 0
+    assert "is not v" in wrong.stdout
+    # The same name where a reader looks for it, and the chart's appVersion is the package's version.
+    for document in (ROOT / "docs" / "image.md", ROOT / "README.md"):
+        assert image in document.read_text(), document
+    from digest import __version__
+
+    assert chart["appVersion"] == __version__

@@ -196,6 +196,15 @@ volumes:
 {{- fail (printf "backends.%s.auth: the keys name a Secret's keys; set backends.%s.auth.existingSecret" $store $store) -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.recordingRules.vmalert.createVMAlert (not .Values.recordingRules.vmalert.enabled) -}}
+{{- fail "recordingRules.vmalert.createVMAlert needs recordingRules.vmalert.enabled (the VMRule it runs)" -}}
+{{- end -}}
+{{- if and .Values.recordingRules.vmalert.createVMAlert (ne .Values.backends.logs.kind "victorialogs") -}}
+{{- fail "recordingRules.vmalert.createVMAlert reads VictoriaLogs: backends.logs.kind is loki (use recordingRules.loki)" -}}
+{{- end -}}
+{{- if and .Values.recordingRules.vmalert.createVMAlert .Values.backends.metrics.tenant (not .Values.recordingRules.vmalert.remoteWriteUrl) -}}
+{{- fail "recordingRules.vmalert.remoteWriteUrl: set vminsert's URL (backends.metrics.url is vmselect's on a VictoriaMetrics cluster)" -}}
+{{- end -}}
 {{- if and .Values.recordingRules.vmalert.enabled (not .Values.recordingRules.vmalert.labels) -}}
 {{- fail "recordingRules.vmalert.labels: set the labels only the VictoriaLogs VMAlert's ruleSelector matches (a VMAlert reading VictoriaMetrics cannot run LogsQL rules)" -}}
 {{- end -}}
