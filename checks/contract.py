@@ -208,6 +208,12 @@ class Sources:
     # The reverse: the logs are scoped by this label (``cluster``) and the metrics are not. A metrics store holding
     # several values of it holds several clusters, whose OOM kills and nodes would be graded and named as this one's.
     metrics_unscoped_by: str = ""
+    # The selectors scoping each store to this cluster, as written (``cluster="prod"``), "" when it is read whole; and
+    # a label the logs' scope matches on, to ask the log store cheaply whether the scope finds anything. A scope that
+    # matches nothing in the window makes every check on that store blind, and the digest names the setting.
+    metrics_scope: str = ""
+    logs_scope: str = ""
+    logs_scope_label: str = ""
     # What each log source was seen to hold before, kept across the windows of one run (a replay's days, their trend
     # days) and, by the engine, in the state file: a look-back asks only what it does not already know.
     sightings: Sightings | None = None

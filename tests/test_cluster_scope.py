@@ -192,6 +192,40 @@ async def test_half_scoped_metrics_are_told_by_the_logs_label(stores: Stores, pa
     assert graded["status"] == "UNKNOWN"
 
 
+# A typo on each store's side, on the backends whose difference it touches (the metrics' probe is PromQL on
+# VictoriaMetrics and Prometheus; the logs' is a grouped count on VictoriaLogs and Loki's label index).
+@pytest.mark.parametrize(
+    ("pair", "store"),
+    [
+        ("victoriametrics+victorialogs", "metrics"),
+        ("prometheus+victorialogs", "metrics"),
+        ("victoriametrics+victorialogs", "logs"),
+        ("victoriametrics+loki", "logs"),
+    ],
+)
+async def test_a_selector_that_matches_nothing_names_its_setting(stores: Stores, pair: str, store: str) -> None:
+    """cluster="prdo": that store's checks UNKNOWN naming the setting, not an exporter; the other store's graded."""
+    metrics_url, logs = _urls(stores, pair)
+    scoped = _scoped("prod") | {f"{store}_selector": 'cluster="prdo"'}
+    graded, _ = await _graded(_config(metrics_url, logs, "prod", **scoped))
+    setting = "DIGEST_METRICS_SELECTOR" if store == "metrics" else "DIGEST_LOGS_SELECTOR"
+    assert graded["empty_scopes"] == [f'{setting} {{cluster="prdo"}}']
+    assert f'{setting} {{cluster="prdo"}} matches nothing' in graded["headline"]
+    blind = [check for check in graded["checks"] if setting in (check["error"] or "")]
+    assert blind
+    for check in blind:
+        assert (check["status"], check["penalty"]) == ("UNKNOWN", 0), check
+        assert "matches no" in check["error"]
+    # Nothing is said to be "never had", nor left out as such: the store was not seen at all.
+    assert graded["unwatched"] == []
+    assert all("never seen" not in (check["error"] or "") for check in graded["checks"])
+    # The other store's checks are graded as on prod's own store.
+    expected = {check["name"]: check for check in stores.references["prod"][0]["checks"]}
+    for check in graded["checks"]:
+        if check not in blind:
+            assert check["status"] == expected[check["name"]]["status"], check["name"]
+
+
 async def test_extra_label_in_the_url_scopes_like_the_selector(stores: Stores) -> None:
     """VictoriaMetrics' ?extra_label=cluster=lab in DIGEST_VM_URL is honoured (on Prometheus too), never dropped."""
     for pair in ("victoriametrics+victorialogs", "prometheus+victorialogs"):

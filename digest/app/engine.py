@@ -112,6 +112,9 @@ async def open_sources(settings: Settings, policy: Policy | None = None) -> Asyn
             logs_unscoped=half,
             logs_unscoped_by=metrics_by if half else ("", ""),
             metrics_unscoped_by=by if not settings.metrics_scope else "",
+            metrics_scope=render(settings.metrics_scope),
+            logs_scope=render(settings.logs_scope),
+            logs_scope_label=next((one.name for one in settings.logs_scope), ""),
             sightings=Sightings(),
         )
     finally:
@@ -168,6 +171,7 @@ async def _digest(config: Config, window: Window, deadline: float, sources: Sour
         foreign_log_nodes=collected.foreign_nodes,
         metrics_clusters=collected.metrics_clusters,
         log_clusters=collected.log_clusters,
+        empty_scopes=collected.empty_scopes,
     )
     if history is not None:
         await asyncio.to_thread(

@@ -220,6 +220,11 @@ class LogqlWriter:
         self._labels = labels
 
     @property
+    def scope(self) -> tuple[str, ...]:
+        """The scope's matchers as written (``cluster="prod"``), added to every stream selector."""
+        return self._scope
+
+    @property
     def stream_label(self) -> str:
         """The label every Kubernetes line carries as a stream label: the selector's non-empty matcher."""
         return self._labels["namespace"]
@@ -742,6 +747,9 @@ class LokiSource(HttpSource):
         # Loki's index answers which values a stream label took in the window, without counting a line.
         await self._ensure_ready()
         form = {"start": str(unix_nanos(window.start)), "end": str(unix_nanos(window.end) - 1)}
+        if self.writer.scope:
+            # Within the cluster's scope: the streams it selects, still from the index alone.
+            form["query"] = "{" + ", ".join(self.writer.scope) + "}"
         data = await self._post_json(f"/loki/api/v1/label/{name}/values", form)
         if data is None:
             return []  # no stream had the label

@@ -115,6 +115,9 @@ def headline(digest: Digest) -> str:
         # A graded check blind for its own reason (its query failed, its records lack a field): what could not be
         # checked is said where the reader stops, not only further down — on a CRITICAL day too.
         line += " · not checked: " + ", ".join(blind)
+    for scope in digest.empty_scopes:
+        # The setting, not the checks, is what is wrong: named where the reader stops.
+        line += f" · {scope} matches nothing"
     if digest.log_clusters:
         # Said where the reader stops: the log checks are not graded because the logs are several clusters'.
         line += f" · logs not scoped to {digest.cluster}: they hold {', '.join(digest.log_clusters)}"
@@ -636,6 +639,8 @@ def to_json(digest: Digest) -> dict[str, Any]:
         "metrics_clusters": list(digest.metrics_clusters),
         # The values of the metrics' cluster label in logs not scoped to the cluster, when one is another cluster's.
         "log_clusters": list(digest.log_clusters),
+        # Cluster selectors that matched nothing in the window ("DIGEST_METRICS_SELECTOR {cluster=\"prd\"}").
+        "empty_scopes": list(digest.empty_scopes),
         # Checks this cluster gives nothing to watch: every source a component never seen (not graded, not blind).
         "unwatched": [
             {"name": one.name, "never_seen": list(one.sources), "days": one.days, "silence": f"{one.name}.enabled"}

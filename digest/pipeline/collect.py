@@ -74,6 +74,8 @@ class Collected:
     metrics_clusters: tuple[str, ...] = ()
     # Logs read whole from a store whose lines carry the metrics' scope label with another value: the values.
     log_clusters: tuple[str, ...] = ()
+    # Cluster selectors that matched nothing in the window, each as its setting and matchers.
+    empty_scopes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -241,14 +243,11 @@ async def collect(
     """
     failures = _Failures()
     # Every check's run is cut off ``deadline_seconds`` from now (`_guarded`): the sources tell the checks when.
-    watched = Sources(
+    watched = replace(
+        sources,
         metrics=_WatchedMetrics(sources.metrics, failures),
         logs=_WatchedLogs(sources.logs, failures),
         deadline=asyncio.get_running_loop().time() + deadline_seconds,
-        logs_unscoped=sources.logs_unscoped,
-        logs_unscoped_by=sources.logs_unscoped_by,
-        metrics_unscoped_by=sources.metrics_unscoped_by,
-        sightings=sources.sightings,
     )
     # Each check its own log watcher, to say afterwards where the counts it asked for came from.
     watchers = [_WatchedLogs(sources.logs, failures) for _ in checks]
@@ -308,16 +307,102 @@ async def collect(
         # Several clusters' series in the metrics: no count, node or gap can be told to be this cluster's.
         findings = [_not_this_clusters(finding, several, Mixed.METRICS) for finding in findings]
         unwatched = []
+    empty = await _empty_scopes(sources, window, checks, findings, unwatched)
+    if empty:
+        # A cluster selector that matches nothing: every check on that store is blind because of the setting, and
+        # nothing it reads is "never had" (the store was not seen at all).
+        for index, check in enumerate(checks):
+            blind = [scope for scope in empty if any(need.backend is scope.backend for need in check.needs())]
+            if blind:
+                findings[index] = _scope_matches_nothing(findings[index], blind[0])
+        blinded = {
+            check.name for check in checks if any(need.backend in {s.backend for s in empty} for need in check.needs())
+        }
+        unwatched = [one for one in unwatched if one.name not in blinded]
     left_out = {one.name for one in unwatched}
     disabled = tuple(name for name in CHECK_ORDER if not policy.enabled(name))
     return Collected(
         findings=tuple(finding for finding in findings if finding.name not in left_out),
         disabled=disabled,
-        complete=not failures.seen and not partial and not foreign and not in_logs and len(several) < 2,
+        complete=not failures.seen and not partial and not foreign and not in_logs and len(several) < 2 and not empty,
         unwatched=tuple(unwatched),
         foreign_nodes=foreign,
         metrics_clusters=several if len(several) > 1 else (),
         log_clusters=in_logs,
+        empty_scopes=tuple(f"{scope.setting} {{{scope.written}}}" for scope in empty),
+    )
+
+
+@dataclass(frozen=True)
+class EmptyScope:
+    """A store's cluster selector that matched nothing in the window: the setting, as written."""
+
+    backend: Backend
+    setting: str
+    written: str
+
+
+async def _empty_scopes(
+    sources: Sources,
+    window: Window,
+    checks: Sequence[Check],
+    findings: Sequence[Finding],
+    unwatched: Sequence[Unwatched],
+) -> list[EmptyScope]:
+    """The scoped stores whose scope finds nothing in the window, asked only where a check on them saw nothing.
+
+    A typo in the selector (``cluster="prd"``) reads as every input missing ("never seen: kube-state-metrics"), with
+    hints about exporters and policy switches that point the wrong way. One cheap question per scoped store settles
+    it: any ``up`` series in the metrics' scope (one instant query), any value of the scope's label in the logs (the
+    log store's index on Loki, a grouped count on VictoriaLogs). Asked only when a check on that store is UNKNOWN or
+    left out as never had, so a day that reads fine costs no request. A failed question says nothing: the checks'
+    own queries say what failed.
+    """
+    blind_names = {finding.name for finding in findings if finding.status is Status.UNKNOWN}
+    blind_names |= {one.name for one in unwatched}
+    empty: list[EmptyScope] = []
+    for backend, written in ((Backend.METRICS, sources.metrics_scope), (Backend.LOGS, sources.logs_scope)):
+        if not written:
+            continue
+        reading = [check for check in checks if any(need.backend is backend for need in check.needs())]
+        if not any(check.name in blind_names for check in reading):
+            continue
+        try:
+            if backend is Backend.METRICS:
+                rows = await sources.metrics.instant(f"count(count_over_time(up[{window.promql_range()}]))", window.end)
+                found = any(row.value > 0 for row in rows)
+            else:
+                found = bool(await sources.logs.values(sources.logs_scope_label, window))
+        except SourceError:
+            continue
+        if not found:
+            setting = "DIGEST_METRICS_SELECTOR" if backend is Backend.METRICS else "DIGEST_LOGS_SELECTOR"
+            empty.append(EmptyScope(backend, setting, written))
+    return empty
+
+
+def _scope_matches_nothing(finding: Finding, scope: EmptyScope) -> Finding:
+    """A finding on a store whose cluster selector matched nothing: UNKNOWN, costing nothing, naming the setting."""
+    what = "series" if scope.backend is Backend.METRICS else "log lines"
+    return replace(
+        finding,
+        status=Status.UNKNOWN,
+        penalty=0,
+        summary=f"{finding.name} not checked: {scope.setting} matches nothing",
+        error=f"{scope.setting} {{{scope.written}}} matches no {what} in the window",
+        hint=(
+            f"Check the label and its value in {scope.setting} (the Helm chart's backends.clusterSelector."
+            f"{'metrics' if scope.backend is Backend.METRICS else 'logs'}); digest doctor lists the clusters the "
+            "store holds."
+        ),
+        coverage=finding.coverage and replace(finding.coverage, missing=(), excused=(), never_seen=()),
+        offenders=(),
+        evidence=(),
+        signatures=(),
+        signatures_note="",
+        namespace_lines={},
+        workload_lines={},
+        route_lines={},
     )
 
 

@@ -66,6 +66,8 @@ class Digest:
     metrics_clusters: tuple[str, ...] = ()
     # The logs are not scoped to the cluster and their lines carry these values of its label (`Collected.log_clusters`).
     log_clusters: tuple[str, ...] = ()
+    # Cluster selectors that matched nothing in the window, as setting and matchers (`Collected.empty_scopes`).
+    empty_scopes: tuple[str, ...] = ()
 
     def is_graded(self, finding: Finding) -> bool:
         """Whether ``finding`` comes from a check that can cost points (and so gates the grade)."""
