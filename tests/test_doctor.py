@@ -8,6 +8,7 @@ import socket
 import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx
 import pytest
@@ -96,6 +97,41 @@ def test_an_unreachable_url_says_why_dns_refused_or_tls(corpus_backends: Embedde
             assert line.strip() == f"✗ DIGEST_VM_URL {url}: {line.split(': ', 1)[1]}"
             assert said in line, line
             assert "nothing known" not in line
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_run_says_why_each_backend_is_unreachable(corpus_backends: EmbeddedBackends, tmp_path: Path) -> None:
+    """`digest run` tells a name that does not resolve, a closed port and https:// to plain HTTP apart, per check."""
+    closed = f"127.0.0.1:{free_port()}"
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[trends]\ndays = 0\n")  # the day alone: what is asked of the unreachable store is the point
+    server, plain = _plain_http_server()
+    try:
+        for metrics, logs, said_metrics, said_logs in (
+            (
+                "http://digest-test.invalid:8428",
+                f"http://{closed}",
+                "the name digest-test.invalid does not resolve (DNS",
+                f"connection refused: nothing listens on {closed}",
+            ),
+            (
+                f"https://{plain}",
+                corpus_backends.logs.url,
+                f"TLS handshake failed: {plain} speaks plain HTTP (write http://, not https://)",
+                None,
+            ),
+        ):
+            env = backend_env(corpus_backends)
+            env |= {"DIGEST_VM_URL": metrics, "DIGEST_VL_URL": logs, "DIGEST_POLICY_FILE": str(policy)}
+            result = run_digest("run", "--date", "2026-07-20", "--format", "json", env=env, timeout=300)
+            payload = json.loads(result.stdout)
+            errors = {check["name"]: check["error"] or "" for check in payload["checks"]}
+            assert said_metrics in errors["oom_kills"], errors["oom_kills"]
+            if said_logs is not None:
+                assert said_logs in errors["error_lines"], errors["error_lines"]
+            assert "nothing known" not in result.stdout
     finally:
         server.shutdown()
         server.server_close()
