@@ -222,6 +222,41 @@ def test_a_digest_from_the_image_is_the_digest_of_the_source_tree(
     assert (state / "state.sqlite").stat().st_uid == 10001  # the trends' history, at DIGEST_STATE_PATH
 
 
+def test_buildah_builds_the_image_podman_builds(image: Image) -> None:
+    """scripts/build-image --engine buildah: the same Dockerfile on the same base, layers from the shared cache."""
+    buildah = shutil.which("buildah")
+    if buildah is None:
+        message = "buildah is not installed: run `bash scripts/build-image --engine buildah --deps-only`"
+        if os.environ.get(REQUIRE_VARIABLE, "").strip() == "1":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    tag = f"{TAG}-buildah"
+    built = subprocess.run(
+        [image.tools["bash"], str(BUILD_SCRIPT), "--engine", "buildah", "--tag", tag],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=BUILD_TIMEOUT_SECONDS,
+    )
+    try:
+        assert built.returncode == 0, built.stderr[-6000:]
+        assert built.stdout.strip().splitlines()[-1].startswith(f"{tag} ")
+        ids = [
+            subprocess.run(
+                [image.tools["podman"], "image", "inspect", "--format", "{{.Id}}", name],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=60,
+            ).stdout.strip()
+            for name in (image.tag, tag)
+        ]
+        # Every step a cache hit of podman's build: the very same image.
+        assert ids[0] == ids[1]
+    finally:
+        subprocess.run([buildah, "rmi", tag], capture_output=True, check=False, timeout=60)
+
+
 def test_release_workflow_builds_both_architectures_from_the_dockerfile() -> None:
     """release.yml (it cannot run here) parses, runs on version tags, pushes amd64 and arm64 from deploy/Dockerfile."""
     workflow = yaml.safe_load(RELEASE_WORKFLOW.read_text())
