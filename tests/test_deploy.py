@@ -160,10 +160,13 @@ def test_kustomize_renders_the_expected_objects(rendered: list[Obj]) -> None:
         assert obj["metadata"]["labels"][NAME_LABEL[0]] == NAME_LABEL[1], obj["metadata"]["name"]
         if obj["kind"] != "Namespace":
             assert obj["metadata"]["namespace"] == "digest", obj["metadata"]["name"]
-    # The `images:` entry reaches every container, so one `kustomize edit set image digest=…` moves them all.
+    # The `images:` entry reaches every container, so one `kustomize edit set image digest=…` moves them all; it is
+    # the image the Helm chart pulls (the release workflow's), at the chart's version.
+    chart = yaml.safe_load((DEPLOY / "helm" / "digest" / "Chart.yaml").read_text())
+    values = yaml.safe_load((DEPLOY / "helm" / "digest" / "values.yaml").read_text())
     for name, spec in pod_specs(rendered):
         for container in containers(spec):
-            assert container["image"] == "digest:0.1.0", name
+            assert container["image"] == f"{values['image']['repository']}:{chart['appVersion']}", name
     # No Secret at all: the token Secret is created by hand, the example is never applied.
     assert not [obj for obj in rendered if obj["kind"] == "Secret"]
     kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
