@@ -35,6 +35,16 @@ LOG_STREAM_FIELDS = "kubernetes.pod_namespace,kubernetes.pod_name,kubernetes.con
 _RETENTION = "100y"
 
 
+def _said(response: httpx.Response) -> str:
+    """What a refusing backend said: its start and its end.
+
+    VictoriaLogs quotes the offending line first and gives the reason last, so a cut after 200 characters kept the line
+    and lost why.
+    """
+    text = response.text.strip()
+    return text if len(text) <= 800 else f"{text[:300]} … {text[-500:]}"
+
+
 class EmbeddedError(RuntimeError):
     """A backend binary is missing, did not start, or did not take the data."""
 
@@ -219,7 +229,7 @@ class EmbeddedBackends:
 
         response = httpx.post(f"{self.metrics.url}/api/v1/import", content=body(), timeout=120.0)
         if response.status_code >= 300:
-            raise EmbeddedError(f"VictoriaMetrics import failed: HTTP {response.status_code} {response.text[:200]}")
+            raise EmbeddedError(f"VictoriaMetrics import failed: HTTP {response.status_code} {_said(response)}")
         self._flush(self.metrics)
         return count
 
@@ -237,7 +247,7 @@ class EmbeddedBackends:
             f"{self.logs.url}/insert/jsonline", params=params, headers=headers, content=iter(chunks), timeout=600.0
         )
         if response.status_code >= 300:
-            raise EmbeddedError(f"VictoriaLogs ingestion failed: HTTP {response.status_code} {response.text[:200]}")
+            raise EmbeddedError(f"VictoriaLogs ingestion failed: HTTP {response.status_code} {_said(response)}")
         self._flush(self.logs)
 
     def _flush(self, server: Server) -> None:

@@ -70,8 +70,8 @@ from tests.test_coverage import wait_for_copies
 from tests.test_coverage_ablations import (
     Ablation,
     Copy,
+    PrometheusCopy,
     _cut,
-    _day_series,
     _day_start,
     _keep_line,
     _keep_series,
@@ -1212,28 +1212,6 @@ _ON_PROMETHEUS = (
 )
 
 
-@dataclass(frozen=True)
-class _PrometheusCopy:
-    """A shape's copy as the Prometheus testbed backfills it: its series, changed and moved to its date."""
-
-    copy: Copy
-
-    @property
-    def date(self) -> date:
-        return self.copy.at
-
-    def series(self) -> Iterator[Series]:
-        start = _day_start(self.copy.day)
-        shift = _day_start(self.copy.at) - start
-        for one in _day_series(self.copy.day):
-            kept = self.copy.ablation.series(one, start, self.copy.node)
-            for part in () if kept is None else (kept,) if isinstance(kept, Series) else kept:
-                values = part.values
-                if part.labels["__name__"] in _TIME_VALUED_NAMES:  # times as values: moved with their copy
-                    values = [value + shift for value in values]
-                yield Series(part.labels, [t + shift * 1000 for t in part.timestamps_ms], values)
-
-
 async def test_the_metric_shapes_read_the_same_on_prometheus(loaded: Loaded) -> None:
     """Shapes judged in PromQL, on Prometheus beside the same logs: the same grade, headline and text."""
     shapes = [_shape_named(prefix) for prefix in _ON_PROMETHEUS]
@@ -1250,7 +1228,9 @@ async def test_the_metric_shapes_read_the_same_on_prometheus(loaded: Loaded) -> 
         binary_identity("prometheus"),
         binary_identity("promtool"),
     )
-    with PrometheusServer([_PrometheusCopy(copy) for copy in copies], snapshot=snapshot) as prometheus:
+    with PrometheusServer(
+        [PrometheusCopy(copy, _TIME_VALUED_NAMES) for copy in copies], snapshot=snapshot
+    ) as prometheus:
         bound = asyncio.Semaphore(3)
 
         async def text(metrics_url: str, shape: Shape) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -31,9 +31,8 @@ from digest.testbed.snapshots import binary_identity, snapshot_key
 from tests.test_coverage_ablations import (
     Ablation,
     Copy,
+    PrometheusCopy,
     _absent_exporter,
-    _day_series,
-    _day_start,
     _keep_line,
     _keep_series,
     _lines,
@@ -726,31 +725,12 @@ async def test_a_fresh_install_at_nine_invents_no_kernel_oom_kill(variants: Embe
     assert "dropped" not in str(_check(payload, "conntrack")["summary"])
 
 
-@dataclass(frozen=True)
-class _PrometheusDay:
-    """A variant of the calm day as the Prometheus testbed backfills it: its series, ablated and moved to its date."""
-
-    copy: Copy
-
-    @property
-    def date(self) -> date:
-        return self.copy.at
-
-    def series(self) -> Iterator[Series]:
-        start = _day_start(self.copy.day)
-        shift_ms = (_day_start(self.copy.at) - start) * 1000
-        for one in _day_series(self.copy.day):
-            kept = self.copy.ablation.series(one, start, self.copy.node)
-            for part in () if kept is None else (kept,) if isinstance(kept, Series) else kept:
-                yield Series(part.labels, [t + shift_ms for t in part.timestamps_ms], part.values)
-
-
 @pytest.mark.parametrize("variant", ["rollout", "fresh", "interval_change"])
 async def test_counters_read_the_same_on_prometheus_after_a_rollout_and_a_fresh_install(
     variants: EmbeddedBackends, variant: str
 ) -> None:
     """A rollout, a fresh install and a scrape interval change read the same, word for word, on both backends."""
-    with PrometheusServer([_PrometheusDay(VARIANTS[variant])]) as prometheus:
+    with PrometheusServer([PrometheusCopy(VARIANTS[variant])]) as prometheus:
         settings = load_settings(
             vm_url=prometheus.url, vl_url=variants.logs.url, cluster="homelab", timezone="UTC", policy_file=None
         )

@@ -245,6 +245,33 @@ def _series(copy: Copy) -> Iterator[bytes]:
                 yield Series(part.labels, [t + shift_ms for t in part.timestamps_ms], part.values).to_import_line()
 
 
+@dataclass(frozen=True)
+class PrometheusCopy:
+    """A copy as the Prometheus testbed backfills it: the day's series, ablated and moved to its date.
+
+    ``time_valued`` names the series whose values are times (unix seconds), moved by as much as the timestamps, as
+    the VictoriaMetrics side of the same test moves them (tests/test_cluster_shapes.py); () leaves values as they are.
+    """
+
+    copy: Copy
+    time_valued: tuple[str, ...] = ()
+
+    @property
+    def date(self) -> date:
+        return self.copy.at
+
+    def series(self) -> Iterator[Series]:
+        start = _day_start(self.copy.day)
+        shift = _day_start(self.copy.at) - start
+        for one in _day_series(self.copy.day):
+            kept = self.copy.ablation.series(one, start, self.copy.node)
+            for part in () if kept is None else (kept,) if isinstance(kept, Series) else kept:
+                values = part.values
+                if part.labels["__name__"] in self.time_valued:
+                    values = [value + shift for value in values]
+                yield Series(part.labels, [t + shift * 1000 for t in part.timestamps_ms], values)
+
+
 def _lines(copy: Copy, counter: list[int]) -> Iterator[bytes]:
     old = f'"timestamp":"{copy.day.isoformat()}T'.encode()
     new = f'"timestamp":"{copy.at.isoformat()}T'.encode()
