@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+import tarfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -255,6 +256,26 @@ def test_buildah_builds_the_image_podman_builds(image: Image) -> None:
         assert ids[0] == ids[1]
     finally:
         subprocess.run([buildah, "rmi", tag], capture_output=True, check=False, timeout=60)
+
+
+def test_the_archive_kind_and_k3s_load_holds_the_image(image: Image, tmp_path: Path) -> None:
+    """`podman save --format docker-archive` (docs/image.md's step for kind and k3s): the image, under its tag."""
+    archive = tmp_path / "digest.tar"
+    subprocess.run(
+        [image.tools["podman"], "save", "--quiet", "--format", "docker-archive", "-o", str(archive), image.tag],
+        check=True,
+        capture_output=True,
+        timeout=RUN_TIMEOUT_SECONDS,
+    )
+    with tarfile.open(archive) as packed:
+        manifest_file = packed.extractfile("manifest.json")
+        assert manifest_file is not None
+        [manifest] = json.load(manifest_file)
+        names = set(packed.getnames())
+    assert manifest["RepoTags"] == [image.tag]
+    assert manifest["Config"] in names
+    assert manifest["Layers"]
+    assert set(manifest["Layers"]) <= names
 
 
 def test_release_workflow_builds_both_architectures_from_the_dockerfile() -> None:
