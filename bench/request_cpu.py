@@ -3,7 +3,7 @@
 ``python -m bench.request_cpu`` starts an embedded VictoriaMetrics (empty), sends 1,000 ``vector(i)`` instant
 queries through the product's `PrometheusSource` (at most 4 in flight, its bound) and prints the wall and CPU time per
 request; stops the server by its PID. It is how the cost of httpcore's failed `import sniffio` was measured
-(docs/benchmarks.md, "Replay client CPU"): run it with and without sniffio installed.
+(docs/benchmarks-history.md, "Replay client CPU"): run it with and without sniffio installed.
 """
 
 from __future__ import annotations
