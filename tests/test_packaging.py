@@ -9,6 +9,7 @@ isolation: the dev extra brings setuptools and wheel).
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -20,12 +21,27 @@ ROOT = Path(__file__).resolve().parent.parent
 TOP_LEVEL_FOLDERS = ("checks", "templates", "testbed")
 
 
+# What `pip install .` reads: the metadata and the package (its links, and the folders they name).
+SOURCES = ("pyproject.toml", "README.md", "digest", *TOP_LEVEL_FOLDERS)
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel of this checkout, built once for the module."""
+    """The wheel of this checkout, built once for the module from a copy of its sources.
+
+    A copy, because setuptools builds in the source tree's build/ and never removes from it a module deleted since:
+    a wheel built in the checkout could carry files the checkout no longer has.
+    """
+    source = tmp_path_factory.mktemp("source")
+    for name in SOURCES:
+        origin = ROOT / name
+        if origin.is_dir():
+            shutil.copytree(origin, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(origin, source / name)
     out = tmp_path_factory.mktemp("wheel")
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
         capture_output=True,
         text=True,
         timeout=300,
