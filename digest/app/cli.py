@@ -192,9 +192,8 @@ def tune_garbage_collection() -> None:
     allocations instead of 700 lets such answers die young, and freezing what the imports made keeps the collector
     from walking the modules. An 8-day replay of the benchmark's 200-node cluster (`python -m bench.gc_cost --from
     2026-07-12 --to 2026-07-19 --repeats 3`, docs/benchmarks-history.md, "Replay against its floor, after 6c539a6"),
-    medians:
-    CPython's defaults 6.07 CPU-seconds, of which the collector 1.66 s (28 full collections); this tuning 4.95, of
-    which 0.14 s (none full). At 10,000 the collector still took 0.36-0.48 s. The process's garbage is mostly
+    medians: CPython's defaults 6.07 CPU-seconds, of which the collector 1.66 s (28 full collections); this tuning
+    4.95, of which 0.14 s (none full). At 10,000 the collector still took 0.36-0.48 s. The process's garbage is mostly
     acyclic (freed by reference counting), so memory stays where it was (93 MB peak in both).
     """
     gc.freeze()
