@@ -21,10 +21,12 @@ that changes the error rule reads and writes new names, and old and new counts n
 (a rule that failed, timed out or was written in part for that minute does not). Records that cannot be read (the
 store down) cost nothing but the saving: the logs are scanned and the note says why. Minutes not recorded — the
 recorder down, late, or started after the window began — are *scanned* directly in the log backend and added, so a
-count is never silently short; the `CountedFrom` of each question says how many seconds came from where. Counts that
-contradict their heartbeat, or minutes recorded twice (live and replayed, or twice with the same stamp: two recorders
-writing into a store that does not deduplicate, where a sum would count them twice), are not trusted at all: the
-whole window is scanned and the note says why.
+count is never silently short; the `CountedFrom` of each question says how many seconds came from where. A minute
+written again with the same counts (a replay run twice, two recorders into a store that does not deduplicate) is read
+once. Counts that contradict their heartbeat, minutes recorded twice (live and replayed, or by two recorders at
+different moments of the minute) and minutes written twice with different counts (a replay's shared boundary minute,
+which an unfixed VictoriaLogs answers twice) are not trusted at all: the whole window is scanned and the note says
+why.
 
 **Two stamps, any phase.** Evaluated live, a rule's sample at ``t`` counts the minute before ``t`` (vmalert
 evaluates LogsQL with ``_time:1m`` at ``t``; Loki's ruler ``[1m] offset 1ns``); replayed (``vmalert -replay``),
@@ -195,6 +197,15 @@ class RecordsReader(Protocol):
     async def samples(self, selector: str, at: datetime, milliseconds: int) -> list[RangeSeries]: ...
 
 
+# One slot's count of a record series, read at its sample's time. A minute written more than once with one stamp and
+# the same counts (a replay run twice, two recorders into a store that does not deduplicate) is read once. Written
+# with different counts, which one is the minute cannot be told: vmalert's replay requests share their boundary
+# minute, which VictoriaLogs before the fix of its issue 587 answers at both ends (the end bucket holding the lines on
+# the edge), and in a two-bucket answer it sometimes stamps both buckets alike; such minutes are found (`_measure`)
+# and the window scanned. A 1 ms range holds that one timestamp (a range closed on the left, as in Prometheus 2, too).
+_ONE = "max_over_time({selector}[1ms]{moved})"
+
+
 def _selector(name: str, **labels: str) -> str:
     matchers = ", ".join(f'{key}="{value}"' for key, value in labels.items())
     return f"{name}{{{matchers}}}" if matchers else name
@@ -296,11 +307,8 @@ class RecordedLogs:
         # One request for both stamps (a window without any record, every earlier day's, costs just this one).
         beats = await self.metrics.samples(self.plan.heartbeat, window.end, end - start + SLOT_MS)
         heartbeat: dict[tuple[str, Stamp], dict[int, float]] = {}
-        # Slots the heartbeat has more than one sample of: the same minute written twice with the same stamp (two
-        # recorders without deduplication in the store, a replay run twice). The store keeps both, and a sum over
-        # the window would count that minute's lines twice, in the heartbeat and the families alike, where a
-        # comparison of the two cannot see it.
-        repeated: dict[str, set[int]] = {}
+        # Slots written more than once with different counts (`_ONE`): which is the minute cannot be told.
+        differing: dict[str, set[int]] = {}
         for series in beats:
             stamp = _stamp_of(series.labels.get(STAMP_LABEL, ""))
             if stamp is None:
@@ -310,9 +318,9 @@ class RecordedLogs:
             for moment, value in series.points:
                 slot = _slot(round(moment * 1000), stamp)
                 if start <= slot and slot + SLOT_MS <= end:
-                    if slot in kept:
-                        repeated.setdefault(column, set()).add(slot)
-                    kept[slot] = value
+                    if slot in kept and kept[slot] != value:
+                        differing.setdefault(column, set()).add(slot)
+                    kept[slot] = max(value, kept.get(slot, value))
         pairs = [
             (family, stamp) for family in self.plan.families for stamp in STAMPS if heartbeat.get((family.name, stamp))
         ]
@@ -320,8 +328,10 @@ class RecordedLogs:
             *(self._totals(family, stamp, heartbeat[(family.name, stamp)]) for family, stamp in pairs)
         )
         found: dict[tuple[str, Stamp], dict[int, float]] = {
-            (family.name, stamp): total for (family, stamp), total in zip(pairs, totals, strict=True)
+            (family.name, stamp): total for (family, stamp), (total, _) in zip(pairs, totals, strict=True)
         }
+        for (family, _), (_, apart) in zip(pairs, totals, strict=True):
+            differing.setdefault(family.name, set()).update(apart)
         recorded: dict[str, dict[int, Stamp]] = {}
         phases: dict[str, int] = {}
         notes: dict[str, str] = {}
@@ -329,13 +339,10 @@ class RecordedLogs:
             slots: dict[int, Stamp] = {}
             why: list[str] = []
             wrong = twice = 0
-            doubled = repeated.get(family.name, set())
             for stamp in STAMPS:
                 beat = heartbeat.get((family.name, stamp), {})
                 total = found.get((family.name, stamp), {})
                 for slot in set(beat) | set(total):
-                    if slot in doubled:
-                        continue  # its totals are twice one heartbeat sample: said once, as recorded twice
                     if slot not in beat or total.get(slot, 0.0) != beat[slot]:
                         wrong += 1
                     elif slot in slots:
@@ -344,8 +351,13 @@ class RecordedLogs:
                         slots[slot] = stamp
             if wrong:
                 why.append(f"{wrong} minutes' counts disagree with the recorder's heartbeat")
+            apart = differing.get(family.name, set())
+            if apart:
+                why.append(
+                    f"{len(apart)} minutes were written more than once with different counts (a replay's requests"
+                    " share their boundary minute, which VictoriaLogs before the fix of its issue 587 answers twice)"
+                )
             starts = sorted(slots)
-            twice += len(doubled)
             overlaps = twice + sum(1 for one, two in pairwise(starts) if two - one < SLOT_MS)
             if overlaps:
                 why.append(f"{overlaps} minutes were recorded twice (live and replayed, or by two recorders)")
@@ -356,25 +368,33 @@ class RecordedLogs:
             phases[family.name] = starts[0] % SLOT_MS if slots else 0
         return Slots(recorded, phases, notes)
 
-    async def _totals(self, family: Family, stamp: Stamp, beat: Mapping[int, float]) -> dict[int, float]:
-        """The family's per-group totals added up, at each of the heartbeat's samples (slot start -> lines)."""
+    async def _totals(
+        self, family: Family, stamp: Stamp, beat: Mapping[int, float]
+    ) -> tuple[dict[int, float], set[int]]:
+        """The family's per-group totals at each heartbeat sample, and the slots it wrote twice with different counts.
+
+        Totals: slot start -> lines, added up over its groups. Differing: a slot where one of its series, any column,
+        holds more than one sample and they are not equal (`_ONE`).
+        """
         selector = _selector(self.plan.record(family), **{COLUMN_LABEL: family.total_column, STAMP_LABEL: stamp})
+        every = _selector(self.plan.record(family), **{STAMP_LABEL: stamp})
         first, last = min(beat), max(beat)
         shift = SLOT_MS if stamp == "end" else 0
-        # Points on the samples' own times: each reads the one sample of its slot (a range open on the left). A sum
-        # rather than the last: a family's minute written twice is then twice its heartbeat, and not trusted.
-        answer = await self.metrics.range(
-            f"sum(sum_over_time({selector}[{MINUTE}s]))",
-            _utc_ms(first + shift),
-            _utc_ms(last + shift),
-            MINUTE,
-            cache=False,
+        one, spread = _ONE.format(selector=selector, moved=""), _ONE.format(selector=every, moved="")
+        # Points on the samples' own times: each reads its slot's samples alone, the largest per series; and how far
+        # apart the samples of one slot are in any series (0 when written once, or again the same).
+        answer, apart = await asyncio.gather(
+            *(
+                self.metrics.range(query, _utc_ms(first + shift), _utc_ms(last + shift), MINUTE, cache=False)
+                for query in (f"sum({one})", f"sum({spread} - {spread.replace('max_over_time', 'min_over_time')})")
+            )
         )
         out: dict[int, float] = {}
         for series in answer:
             for moment, value in series.points:
                 out[round(moment * 1000) - shift] = value
-        return out
+        differing = {round(moment * 1000) - shift for series in apart for moment, value in series.points if value > 0}
+        return out, differing
 
     # Answers ----------------------------------------------------------------------------------------------------
 
@@ -461,17 +481,18 @@ class RecordedLogs:
             ]
         query = _RecordsQuery.of(self.plan, question, found, stamp, recorded)
         by, selector, span, at, group = query.by, query.selector, query.span, query.at, query.group
+        summed, summed_at = query.summed()
         if isinstance(question, PeakCount):
             peaks, sums = await asyncio.gather(
                 self.metrics.instant(f"max by ({by}) (max_over_time({selector}{span}))", at, cache=False),
-                self.metrics.instant(f"sum by ({by}) (sum_over_time({selector}{span}))", at, cache=False),
+                self.metrics.instant(summed, summed_at, cache=False),
             )
             rows: list[CountRow] = []
             for column, answer in (("peak", peaks), ("lines", sums)):
                 for sample in answer:
                     rows.append(CountRow(group(sample.labels), {column: _signed(sample.labels, sample.value)}))
             return rows
-        answer = await self.metrics.instant(f"sum by ({by}) (sum_over_time({selector}{span}))", at, cache=False)
+        answer = await self.metrics.instant(summed, summed_at, cache=False)
         return [
             CountRow(
                 group(sample.labels),
@@ -488,16 +509,18 @@ class RecordedLogs:
 
         The lines are signed: a subtracted family's records count negative.
 
-        Buckets on the minute grid (checked by the caller): a point at each bucket's end sums its slots' samples; a
-        replayed sample at t counts [t, t + 60 s), so its bucket's samples are read 1 ms earlier.
+        Buckets on the minute grid (checked by the caller): a point at each bucket's end sums its slots' samples, each
+        slot's largest (`_ONE`); a replayed sample at t counts [t, t + 60 s), so its bucket's samples are read 1 ms
+        earlier, and a live one at t the minute before t, so a bucket's first step is left out (closed ranges).
         """
         bucket = question.bucket_seconds
         if bucket is None:
             raise ValueError("a bucketed question has buckets")
         query = _RecordsQuery.of(self.plan, question, found, stamp, recorded)
-        moved = " offset 1ms" if stamp == "start" else ""
+        per_slot = _ONE.format(selector=query.selector, moved="")
+        steps = f"[{bucket}s:{MINUTE}s] offset 1ms" if stamp == "start" else f"[{bucket * 1000 - 1}ms:{MINUTE}s]"
         series = await self.metrics.range(
-            f"sum by ({query.by}) (sum_over_time({query.selector}[{bucket}s]{moved}))",
+            f"sum by ({query.by}) (sum_over_time({per_slot}{steps}))",
             question.window.start + timedelta(seconds=bucket),
             question.window.end,
             bucket,
@@ -549,6 +572,17 @@ class _RecordsQuery:
             at=_utc_ms(last),
             by_family={family_column: name for name, family_column in found.columns.items()},
         )
+
+    def summed(self) -> tuple[str, datetime]:
+        """``sum by (…)`` of the span's slots, each its largest sample (`_ONE`), and when to ask it.
+
+        A subquery steps on whole minutes of the clock: a slot's sample lies ``lag`` ms before the step that reads
+        it (none on the minute; a Loki ruler's phase off it), so the steps are moved by as much.
+        """
+        last = _ms(self.at)
+        lag = -last % SLOT_MS
+        one = _ONE.format(selector=self.selector, moved=f" offset {lag}ms" if lag else "")
+        return f"sum by ({self.by}) (sum_over_time({one}{self.span[:-1]}:{MINUTE}s]))", _utc_ms(last + lag)
 
     def group(self, series: Mapping[str, str]) -> dict[str, str]:
         """A recorded series' labels as a `CountRow` group, keyed as the question's fields are."""
