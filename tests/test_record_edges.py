@@ -9,7 +9,7 @@ with one timestamp, once whole and once with only those lines (issue 53). The li
 at each minute, count [t − 60 s, t) exactly.
 
 This VictoriaLogs (built from Debian trixie's source) answers such a two-bucket request with both buckets, and now
-and then stamps both alike (measured: 2 of 90 answers), so which sample is the minute cannot be told: the digest
+and then stamps both alike (measured: 4 of 90 answers), so which sample is the minute cannot be told: the digest
 finds the minutes written twice with different counts and scans the window, saying why, rather than read a count
 that may be short or long. A VictoriaLogs with the fix of its issue 587 answers one bucket per request, and the
 minutes are read from the records. Checked here: the premise (two samples at one timestamp), the digest of the hour
