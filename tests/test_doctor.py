@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from digest.backends.http import why_unreachable
+from digest.backends.http import status_words, why_unreachable
 from digest.testbed.embedded import EmbeddedBackends, free_port
 from tests.command import backend_env, run_digest
 
@@ -135,6 +135,70 @@ def test_a_run_says_why_each_backend_is_unreachable(corpus_backends: EmbeddedBac
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _answering(status: int) -> tuple[ThreadingHTTPServer, str]:
+    """A loopback server that answers ``status`` to every request, as an authenticating proxy or a gateway does."""
+
+    class Refusing(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(b"go away")
+
+        do_GET = do_POST = _answer  # noqa: N815  # http.server's handler names
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [
+        (401, "HTTP 401 Unauthorized: it wants credentials (DIGEST_VM_BEARER_TOKEN_FILE, or DIGEST_VM_USERNAME"),
+        (403, "HTTP 403 Forbidden: the credentials sent may not read it"),
+        (502, "HTTP 502 Bad Gateway: a proxy in front of the store could not reach it"),
+    ],
+)
+def test_a_refusing_server_is_named_by_its_status_in_doctor_and_run(
+    corpus_backends: EmbeddedBackends, tmp_path: Path, status: int, said: str
+) -> None:
+    """An authenticating proxy's 401 or 403, a gateway's 502: doctor and run say so in plain words, naming settings."""
+    server, url = _answering(status)
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[trends]\ndays = 0\n")
+    try:
+        env = backend_env(corpus_backends) | {"DIGEST_VM_URL": url, "DIGEST_POLICY_FILE": str(policy)}
+        doctor = run_digest("doctor", "--at", AT, env=env, timeout=300)
+        assert doctor.returncode == 2, doctor.stdout + doctor.stderr
+        line = next(line for line in doctor.stdout.splitlines() if "DIGEST_VM_URL" in line)
+        assert said in line, line
+        assert "nothing known" not in line
+        run = run_digest("run", "--date", "2026-07-20", "--format", "json", env=env, timeout=300)
+        errors = {check["name"]: check["error"] or "" for check in json.loads(run.stdout)["checks"]}
+        assert said in errors["oom_kills"], errors["oom_kills"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_status_words_name_what_each_refusal_means() -> None:
+    """A multi-tenant Loki's 401 names its tenant; statuses that refuse nothing in particular get no words."""
+    assert status_words(401, "DIGEST_LOKI_URL", "no org id\n") == (
+        "HTTP 401 Unauthorized: a multi-tenant Loki wants its tenant (DIGEST_LOKI_TENANT, sent as X-Scope-OrgID)"
+    )
+    assert "DIGEST_VL_BEARER_TOKEN_FILE" in (status_words(401, "DIGEST_VL_URL") or "")
+    assert status_words(503) == (
+        "HTTP 503 Service Unavailable: the store is starting or overloaded, or a proxy in front of it has no healthy"
+        " backend"
+    )
+    assert status_words(200) is None
+    assert status_words(418) is None
 
 
 def _verify_error() -> ssl.SSLCertVerificationError:

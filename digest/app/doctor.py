@@ -63,7 +63,8 @@ class UrlReport:
     url: str
     answers: str | None
     fix: str | None
-    # Why nothing answered at all (`digest.backends.http.why_unreachable`): DNS, refused, timeout, TLS.
+    # Why nothing known answered: nothing at all (`digest.backends.http.why_unreachable`: DNS, refused, timeout, TLS),
+    # or a server that refuses or fails every request (`digest.backends.http.status_words`: 401, 403, 5xx…).
     failure: str | None = None
 
     def line(self) -> str:
@@ -86,7 +87,8 @@ async def _probe(source: HttpSource, endpoint: Endpoint, now: datetime) -> UrlRe
     try:
         answers = await source.what_answers()
         if answers is None:
-            # Nothing known answers: no server at all (DNS, refused, timeout, TLS), or one of another kind.
+            # Nothing known answers: no server at all (DNS, refused, timeout, TLS), one that refuses or fails every
+            # request (401, 403, 502…), or one of another kind.
             failure = await source.reach()
         if answers == "a Loki" and fix is None:
             # A multi-tenant Loki answers its build info to anyone and every query with 401 "no org id".

@@ -46,6 +46,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -143,6 +144,35 @@ class QueryGate:
 
 # What identifies a request in flight: its path, its form, and the answer clock bounding it (its id), if any.
 _FlightKey = tuple[str, tuple[tuple[str, str], ...], int | None]
+
+
+def status_words(status: int, setting: str = "", text: str = "") -> str | None:
+    """Plain words for an HTTP status that refuses or fails every request, or None for the others.
+
+    ``setting`` is the variable naming the URL (``DIGEST_VM_URL``): the credentials' variables are named after it.
+    ``text`` is the answer's body, which says more for a multi-tenant Loki (401 "no org id").
+    """
+    prefix = setting.removesuffix("_URL")
+    credentials = f" ({prefix}_BEARER_TOKEN_FILE, or {prefix}_USERNAME with {prefix}_PASSWORD_FILE)" if prefix else ""
+    if status == 401 and "no org id" in text.lower():
+        return "HTTP 401 Unauthorized: a multi-tenant Loki wants its tenant (DIGEST_LOKI_TENANT, sent as X-Scope-OrgID)"
+    words = {
+        401: f"it wants credentials{credentials}",
+        403: f"the credentials sent may not read it{credentials}",
+        407: "a proxy between here and the store wants credentials (the proxy URL's user and password)",
+        429: "the store or a proxy in front of it is limiting the rate",
+        500: "the server failed on its side",
+        502: "a proxy in front of the store could not reach it",
+        503: "the store is starting or overloaded, or a proxy in front of it has no healthy backend",
+        504: "a proxy in front of the store gave up waiting for it",
+    }.get(status)
+    if words is None:
+        return None
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    return f"HTTP {status} {phrase}: {words}".replace("  ", " ")
 
 
 @dataclass(frozen=True)
@@ -363,15 +393,20 @@ class HttpSource:
         )
 
     async def reach(self) -> str | None:
-        """Why nothing answers at this URL (DNS, refused, timeout, TLS), or None when something does (any status)."""
+        """Why nothing known answers at this URL, or None when something does.
+
+        Nothing at all (DNS, refused, timeout, TLS: `why_unreachable`), or a server that refuses or fails every
+        request: an authenticating proxy's 401 or 403, a gateway's 502, 503 or 504 (`status_words`).
+        """
         try:
             async with asyncio.timeout(min(5.0, self._endpoint.timeout_seconds)):
-                await self._client.request("GET", self._base + "/")
+                response = await self._client.request("GET", self._base + "/")
         except TimeoutError as exc:
             return why_unreachable(httpx.ConnectTimeout(str(exc) or "timed out"), self._base)
         except httpx.HTTPError as exc:
             return why_unreachable(exc, self._base)
-        return None
+        said = status_words(response.status_code, self._endpoint.setting, response.text[:500])
+        return f"{said} at {self._endpoint.display_url}" if said else None
 
     async def _post_json(self, path: str, form: Mapping[str, str]) -> Any:
         """The decoded ``data`` of one query; identical queries in flight at the same time are sent once.
@@ -680,8 +715,12 @@ class HttpSource:
         if response.status_code in (400, 422):
             raise self._error(SourceErrorKind.QUERY, f"query rejected: {_short_error(text)}")
         if response.status_code >= 300:
+            said = status_words(response.status_code, self._endpoint.setting, text)
             raise self._error(
-                SourceErrorKind.HTTP, f"HTTP {response.status_code} from {self._endpoint.display_url}{_body_hint(text)}"
+                SourceErrorKind.HTTP,
+                f"{said} ({self._endpoint.display_url}){_body_hint(text)}"
+                if said
+                else f"HTTP {response.status_code} from {self._endpoint.display_url}{_body_hint(text)}",
             )
         try:
             payload = json.loads(text)
