@@ -162,13 +162,14 @@ def _answering(status: int) -> tuple[ThreadingHTTPServer, str]:
     [
         (401, "HTTP 401 Unauthorized: it wants credentials (DIGEST_VM_BEARER_TOKEN_FILE, or DIGEST_VM_USERNAME"),
         (403, "HTTP 403 Forbidden: the credentials sent may not read it"),
-        (502, "HTTP 502 Bad Gateway: a proxy in front of the store could not reach it"),
+        # Not retried, unlike 502-504 (their words: the test below): the store's refusal is the whole test.
+        (500, "HTTP 500 Internal Server Error: the server failed on its side"),
     ],
 )
 def test_a_refusing_server_is_named_by_its_status_in_doctor_and_run(
     corpus_backends: EmbeddedBackends, tmp_path: Path, status: int, said: str
 ) -> None:
-    """An authenticating proxy's 401 or 403, a gateway's 502: doctor and run say so in plain words, naming settings."""
+    """An authenticating proxy's 401 or 403, a failing server's 500: doctor and run say so in plain words."""
     server, url = _answering(status)
     policy = tmp_path / "policy.toml"
     policy.write_text("[trends]\ndays = 0\n")
@@ -197,6 +198,7 @@ def test_status_words_name_what_each_refusal_means() -> None:
         "HTTP 503 Service Unavailable: the store is starting or overloaded, or a proxy in front of it has no healthy"
         " backend"
     )
+    assert status_words(502) == "HTTP 502 Bad Gateway: a proxy in front of the store could not reach it"
     assert status_words(200) is None
     assert status_words(418) is None
 
