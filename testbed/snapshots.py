@@ -39,7 +39,9 @@ from typing import Any
 
 CACHE_VARIABLE = "DIGEST_TEST_CACHE"
 _MANIFEST = "manifest.json"
-_TESTBED = Path(__file__).parent
+# Resolved: the testbed is imported through the link digest/testbed, and the names hashed must be relative to the
+# clone's root (testbed/…), or every clone would key its snapshots by its own absolute paths and share none.
+_TESTBED = Path(__file__).resolve().parent
 _REPOSITORY = _TESTBED.parent
 
 
