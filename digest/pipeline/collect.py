@@ -384,10 +384,8 @@ async def _empty_scopes(
 def _scope_matches_nothing(finding: Finding, scope: EmptyScope) -> Finding:
     """A finding on a store whose cluster selector matched nothing: UNKNOWN, costing nothing, naming the setting."""
     what = "series" if scope.backend is Backend.METRICS else "log lines"
-    return replace(
+    return _blinded(
         finding,
-        status=Status.UNKNOWN,
-        penalty=0,
         summary=f"{finding.name} not checked: {scope.setting} matches nothing",
         error=f"{scope.setting} {{{scope.written}}} matches no {what} in the window",
         hint=(
@@ -396,6 +394,19 @@ def _scope_matches_nothing(finding: Finding, scope: EmptyScope) -> Finding:
             "store holds."
         ),
         coverage=finding.coverage and replace(finding.coverage, missing=(), excused=(), never_seen=()),
+    )
+
+
+def _blinded(finding: Finding, summary: str, error: str, hint: str, coverage: Coverage | None) -> Finding:
+    """``finding`` made UNKNOWN and costing nothing for a reason of the setting or the store, its evidence dropped."""
+    return replace(
+        finding,
+        status=Status.UNKNOWN,
+        penalty=0,
+        summary=summary,
+        error=error,
+        hint=hint,
+        coverage=coverage,
         offenders=(),
         evidence=(),
         signatures=(),
@@ -482,21 +493,8 @@ def _not_this_clusters(finding: Finding, foreign: Sequence[str], mixed: Mixed) -
             "The log store is shared: set DIGEST_LOGS_SELECTOR to this cluster's stream field or label (as "
             "DIGEST_METRICS_SELECTOR scopes the metrics); digest doctor lists the clusters it holds."
         )
-    return replace(
-        finding,
-        status=Status.UNKNOWN,
-        penalty=0,
-        summary=f"{finding.name} not checked: the {what} are not scoped to this cluster",
-        error=error,
-        hint=hint,
-        coverage=coverage,
-        offenders=(),
-        evidence=(),
-        signatures=(),
-        signatures_note="",
-        namespace_lines={},
-        workload_lines={},
-        route_lines={},
+    return _blinded(
+        finding, f"{finding.name} not checked: the {what} are not scoped to this cluster", error, hint, coverage
     )
 
 
