@@ -19,7 +19,6 @@ equal to the scanned one with the reason named, the live rules exact on the edge
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,7 +30,7 @@ import yaml
 
 from digest.testbed.embedded import EmbeddedBackends, Server, free_port
 from tests.command import backend_env, run_digest
-from tests.test_recorded_counts import flush_and_wait, rfc3339, vmalert_binary
+from tests.test_recorded_counts import flush_and_wait, replay, rfc3339
 
 START = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 END = START + timedelta(hours=1)
@@ -126,23 +125,7 @@ def edges(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edges]:
         store = Server("victoria-metrics", "victoria-metrics", free_port(), folder / "vm")
         store.start(["-search.latencyOffset=0s"])  # no -dedup.minScrapeInterval: every sample written is kept
         try:
-            log = folder / "vmalert.log"
-            command = [
-                vmalert_binary(),
-                f"-rule={rule_file}",
-                f"-datasource.url={backends.logs.url}",
-                f"-remoteWrite.url={store.url}",
-                f"-replay.timeFrom={rfc3339(START)}",
-                f"-replay.timeTo={rfc3339(END)}",
-                "-replay.maxDatapointsPerQuery=1",
-                "-replay.rulesDelay=0s",
-                "-replay.disableProgressBar",
-                f"-httpListenAddr=127.0.0.1:{free_port()}",
-                "-loggerLevel=WARN",
-            ]
-            with log.open("w") as out:
-                done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=300, check=False)
-            assert done.returncode == 0, log.read_text()[-2000:]
+            replay(rule_file, backends.logs.url, store.url, START, END, folder / "vmalert.log")
             # Every sample written, the boundaries' too, before anything is read: a minute per request, and a
             # boundary sample at each minute whose first instant has lines (11:00's included).
             edge_minutes = {line_minute for line_minute in _edge_minutes(lines) if START < line_minute <= END}

@@ -166,13 +166,8 @@ def status_words(status: int, setting: str = "", text: str = "") -> str | None:
         503: "the store is starting or overloaded, or a proxy in front of it has no healthy backend",
         504: "a proxy in front of the store gave up waiting for it",
     }.get(status)
-    if words is None:
-        return None
-    try:
-        phrase = HTTPStatus(status).phrase
-    except ValueError:
-        phrase = ""
-    return f"HTTP {status} {phrase}: {words}".replace("  ", " ")
+    # Every status above is a standard one: its phrase is known.
+    return None if words is None else f"HTTP {status} {HTTPStatus(status).phrase}: {words}"
 
 
 @dataclass(frozen=True)

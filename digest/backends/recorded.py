@@ -380,13 +380,14 @@ class RecordedLogs:
         every = _selector(self.plan.record(family), **{STAMP_LABEL: stamp})
         first, last = min(beat), max(beat)
         shift = SLOT_MS if stamp == "end" else 0
-        one, spread = _ONE.format(selector=selector, moved=""), _ONE.format(selector=every, moved="")
+        one = _ONE.format(selector=selector, moved="")
+        spread = f"max_over_time({every}[1ms]) - min_over_time({every}[1ms])"
         # Points on the samples' own times: each reads its slot's samples alone, the largest per series; and how far
         # apart the samples of one slot are in any series (0 when written once, or again the same).
         answer, apart = await asyncio.gather(
             *(
                 self.metrics.range(query, _utc_ms(first + shift), _utc_ms(last + shift), MINUTE, cache=False)
-                for query in (f"sum({one})", f"sum({spread} - {spread.replace('max_over_time', 'min_over_time')})")
+                for query in (f"sum({one})", f"sum({spread})")
             )
         )
         out: dict[int, float] = {}
