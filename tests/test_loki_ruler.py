@@ -43,6 +43,9 @@ PODS = ("api-7c9d8f6b5d-x2x9k", "feed-aggregator-lc5zrwsjcm-gkcjb", "redis-0")
 BEFORE, AFTER = timedelta(minutes=4), timedelta(minutes=5)
 # The ruler's first evaluation comes within a minute of its start; the next a minute later.
 RECORDED_SLOTS = 2
+# Lines sent this long after their timestamp while the recorders run (to VictoriaLogs), and the pod that writes them.
+LATE_BY = timedelta(seconds=10)
+LATE_POD = "ledger-5b7c9d8f6-p8q2r"
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,17 @@ def records_around(now: datetime) -> list[str]:
             number += 1
         moment += timedelta(milliseconds=400)
     return lines
+
+
+def late_record(moment: datetime, pod: str, message: str) -> dict[str, Any]:
+    """One error line of ``pod``, stamped ``moment`` (sent after it: late)."""
+    return {
+        "timestamp": moment.isoformat().replace("+00:00", "Z"),
+        "message": message,
+        "level": "error",
+        "stream": "stderr",
+        "kubernetes": {"pod_namespace": "shop", "pod_name": pod, "container_name": "app", "pod_node_name": "node-1"},
+    }
 
 
 def heartbeats(records: Server, name: str) -> list[float]:
@@ -182,6 +196,10 @@ def ruled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ruled]:
                     f"vmalert on Loki {len(heartbeats(loki_records, heartbeat))} "
                     f"({log_tail(root / 'vmalert-loki.log')})"
                 )
+            # A line 10 s late, to VictoriaLogs only: vmalert evaluates a minute 30 s after its end
+            # (``-rule.evalDelay``), so its records count it (the Loki recorders evaluate at once: see the last test).
+            moment = datetime.now(UTC) - LATE_BY
+            victoria.ingest_logs([(json.dumps(late_record(moment, LATE_POD, "ERROR late by 10 s")) + "\n").encode()])
             time.sleep(2)
         yield Ruled(loki, records, now - BEFORE, heartbeat, victoria, vmalert_heartbeat, loki_records)
     finally:
@@ -280,3 +298,71 @@ def test_minutes_vmalert_recorded_live_are_read_peaks_included(ruled: Ruled, rec
     }
     assert origins["error_lines"] == both
     assert origins["log_storms"] == both  # on the minute: Loki's ruler's own records, off it, leave these scanned
+    if recorder == "vmalert":
+        # Non-vacuous: the lines sent 10 s late are in the recorded minutes, and were counted there (no note above).
+        first_slot = datetime.fromtimestamp(inside[0] - 60, UTC)
+        last_slot_end = datetime.fromtimestamp(inside[-1], UTC)
+        assert victoria_lines(ruled, f'kubernetes.pod_name:="{LATE_POD}"', first_slot, last_slot_end) > 0
+
+
+def victoria_lines(ruled: Ruled, query: str, start: datetime, end: datetime) -> int:
+    """VictoriaLogs' count of the lines matching ``query`` in [start, end)."""
+    answer = httpx.post(
+        f"{ruled.victoria.logs.url}/select/logsql/stats_query",
+        data={
+            "query": f"{query} _time:[{start.isoformat()}, {end.isoformat()}) | stats count() as lines",
+            "time": end.isoformat(),
+        },
+        timeout=30,
+    )
+    answer.raise_for_status()
+    result = answer.json()["data"]["result"]
+    return int(result[0]["value"][1]) if result else 0
+
+
+def test_lines_sent_after_their_minute_was_recorded_are_counted(ruled: Ruled) -> None:
+    """Last (it adds lines): error lines sent minutes late into recorded minutes are counted, their minutes named.
+
+    Loki's ruler evaluates off the clock's minutes, so the run of its minutes that holds them is scanned whole;
+    vmalert's are found minute by minute.
+    """
+    beats = {
+        "ruler": heartbeats(ruled.records, ruled.heartbeat),
+        "vmalert-loki": heartbeats(ruled.loki_records, ruled.heartbeat),
+        "vmalert": heartbeats(ruled.victoria.metrics, ruled.vmalert_heartbeat),
+    }
+    # In the middle of each recorder's last recorded minute (its sample counts the minute before it).
+    moments = {recorder: datetime.fromtimestamp(times[-1] - 30, UTC) for recorder, times in beats.items()}
+    lines = [
+        late_record(moments[recorder], "api-7c9d8f6b5d-x2x9k", f"ERROR sent late for {recorder} #{number}")
+        for recorder in moments
+        for number in range(3)
+    ]
+    body = ("\n".join(json.dumps(line) for line in lines) + "\n").encode()
+    assert ruled.loki.push_records([body]).lines == len(lines)
+    ruled.victoria.ingest_logs([body])
+    start = ruled.first.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    ruled.victoria.wait_for_logs(start, datetime.now(UTC), 0)
+    for moment in moments.values():
+        deadline = time.monotonic() + 60
+        while victoria_lines(ruled, '"sent late"', moment, moment + timedelta(milliseconds=1)) < 3:
+            assert time.monotonic() < deadline, "VictoriaLogs never showed the late lines"
+            time.sleep(0.2)
+        while (
+            ruled.loki.count_lines(
+                moment - timedelta(milliseconds=1), moment, '{pod="api-7c9d8f6b5d-x2x9k"} |= "sent late"'
+            )
+            < 3
+        ):
+            assert time.monotonic() < deadline, "Loki never showed the late lines"
+            time.sleep(0.2)
+    for recorder, times in beats.items():
+        end = datetime.fromtimestamp(int(times[-1]), UTC) + timedelta(seconds=30)
+        scanned = digest_json(ruled, start, end, recorded=False, recorder=recorder)
+        recorded = digest_json(ruled, start, end, recorded=True, recorder=recorder)
+        assert without_origin(recorded) == without_origin(scanned), recorder
+        note = next(check for check in recorded["checks"] if check["name"] == "error_lines")["counted_from"]["note"]
+        if recorder == "ruler":
+            assert "recorded off the clock's minutes and so not told apart, hold more lines than" in note, note
+        else:
+            assert note.startswith("1 minute holds more lines than were recorded (late lines"), (recorder, note)

@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from digest.backends.victorialogs import time_filter
+from digest.checks.contract import Window
 from digest.pipeline.trends import earlier_windows
 from digest.pipeline.window import WindowError, day_window, last_window, parse_date, parse_duration, parse_moment
 
@@ -59,3 +60,13 @@ def test_trends_leave_out_a_past_day_the_zone_skipped() -> None:
     windows = earlier_windows(day_window(date(2011, 12, 31), zone), 7)
     assert [window.label for window in windows] == [f"2011-12-{day:02d}" for day in (29, 28, 27, 26, 25, 24)]
     assert all(window.end > window.start for window in windows)
+
+
+def test_a_ten_character_label_that_is_not_a_day_is_shifted_as_a_window() -> None:
+    """A window labelled with ten characters that are no date (``loki-zeros``) gets its earlier windows by shifting."""
+    start = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
+    window = Window(start, start + timedelta(hours=2), UTC, "loki-zeros")
+    earlier = earlier_windows(window, 1)
+    assert [(one.start, one.end, one.label) for one in earlier] == [
+        (start - timedelta(days=1), start + timedelta(hours=2) - timedelta(days=1), "loki-zeros −1d")
+    ]

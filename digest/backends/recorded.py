@@ -81,6 +81,8 @@ STAMPS: tuple[Stamp, ...] = ("end", "start")
 # family's records count negative), meaningful only added up with the other parts (`added_series`).
 _Part = TypeVar("_Part")
 _Signed = tuple[Mapping[str, str], Mapping[float, float]]
+# A sample of a minute that is not read from the records: its group, the question's column, the slot, its lines.
+_SlotCount = tuple[dict[str, str], str, int, float]
 # More runs of unrecorded minutes than this in one window: one scan of the whole window is cheaper than many.
 MAX_GAP_RUNS = 8
 
@@ -288,7 +290,12 @@ class RecordedLogs:
         async def scan(window: Window) -> list[_Signed]:
             return [(one.group, one.lines) for one in await self.inner.series(replace(question, window=window))]
 
-        parts, _ = await self._parts(question, found, read, scan)
+        def taken_back(counts: list[_SlotCount]) -> list[_Signed]:
+            return [
+                (group, {_bucket_of(slot, question): -value}) for group, name, slot, value in counts if name == column
+            ]
+
+        parts, _ = await self._parts(question, found, read, scan, taken_back)
         return added_series(parts)
 
     # Coverage of the records ------------------------------------------------------------------------------------
@@ -324,8 +331,17 @@ class RecordedLogs:
         pairs = [
             (family, stamp) for family in self.plan.families for stamp in STAMPS if heartbeat.get((family.name, stamp))
         ]
-        totals = await asyncio.gather(
-            *(self._totals(family, stamp, heartbeat[(family.name, stamp)]) for family, stamp in pairs)
+        # The lines the logs hold now in the heartbeat's minutes, asked beside the records' totals: more than were
+        # recorded, lines arrived after their minute was counted (`_late`).
+        beaten = {
+            family.name: {
+                slot: value for stamp in STAMPS for slot, value in heartbeat.get((family.name, stamp), {}).items()
+            }
+            for family in self.plan.families
+        }
+        (late_minutes, coarse), totals = await asyncio.gather(
+            self._late(window, beaten),
+            asyncio.gather(*(self._totals(family, stamp, heartbeat[(family.name, stamp)]) for family, stamp in pairs)),
         )
         found: dict[tuple[str, Stamp], dict[int, float]] = {
             (family.name, stamp): total for (family, stamp), (total, _) in zip(pairs, totals, strict=True)
@@ -364,9 +380,77 @@ class RecordedLogs:
             if why:
                 notes[family.name] = "recorded counts not used (" + "; ".join(why) + "): scanned"
                 slots = {}
+            late = late_minutes.get(family.name, set()) & set(slots)
+            if late:
+                how = ", recorded off the clock's minutes and so not told apart," if family.name in coarse else ""
+                verb = "holds" if len(late) == 1 else "hold"
+                notes[family.name] = (
+                    f"{_minutes(len(late))}{how} {verb} more lines than were recorded (late lines, or a recorder"
+                    " that counted short): those minutes scanned"
+                )
+                slots = {slot: stamp for slot, stamp in slots.items() if slot not in late}
             recorded[family.name] = slots
             phases[family.name] = starts[0] % SLOT_MS if slots else 0
         return Slots(recorded, phases, notes)
+
+    async def _late(
+        self, window: Window, beaten: Mapping[str, Mapping[int, float]]
+    ) -> tuple[dict[str, set[int]], set[str]]:
+        """Per family, the heartbeat's minutes in which the logs now hold more lines than the heartbeat counted.
+
+        A rule counts the lines its minute holds when it is evaluated (vmalert 30 s after the minute by default,
+        ``-rule.evalDelay``); a line that reaches the store later — a shipper's backlog after an outage, a node
+        whose agent was cut off — is in the logs and not in the record. So the digest counts, in the log backend,
+        each family's scope over each run of recorded minutes (one question per run, no line is read: a count, as
+        the heartbeat's), and only where a run holds more lines than its records, per minute, to find the minutes
+        to scan instead. Fewer lines than recorded are no reason to doubt a record (retention deleted them since):
+        the record stands. A recorder off the minute's grid (Loki's ruler) cannot be cut into the logs' minutes:
+        a run that holds more lines is scanned whole: such families are returned besides.
+        """
+        # Families of one scope recorded in the same minutes share their questions (a column each).
+        groups: dict[tuple[Filter, tuple[tuple[int, int], ...]], list[Family]] = {}
+        for family in self.plan.families:
+            starts = sorted(beaten.get(family.name, {}))
+            if starts:
+                groups.setdefault((family.scope, tuple(_runs(starts))), []).append(family)
+        asked = [(runs, families, run) for (_, runs), families in groups.items() for run in runs]
+        counted = await asyncio.gather(*(self._count_lines(window, families, run, None) for _, families, run in asked))
+        late: dict[str, set[int]] = {}
+        coarse: set[str] = set()
+        ahead: list[tuple[list[Family], tuple[int, int]]] = []
+        for (_, families, run), rows in zip(asked, counted, strict=True):
+            short = [
+                family for family in families if _column(rows, family.name) > _recorded_in(beaten[family.name], run)
+            ]
+            if short:
+                ahead.append((short, run))
+        on_grid = [(families, run) for families, run in ahead if run[0] % SLOT_MS == 0]
+        for families, run in ahead:
+            if run[0] % SLOT_MS:
+                for family in families:
+                    late.setdefault(family.name, set()).update(range(run[0], run[1], SLOT_MS))
+                    coarse.add(family.name)
+        minutes = await asyncio.gather(*(self._count_lines(window, families, run, MINUTE) for families, run in on_grid))
+        for (families, run), rows in zip(on_grid, minutes, strict=True):
+            for family in families:
+                record = beaten[family.name]
+                now = {round((row.bucket or 0) * 1000): row.counts.get(family.name, 0.0) for row in rows}
+                late.setdefault(family.name, set()).update(
+                    slot for slot in range(run[0], run[1], SLOT_MS) if now.get(slot, 0.0) > record.get(slot, 0.0)
+                )
+        return late, coarse
+
+    async def _count_lines(
+        self, window: Window, families: Sequence[Family], run: tuple[int, int], bucket: int | None
+    ) -> list[CountRow]:
+        """The lines of ``run`` (ms) in the families' one scope, counted in the log backend: a column per family."""
+        question = LineCount(
+            Window(_utc_ms(run[0]), _utc_ms(run[1]), window.zone, window.label),
+            families[0].scope,
+            tuple((family.name, EVERY_LINE) for family in families),
+            bucket_seconds=bucket,
+        )
+        return await self.inner.count(question)
 
     async def _totals(
         self, family: Family, stamp: Stamp, beat: Mapping[int, float]
@@ -406,7 +490,18 @@ class RecordedLogs:
         async def scan(window: Window) -> list[CountRow]:
             return await self._scan(question, window)
 
-        parts, was_read = await self._parts(question, found, read, scan)
+        def taken_back(counts: list[_SlotCount]) -> list[CountRow]:
+            if isinstance(question, PeakCount):
+                # A minute's record holds no more lines than the minute (lines are only ever added): its peak stands
+                # beside the scanned minute's, and only its lines are taken out of the sum.
+                return [CountRow(group, {"lines": -value}) for group, _, _, value in counts]
+            bucket = question.bucket_seconds
+            return [
+                CountRow(group, {name: -value}, None if bucket is None else _bucket_of(slot, question))
+                for group, name, slot, value in counts
+            ]
+
+        parts, was_read = await self._parts(question, found, read, scan, taken_back)
         return _merged(parts, peak=isinstance(question, PeakCount)) if was_read else parts[0]
 
     async def _parts(
@@ -415,11 +510,15 @@ class RecordedLogs:
         found: _Match,
         read: Callable[[Stamp, Mapping[int, Stamp]], Awaitable[list[_Part]]],
         scan: Callable[[Window], Awaitable[list[_Part]]],
+        taken_back: Callable[[list[_SlotCount]], list[_Part]],
     ) -> tuple[list[list[_Part]], bool]:
         """The question's answer in parts (each stamp's records, each scanned gap), and False when scanned whole.
 
         ``read`` reads one stamp's records of the window, ``scan`` counts a span of it in the logs: rows for a count
-        or a peak, signed series for `series`.
+        or a peak, signed series for `series`. A read adds up every sample of its span (a bucketed one, of the
+        window), and a minute that is scanned may have samples too — lines arrived after it was recorded (`_late`), a
+        heartbeat lost while the family's rule was written — so those minutes' samples are read apart and
+        ``taken_back`` makes them parts that take them out again (negative counts), and no minute is counted twice.
         """
         window = question.window
 
@@ -453,17 +552,60 @@ class RecordedLogs:
             rows = await scan(window)
             self.origins[question] = CountedFrom(0.0, float(window.seconds), note)
             return [rows], False
+        stamps = sorted(set(recorded.values()))
+        bucketed = isinstance(question, LineCount) and question.bucket_seconds is not None
+        overlaps: list[tuple[Stamp, tuple[int, int]]] = []
+        for stamp in stamps:
+            mine = [slot for slot, kind in recorded.items() if kind == stamp]
+            # The span a read adds up: the window for buckets, else from this stamp's first slot to its last.
+            first, last = (start, end) if bucketed else (min(mine), max(mine) + SLOT_MS)
+            overlaps += [(stamp, (max(a, first), min(b, last))) for a, b in gaps if a < last and first < b]
         try:
-            reads = await asyncio.gather(*(read(stamp, recorded) for stamp in sorted(set(recorded.values()))))
+            reads = await asyncio.gather(*(read(stamp, recorded) for stamp in stamps))
+            extra = await asyncio.gather(
+                *(self._unrecorded(question, found, stamp, recorded, run) for stamp, run in overlaps)
+            )
         except SourceError as exc:
             return await unread(exc)
         scans = await asyncio.gather(
             *(scan(Window(_utc_ms(a), _utc_ms(b), window.zone, window.label)) for a, b in gaps)
         )
-        parts = [*reads, *scans]
+        parts = [*reads, *(taken_back(one) for one in extra if one), *scans]
         scanned = sum(b - a for a, b in gaps) / 1000
         self.origins[question] = CountedFrom(window.seconds - scanned, scanned, note)
         return parts, True
+
+    async def _unrecorded(
+        self,
+        question: LineCount | PeakCount,
+        found: _Match,
+        stamp: Stamp,
+        recorded: Mapping[int, Stamp],
+        run: tuple[int, int],
+    ) -> list[_SlotCount]:
+        """The samples one stamp wrote for the slots of ``run`` (ms), which are not recorded: each slot's largest."""
+        query = _RecordsQuery.of(self.plan, question, found, stamp, recorded)
+        shift = SLOT_MS if stamp == "end" else 0
+        phase = next(iter(recorded)) % SLOT_MS
+        first = run[0] + (phase - run[0]) % SLOT_MS  # the first slot start of this recorder in the run
+        if first >= run[1]:
+            return []
+        last = first + (run[1] - first - 1) // SLOT_MS * SLOT_MS
+        one = _ONE.format(selector=query.selector, moved="")
+        series = await self.metrics.range(
+            f"sum by ({query.by}) ({one})", _utc_ms(first + shift), _utc_ms(last + shift), MINUTE, cache=False
+        )
+        counts: list[_SlotCount] = []
+        for each in series:
+            name = query.by_family.get(each.labels.get(COLUMN_LABEL, ""))
+            if name is None:
+                continue
+            group = query.group(each.labels)
+            for moment, value in each.points:
+                slot = round(moment * 1000) - shift
+                if run[0] <= slot < run[1] and value:
+                    counts.append((group, name, slot, _signed(each.labels, value)))
+        return counts
 
     async def _scan(self, question: LineCount | PeakCount, window: Window) -> list[CountRow]:
         if isinstance(question, PeakCount):
@@ -620,6 +762,36 @@ def _gaps(start: int, end: int, recorded: Mapping[int, Stamp]) -> list[tuple[int
     if cursor < end:
         gaps.append((cursor, end))
     return gaps
+
+
+def _runs(starts: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted slot starts (ms) as runs of consecutive minutes, [first start, last start + 60 s)."""
+    runs: list[tuple[int, int]] = []
+    for start in starts:
+        if runs and runs[-1][1] >= start:
+            runs[-1] = (runs[-1][0], max(runs[-1][1], start + SLOT_MS))
+        else:
+            runs.append((start, start + SLOT_MS))
+    return runs
+
+
+def _recorded_in(record: Mapping[int, float], run: tuple[int, int]) -> float:
+    return sum(value for slot, value in record.items() if run[0] <= slot < run[1])
+
+
+def _column(rows: Sequence[CountRow], name: str) -> float:
+    return sum(row.counts.get(name, 0.0) for row in rows)
+
+
+def _minutes(count: int) -> str:
+    return "1 minute" if count == 1 else f"{count} minutes"
+
+
+def _bucket_of(slot: int, question: LineCount) -> float:
+    """The start (unix seconds) of the question's bucket that holds the slot starting at ``slot`` ms."""
+    bucket = question.bucket_seconds or 1
+    seconds = slot // 1000
+    return float(seconds - (seconds - question.bucket_offset_seconds) % bucket)
 
 
 def _signed(labels: Mapping[str, str], value: float) -> float:

@@ -42,8 +42,9 @@ def shifted(window: Window, days_back: int) -> Window:
     A calendar day is rebuilt by `day_window`, so a past day that the zone skipped (Samoa's 30 December 2011) raises
     `WindowError` instead of becoming a window that ends before it starts.
     """
-    if len(window.label) == 10:
-        return day_window(date.fromisoformat(window.label) - timedelta(days=days_back), window.zone)
+    day = _calendar_day(window.label)
+    if day is not None:
+        return day_window(day - timedelta(days=days_back), window.zone)
     start = (window.start.astimezone(window.zone).replace(tzinfo=None) - timedelta(days=days_back)).replace(
         tzinfo=window.zone
     )
@@ -53,6 +54,16 @@ def shifted(window: Window, days_back: int) -> Window:
     return Window(
         start=start.astimezone(UTC), end=end.astimezone(UTC), zone=window.zone, label=f"{window.label} −{days_back}d"
     )
+
+
+def _calendar_day(label: str) -> date | None:
+    """The day a calendar day's window is labelled with (``2026-07-20``); None for any other window's label."""
+    if len(label) != 10:
+        return None
+    try:
+        return date.fromisoformat(label)
+    except ValueError:
+        return None  # ten characters that are not a day: a window of its own
 
 
 def earlier_windows(window: Window, days: int) -> list[Window]:
