@@ -28,6 +28,13 @@ different moments of the minute) and minutes written twice with different counts
 which an unfixed VictoriaLogs answers twice) are not trusted at all: the whole window is scanned and the note says
 why.
 
+**Late lines.** A rule counts what its minute holds when it is evaluated; lines that reach the store later are not in
+the record. Each run of recorded minutes is counted once more in the log backend (`RecordedLogs._late`: one count per
+run and scope, no filter on the lines' text), and where the logs now hold more lines than the heartbeat recorded, the
+minutes that do are found per minute, scanned instead of read, and named in the note. So a line is counted if it
+reached the store before the digest asked, whenever its minute was recorded; a recorder that counts short for any
+other reason (replayed Loki rules, which Loki's range API answers with nothing) is caught the same way.
+
 **Two stamps, any phase.** Evaluated live, a rule's sample at ``t`` counts the minute before ``t`` (vmalert
 evaluates LogsQL with ``_time:1m`` at ``t``; Loki's ruler ``[1m] offset 1ns``); replayed (``vmalert -replay``),
 VictoriaLogs' range query stamps each minute's count at the minute's start. The two are told apart by the
