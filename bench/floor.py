@@ -367,20 +367,22 @@ def cost_alone(
     pids: Mapping[str, int],
     cpu: Callable[[int], float],
     repeats: int = 3,
-) -> list[tuple[float, Query]]:
-    """The CPU seconds its backend spends on each query sent alone: after one unmeasured send, the mean of ``repeats``.
+) -> list[tuple[float, float, Query]]:
+    """What each query costs sent alone: its backend's CPU seconds and its wall seconds, after one unmeasured send.
 
-    ``pids`` maps METRICS and LOGS to the backends' processes, ``cpu`` reads a process's CPU seconds. What a digest's
-    requests cost each backend once nothing else runs: where a flood's extra time goes.
+    Each the mean of ``repeats``. ``pids`` maps METRICS and LOGS to the backends' processes, ``cpu`` reads a
+    process's CPU seconds. What a digest's requests cost each backend once nothing else runs: where a flood's extra
+    time goes, and (wall beside CPU) where a backend waits rather than works.
     """
     bases = {METRICS: vm_url.rstrip("/"), LOGS: vl_url.rstrip("/")}
-    costs: list[tuple[float, Query]] = []
+    costs: list[tuple[float, float, Query]] = []
     with httpx.Client(timeout=300.0) as client:
         for query in queries:
             url, sent = bases[query.backend] + query.path, _sent_as(query)
             client.post(url, **sent)
-            before = cpu(pids[query.backend])
+            before, started = cpu(pids[query.backend]), time.perf_counter()
             for _ in range(repeats):
                 client.post(url, **sent)
-            costs.append(((cpu(pids[query.backend]) - before) / repeats, query))
+            wall = (time.perf_counter() - started) / repeats
+            costs.append(((cpu(pids[query.backend]) - before) / repeats, wall, query))
     return costs

@@ -56,10 +56,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 
-from bench.floor import LOGS, METRICS, cost_alone, query_text, run_floor
+from bench.floor import LOGS, METRICS, Query, cost_alone, query_text, run_floor
 from bench.generate import DAY, build_cluster, day_facts
 from bench.pairs import ALL_PAIRS, LOKI, REFERENCE, VICTORIALOGS, VICTORIAMETRICS, Pair
 from bench.proxy import CountingProxy
@@ -110,7 +111,7 @@ class Timed:
     # CPU seconds the metrics store and the log store spent during each timed run (read from /proc around it).
     backend_cpu: list[tuple[float, float]] = field(default_factory=list)
     # ``--per-request``: each request of the proxied run sent alone, its backend's CPU seconds (the heaviest first).
-    alone: list[tuple[float, str, str]] = field(default_factory=list)  # (seconds, backend, query)
+    alone: list[tuple[float, float, str, str]] = field(default_factory=list)  # (CPU s, wall s, backend, query)
     error_origin: dict[str, object] = field(default_factory=dict)  # error_lines' counted_from, whole
 
     @property
@@ -197,10 +198,11 @@ def digest_runs(
     if counted.code != 0:
         raise RuntimeError(f"digest run ({pair.key}, {day}, {mode}) exited {counted.code}: {counted.stderr[-600:]}")
     replayed = recorded_queries(metrics_counts, logs_counts)
-    if per_request and mode == "recorded":
+    if per_request and mode in ("recorded", "scanned"):
         costs = cost_alone(replayed, metrics_url, logs_url, {METRICS: pids[0], LOGS: pids[1]}, process_cpu)
         timed.alone = sorted(
-            ((seconds, query.backend, query_text(query)) for seconds, query in costs), key=lambda one: -one[0]
+            ((seconds, wall, query.backend, f"{query_text(query)} @ {_when(query)}") for seconds, wall, query in costs),
+            key=lambda one: -one[1],
         )
     for _ in range(repeats):
         run, spent = with_backend_cpu(pids, command, environment(metrics_url, logs_url, records_url))
@@ -276,22 +278,47 @@ def cpu_cell(timed: Timed) -> str:
     return f"{statistics.median(timed.cpu):.2f} s; {metrics:.2f} s; {logs:.2f} s"
 
 
+def _when(query: Query) -> str:
+    """When a request asks about: its ``time``, or ``start``–``end`` (a range query)."""
+    form = dict(query.form)
+    if query.body is not None:
+        form.update(parse_qsl(query.body.decode("utf-8", errors="replace")))
+    form.update(parse_qsl(urlsplit(query.path).query))
+    if "start" in form:
+        return f"{form['start']}..{form.get('end', '')} step {form.get('step', '')}"
+    return form.get("time", "")
+
+
+def every_request(results: Sequence[Timed]) -> str:
+    """``--per-request``: every request of every measured digest, longest first (tab-separated)."""
+    rows = [
+        f"{timed.pair.label}\t{timed.day}\t{timed.mode}\t{wall * 1000:.0f}\t{seconds * 1000:.0f}\t{backend}\t{query}"
+        for timed in results
+        for seconds, wall, backend, query in timed.alone
+    ]
+    return "pair\tday\tmode\twall ms\tCPU ms\tbackend\tquery @ time\n" + "\n".join(rows) + "\n"
+
+
 def alone_report(results: Sequence[Timed], heaviest: int = 8) -> str:
-    """``--per-request``: per pair and day, the backends' CPU for the recorded digest's requests sent one by one."""
+    """``--per-request``: per pair, day and mode, the backends' CPU for the digest's requests sent one by one."""
     lines: list[str] = []
     for timed in results:
         if not timed.alone:
             continue
         spent = {
-            backend: sum(seconds for seconds, one, _ in timed.alone if one == backend) for backend in (METRICS, LOGS)
+            backend: sum(seconds for seconds, _, one, _ in timed.alone if one == backend) for backend in (METRICS, LOGS)
+        }
+        waited = {
+            backend: sum(wall for _, wall, one, _ in timed.alone if one == backend) for backend in (METRICS, LOGS)
         }
         lines.append(
-            f"{timed.pair.label}, {timed.day}, recorded, each request sent alone: the metrics store "
-            f"{spent[METRICS]:.2f} s, the log store {spent[LOGS]:.2f} s of CPU in all; the heaviest:"
+            f"{timed.pair.label}, {timed.day}, {timed.mode}, each request sent alone: the metrics store "
+            f"{spent[METRICS]:.2f} s of CPU ({waited[METRICS]:.2f} s waited), the log store {spent[LOGS]:.2f} s "
+            f"({waited[LOGS]:.2f} s waited) in all; the longest:"
         )
         lines += [
-            f"- {seconds * 1000:.0f} ms, {backend}: `{query[:140]}`"
-            for seconds, backend, query in timed.alone[:heaviest]
+            f"- {wall * 1000:.0f} ms ({seconds * 1000:.0f} ms CPU), {backend}: `{query[:160]}`"
+            for seconds, wall, backend, query in timed.alone[:heaviest]
         ]
         lines.append("")
     return "\n".join(lines) + ("\n" if lines else "")
@@ -367,7 +394,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--per-request",
         action="store_true",
-        help="also send each request of the recorded digest alone and report what it costs its backend's CPU",
+        help="also send each request of the recorded and scanned digests alone and report what each costs its"
+        " backend's CPU",
     )
     parser.add_argument(
         "--week",
@@ -467,6 +495,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(text)
     if args.output is not None:
         args.output.write_text(text, encoding="utf-8")
+        if args.per_request:
+            args.output.with_suffix(".requests.tsv").write_text(every_request(results), encoding="utf-8")
     return 0
 
 

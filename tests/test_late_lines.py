@@ -18,7 +18,9 @@ recorder that evaluated every minute at once). Then error lines arrive, stamped
 each into the pod's own stream and into a new pod's of the same workload. The digest of the window read from the
 records must be the scanned one and name the minutes it scanned for them. Loki itself refuses a line more than an
 hour behind its stream's newest (``max_chunk_age`` / 2): the 2-hour-late line of the pod's own stream is not stored,
-in neither digest — the one place late lines are lost, and they are lost to a scan too.
+in neither digest — the one place late lines are lost, and they are lost to a scan too. Above Loki's bound on what
+it counts again (`digest.backends.loki.RECOUNT_LINES`, lowered here) the records are read as they are, and the note
+says the late lines were not looked for.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ class Late:
     loki_zeros: Server  # `digest rules --for loki` replayed as they are: what Loki's range API makes of them
     start: datetime
     end: datetime
+    base_lines: int
     base_errors: int
     # Per store: the late error lines it took, by lateness and stream ("own", "new"); and when each was stamped.
     taken: dict[str, dict[tuple[str, str], int]]
@@ -233,7 +236,19 @@ def late(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Late]:
             taken["victorialogs"][key] = len(records)
             taken["loki"][key] = _push_loki(loki, records)
         loki.wait_for_lines(start - timedelta(seconds=1), end, len(base) + sum(taken["loki"].values()))
-        yield Late(victoria, victoria_records, loki, loki_records, loki_zeros, start, end, base_errors, taken, stamps)
+        yield Late(
+            victoria,
+            victoria_records,
+            loki,
+            loki_records,
+            loki_zeros,
+            start,
+            end,
+            len(base),
+            base_errors,
+            taken,
+            stamps,
+        )
     finally:
         victoria.stop()
         loki.stop()
@@ -324,4 +339,20 @@ def test_loki_rules_replayed_as_they_are_count_nothing_and_are_not_believed(late
         "scanned_seconds": 60.0 * minutes,
         "note": f"{minutes} minutes hold more lines than were recorded (late lines, or a recorder that counted"
         " short): those minutes scanned",
+    }
+
+
+def test_on_loki_records_too_many_to_count_again_are_read_as_they_are_and_said_to_be(
+    late: Late, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above Loki's recount bound the late lines are not looked for: the records are read, and the note says so."""
+    monkeypatch.setattr("digest.backends.loki.RECOUNT_LINES", late.base_lines - 1)
+    errors = _check(_digest(late, "loki", late.end, recorded=True), "error_lines")
+    assert errors["value"] == late.base_errors  # the records' count: the late lines are not in it
+    assert errors["counted_from"] == {
+        "source": "recorded",
+        "recorded_seconds": (late.end - late.start).total_seconds(),
+        "scanned_seconds": 0.0,
+        "note": "lines that reached the logs after their minute was recorded were not looked for: the records hold"
+        f" {late.base_lines:,} lines, which this log backend would count again at the cost of scanning them",
     }

@@ -88,17 +88,19 @@ async def open_sources(settings: Settings, policy: Policy | None = None) -> Asyn
     fields = (policy or Policy()).logs.role_fields()
     metrics = PrometheusSource(vm, tls=tls, scope=settings.metrics_scope)
     logs: VictoriaLogsSource | LokiSource
+    recount_up_to: int | None = None  # VictoriaLogs counts a day's lines again from its blocks' headers
     if settings.log_backend is LogBackend.LOKI:
-        from digest.backends.loki import LokiSource
+        from digest.backends.loki import RECOUNT_LINES, LokiSource
 
         logs = LokiSource(log_endpoint, tls=tls, fields=fields, scope=settings.logs_scope)
+        recount_up_to = RECOUNT_LINES
     else:
         logs = VictoriaLogsSource(log_endpoint, tls=tls, fields=fields, scope=settings.logs_scope)
     counted: LogsSource = logs
     records = metrics if elsewhere is None else PrometheusSource(elsewhere, tls=tls, scope=settings.metrics_scope)
     if settings.recorded_counts is RecordedCounts.AUTO:
         # Counts recorded by vmalert or Loki's ruler where they cover the window; the logs scanned for the rest.
-        counted = RecordedLogs(logs, records, recording_plan(policy or Policy(), settings.logs_scope))
+        counted = RecordedLogs(logs, records, recording_plan(policy or Policy(), settings.logs_scope), recount_up_to)
     try:
         # Half scoped: the metrics name one cluster, the logs do not (the settings name no logs selector).
         half = bool(settings.metrics_scope) and not settings.logs_scope

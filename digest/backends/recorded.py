@@ -151,6 +151,15 @@ class RecordingPlan:
         return f"digest:recorder:v{hashlib.sha256(versions.encode()).hexdigest()[:8]}"
 
 
+@dataclass
+class _Recount:
+    """What counting the recorded minutes again in the logs found (`RecordedLogs._late`), per family."""
+
+    late: dict[str, set[int]] = field(default_factory=dict)  # slots holding more lines than recorded
+    coarse: set[str] = field(default_factory=set)  # families whose late slots are whole runs (off the minute grid)
+    unchecked: dict[str, float] = field(default_factory=dict)  # recorded lines not counted again (too costly)
+
+
 @dataclass(frozen=True)
 class _Match:
     """How a question is read from a family: its columns' names in the family, and the fields it groups by."""
@@ -227,10 +236,14 @@ class RecordedLogs:
     per question answered, where its counts came from.
     """
 
-    def __init__(self, inner: LogsSource, metrics: RecordsReader, plan: RecordingPlan) -> None:
+    def __init__(
+        self, inner: LogsSource, metrics: RecordsReader, plan: RecordingPlan, recount_up_to: int | None = None
+    ) -> None:
         self.inner = inner
         self.metrics = metrics
         self.plan = plan
+        # The most recorded lines a run of minutes may hold for the logs to be counted again (`_late`); None: any.
+        self.recount_up_to = recount_up_to
         self.origins: dict[object, CountedFrom] = {}
         self._slots: dict[tuple[datetime, datetime], asyncio.Future[Slots]] = {}
 
@@ -346,7 +359,7 @@ class RecordedLogs:
             }
             for family in self.plan.families
         }
-        (late_minutes, coarse), totals = await asyncio.gather(
+        recount, totals = await asyncio.gather(
             self._late(window, beaten),
             asyncio.gather(*(self._totals(family, stamp, heartbeat[(family.name, stamp)]) for family, stamp in pairs)),
         )
@@ -387,9 +400,17 @@ class RecordedLogs:
             if why:
                 notes[family.name] = "recorded counts not used (" + "; ".join(why) + "): scanned"
                 slots = {}
-            late = late_minutes.get(family.name, set()) & set(slots)
+            late = recount.late.get(family.name, set()) & set(slots)
+            unchecked = recount.unchecked.get(family.name, 0.0)
+            if unchecked and slots:
+                notes[family.name] = (
+                    f"lines that reached the logs after their minute was recorded were not looked for: the records hold"
+                    f" {_lines(unchecked)}, which this log backend would count again at the cost of scanning them"
+                )
             if late:
-                how = ", recorded off the clock's minutes and so not told apart," if family.name in coarse else ""
+                how = (
+                    ", recorded off the clock's minutes and so not told apart," if family.name in recount.coarse else ""
+                )
                 verb = "holds" if len(late) == 1 else "hold"
                 notes[family.name] = (
                     f"{_minutes(len(late))}{how} {verb} more lines than were recorded (late lines, or a recorder"
@@ -400,19 +421,18 @@ class RecordedLogs:
             phases[family.name] = starts[0] % SLOT_MS if slots else 0
         return Slots(recorded, phases, notes)
 
-    async def _late(
-        self, window: Window, beaten: Mapping[str, Mapping[int, float]]
-    ) -> tuple[dict[str, set[int]], set[str]]:
+    async def _late(self, window: Window, beaten: Mapping[str, Mapping[int, float]]) -> _Recount:
         """Per family, the heartbeat's minutes in which the logs now hold more lines than the heartbeat counted.
 
         A rule counts the lines its minute holds when it is evaluated (vmalert 30 s after the minute by default,
         ``-rule.evalDelay``); a line that reaches the store later — a shipper's backlog after an outage, a node
         whose agent was cut off — is in the logs and not in the record. So the digest counts, in the log backend,
-        each family's scope over each run of recorded minutes (one question per run, no line is read: a count, as
-        the heartbeat's), and only where a run holds more lines than its records, per minute, to find the minutes
-        to scan instead. Fewer lines than recorded are no reason to doubt a record (retention deleted them since):
-        the record stands. A recorder off the minute's grid (Loki's ruler) cannot be cut into the logs' minutes:
-        a run that holds more lines is scanned whole: such families are returned besides.
+        each family's scope over each run of recorded minutes (one question per run and scope: a count, with no
+        filter on the lines' text), and only where a run holds more lines than its records, per minute, to find the
+        minutes to scan instead. Fewer lines than recorded are no reason to doubt a record (retention deleted them
+        since): the record stands. A recorder off the minute's grid (Loki's ruler) cannot be cut into the logs'
+        minutes: a run that holds more lines is scanned whole. A run whose records hold more than
+        ``recount_up_to`` lines is not counted again (on Loki that count costs what a scan of every line costs).
         """
         # Families of one scope recorded in the same minutes share their questions (a column each).
         groups: dict[tuple[Filter, tuple[tuple[int, int], ...]], list[Family]] = {}
@@ -420,12 +440,19 @@ class RecordedLogs:
             starts = sorted(beaten.get(family.name, {}))
             if starts:
                 groups.setdefault((family.scope, tuple(_runs(starts))), []).append(family)
-        asked = [(runs, families, run) for (_, runs), families in groups.items() for run in runs]
-        counted = await asyncio.gather(*(self._count_lines(window, families, run, None) for _, families, run in asked))
-        late: dict[str, set[int]] = {}
-        coarse: set[str] = set()
+        recount = _Recount()
+        asked: list[tuple[list[Family], tuple[int, int]]] = []
+        for (_, runs), families in groups.items():
+            for run in runs:
+                held = max(_recorded_in(beaten[family.name], run) for family in families)
+                if self.recount_up_to is not None and held > self.recount_up_to:
+                    for family in families:
+                        recount.unchecked[family.name] = recount.unchecked.get(family.name, 0.0) + held
+                else:
+                    asked.append((families, run))
+        counted = await asyncio.gather(*(self._count_lines(window, families, run, None) for families, run in asked))
         ahead: list[tuple[list[Family], tuple[int, int]]] = []
-        for (_, families, run), rows in zip(asked, counted, strict=True):
+        for (families, run), rows in zip(asked, counted, strict=True):
             short = [
                 family for family in families if _column(rows, family.name) > _recorded_in(beaten[family.name], run)
             ]
@@ -435,17 +462,20 @@ class RecordedLogs:
         for families, run in ahead:
             if run[0] % SLOT_MS:
                 for family in families:
-                    late.setdefault(family.name, set()).update(range(run[0], run[1], SLOT_MS))
-                    coarse.add(family.name)
+                    recount.late.setdefault(family.name, set()).update(range(run[0], run[1], SLOT_MS))
+                    recount.coarse.add(family.name)
         minutes = await asyncio.gather(*(self._count_lines(window, families, run, MINUTE) for families, run in on_grid))
         for (families, run), rows in zip(on_grid, minutes, strict=True):
             for family in families:
                 record = beaten[family.name]
-                now = {round((row.bucket or 0) * 1000): row.counts.get(family.name, 0.0) for row in rows}
-                late.setdefault(family.name, set()).update(
+                now: dict[int, float] = {}
+                for row in rows:
+                    slot = round((row.bucket or 0) * 1000)
+                    now[slot] = now.get(slot, 0.0) + row.counts.get(family.name, 0.0)
+                recount.late.setdefault(family.name, set()).update(
                     slot for slot in range(run[0], run[1], SLOT_MS) if now.get(slot, 0.0) > record.get(slot, 0.0)
                 )
-        return late, coarse
+        return recount
 
     async def _count_lines(
         self, window: Window, families: Sequence[Family], run: tuple[int, int], bucket: int | None
@@ -788,6 +818,12 @@ def _recorded_in(record: Mapping[int, float], run: tuple[int, int]) -> float:
 
 def _column(rows: Sequence[CountRow], name: str) -> float:
     return sum(row.counts.get(name, 0.0) for row in rows)
+
+
+def _lines(count: float) -> str:
+    if count >= 1_000_000:
+        return f"{count / 1_000_000:.1f} M lines"
+    return f"{count:,.0f} lines"
 
 
 def _minutes(count: int) -> str:
