@@ -13,7 +13,9 @@ and then stamps both alike (measured: 4 of 90 answers), so which sample is the m
 finds the minutes written twice with different counts and scans the window, saying why, rather than read a count
 that may be short or long. A VictoriaLogs with the fix of its issue 587 answers one bucket per request, and the
 minutes are read from the records. Checked here: the premise (two samples at one timestamp), the digest of the hour
-equal to the scanned one with the reason named, the live rules exact on the edges at every precision.
+equal to the scanned one with the reason named, the live rules exact on the edges at every precision — on
+VictoriaLogs, and on a real Loki the rules `digest rules --for loki` writes, asked as its ruler asks them (``[1m]
+offset 1ns``: [t − 60 s, t)).
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ import httpx
 import pytest
 import yaml
 
+from digest.backends.loki import rfc3339_nanos, unix_nanos
 from digest.testbed.embedded import EmbeddedBackends, Server, free_port
-from tests.command import backend_env, run_digest
+from digest.testbed.loki_server import LokiServer, loki_binary_or_skip
+from tests.command import backend_env, clean_env, run_digest
 from tests.test_recorded_counts import flush_and_wait, replay, rfc3339
 
 START = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
@@ -207,3 +211,56 @@ def test_the_live_rules_count_each_edge_line_in_the_minute_it_starts(edges: Edge
         answer = httpx.post(url, data={"query": heartbeat, "time": rfc3339(at)}, timeout=30).json()["data"]["result"]
         counted = {row["metric"]["__name__"]: int(row["value"][1]) for row in answer}
         assert counted["pod_lines"] == scanned[at - timedelta(minutes=1)], at
+
+
+def _nanos(record: dict[str, Any]) -> int:
+    """A record's timestamp in Unix nanoseconds, as a shipper's number or RFC 3339 says it."""
+    stamp, text = record["timestamp"], record["message"].rsplit(" at ", 1)[1]
+    if isinstance(stamp, str):
+        return unix_nanos(datetime.fromisoformat(text))
+    digits = len(str(stamp))
+    return int(stamp) * (10**9 if digits <= 10 else 10**6 if digits <= 13 else 1)
+
+
+@pytest.fixture(scope="module")
+def loki_edges() -> Iterator[LokiServer]:
+    """The same hour in a real Loki 3.5.12, each line at its precision's exact instant (pushed as Promtail does)."""
+    binary = loki_binary_or_skip()
+    lines = _lines()
+    streams: dict[tuple[str, str], list[list[str]]] = {}
+    for record in sorted(lines, key=_nanos):
+        key = (record["kubernetes"]["pod_name"], record["stream"])
+        streams.setdefault(key, []).append([str(_nanos(record)), record["message"]])
+    with LokiServer(binary=binary) as loki:
+        body = {
+            "streams": [
+                {
+                    "stream": {"namespace": "edges", "pod": pod, "container": "app", "node_name": NODE, "stream": kind},
+                    "values": values,
+                }
+                for (pod, kind), values in streams.items()
+            ]
+        }
+        httpx.post(f"{loki.url}/loki/api/v1/push", json=body, timeout=60).raise_for_status()
+        loki.wait_for_lines(START - timedelta(seconds=1), END + timedelta(seconds=1), len(lines))
+        yield loki
+
+
+def test_the_loki_rules_count_each_edge_line_in_the_minute_it_starts(loki_edges: LokiServer) -> None:
+    """Asked as Loki's ruler asks them (an instant query at t), the Loki rules count [t − 60 s, t) at each precision."""
+    printed = run_digest("rules", "--for", "loki", env=clean_env())
+    assert printed.returncode == 0, printed.stderr
+    rules = yaml.safe_load(printed.stdout)["groups"][0]["rules"]
+    heartbeat = next(
+        rule["expr"]
+        for rule in rules
+        if rule["record"].startswith("digest:recorder:") and rule["labels"]["stats_result"] == "pod_lines"
+    )
+    for minute, expected in ((1, 16), (2, 16), (3, 16), (30, 16), (60, 16), (61, 1)):  # 11:01: the 11:00 line alone
+        at = START + timedelta(minutes=minute)
+        answer = httpx.get(
+            f"{loki_edges.url}/loki/api/v1/query",
+            params={"query": heartbeat, "time": rfc3339_nanos(unix_nanos(at))},
+            timeout=30,
+        ).json()["data"]["result"]
+        assert [int(float(row["value"][1])) for row in answer] == [expected], at
