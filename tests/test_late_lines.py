@@ -38,8 +38,9 @@ import httpx
 import pytest
 import yaml
 
-from digest.app.engine import Config, make_digest
+from digest.app.engine import Config, make_digest, open_sources
 from digest.app.settings import load_settings
+from digest.backends.recorded import RecordedLogs, Slots
 from digest.checks.contract import Window
 from digest.output.render import to_json
 from digest.pipeline.policy import Policy
@@ -356,3 +357,26 @@ def test_on_loki_records_too_many_to_count_again_are_read_as_they_are_and_said_t
         "note": "lines that reached the logs after their minute was recorded were not looked for: the records hold"
         f" {late.base_lines:,} lines, which this log backend would count again at the cost of scanning them",
     }
+
+
+def test_on_loki_only_the_digests_own_window_is_counted_again(late: Late) -> None:
+    """On Loki a window the digest does not grade (a trend's earlier day) is read from its records as they are."""
+
+    async def measured() -> tuple[Slots, Slots]:
+        settings = load_settings(
+            vm_url=late.loki_records.url, loki_url=late.loki.url, cluster="loki", timezone="UTC", policy_file=None
+        )
+        async with open_sources(settings, Policy()) as sources:
+            logs = sources.logs
+            assert isinstance(logs, RecordedLogs)
+            window = Window(late.start, late.end, UTC, "loki")
+            trend = await logs.slots(window)
+            logs.graded(window)
+            return trend, await logs.slots(window)
+
+    trend, graded = asyncio.run(measured())
+    minutes = int((late.end - late.start).total_seconds() // 60)
+    assert len(trend.recorded["pod_lines"]) == minutes
+    assert "pod_lines" not in trend.notes
+    assert len(graded.recorded["pod_lines"]) == minutes - len(late.late_minutes("loki"))
+    assert graded.notes["pod_lines"].startswith("3 minutes hold more lines than were recorded")

@@ -155,6 +155,8 @@ async def _digest(config: Config, window: Window, deadline: float, sources: Sour
     if history is not None and sources.sightings is not None:
         # What earlier digests learnt of the sources (the state file): a look-back asks only what it does not know.
         await history.recall_sightings(sources.sightings)
+    if isinstance(sources.logs, RecordedLogs):
+        sources.logs.graded(window)  # where counting the logs again is costly, only the digest's own window
     today = asyncio.ensure_future(collect(checks, sources, window, policy, deadline))
     past: list[Digest] = []
     if policy.trends.enabled and policy.trends.days:

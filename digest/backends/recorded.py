@@ -245,7 +245,8 @@ class RecordedLogs:
         # The most recorded lines a run of minutes may hold for the logs to be counted again (`_late`); None: any.
         self.recount_up_to = recount_up_to
         self.origins: dict[object, CountedFrom] = {}
-        self._slots: dict[tuple[datetime, datetime], asyncio.Future[Slots]] = {}
+        self._slots: dict[tuple[datetime, datetime, bool], asyncio.Future[Slots]] = {}
+        self._graded: set[tuple[datetime, datetime]] = set()
 
     @property
     def name(self) -> str:
@@ -320,15 +321,25 @@ class RecordedLogs:
 
     # Coverage of the records ------------------------------------------------------------------------------------
 
+    def graded(self, window: Window) -> None:
+        """Say that ``window``'s counts are graded (a digest's own, not a trend's earlier day).
+
+        Where counting the logs again is costly (``recount_up_to`` set: Loki), late lines are looked for in graded
+        windows only: a trend's earlier days feed a median, and seven of them counted again on Loki would cost seven
+        scans of every line.
+        """
+        self._graded.add((window.start, window.end))
+
     async def slots(self, window: Window) -> Slots:
         """The recorded slots of ``window`` per family, measured once per window and shared by its questions."""
-        key = (window.start, window.end)
+        look_for_late = self.recount_up_to is None or (window.start, window.end) in self._graded
+        key = (window.start, window.end, look_for_late)
         known = self._slots.get(key)
         if known is None:
-            known = self._slots[key] = asyncio.ensure_future(self._measure(window))
+            known = self._slots[key] = asyncio.ensure_future(self._measure(window, look_for_late))
         return await asyncio.shield(known)
 
-    async def _measure(self, window: Window) -> Slots:
+    async def _measure(self, window: Window, look_for_late: bool = True) -> Slots:
         start, end = _ms(window.start), _ms(window.end)
         # Every heartbeat sample whose slot may touch the window; a slot is kept only if it lies wholly inside.
         # One request for both stamps (a window without any record, every earlier day's, costs just this one).
@@ -367,7 +378,7 @@ class RecordedLogs:
             for family in self.plan.families
         }
         recount, totals = await asyncio.gather(
-            self._late(window, beaten),
+            self._late(window, beaten if look_for_late else {}),
             asyncio.gather(
                 *(
                     self._totals(family, stamp, heartbeat[(family.name, stamp)], twice_written)
