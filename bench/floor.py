@@ -351,13 +351,18 @@ async def run_floor(
     return FloorResult(seconds=elapsed, per_query=timings)
 
 
-def query_text(query: Query) -> str:
-    """What a query asks, for a report: its ``query`` field (PromQL, LogsQL or LogQL), else its path."""
+def sent_fields(query: Query) -> dict[str, str]:
+    """Every field a query sends: its form, its body's and its path's query string."""
     form = dict(query.form)
     if query.body is not None:
         form.update(parse_qsl(query.body.decode("utf-8", errors="replace")))
     form.update(parse_qsl(urlsplit(query.path).query))
-    return form.get("query", urlsplit(query.path).path)
+    return form
+
+
+def query_text(query: Query) -> str:
+    """What a query asks, for a report: its ``query`` field (PromQL, LogsQL or LogQL), else its path."""
+    return sent_fields(query).get("query", urlsplit(query.path).path)
 
 
 def cost_alone(

@@ -56,11 +56,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 
-from bench.floor import LOGS, METRICS, Query, cost_alone, query_text, run_floor
+from bench.floor import LOGS, METRICS, Query, cost_alone, query_text, run_floor, sent_fields
 from bench.generate import DAY, build_cluster, day_facts
 from bench.pairs import ALL_PAIRS, LOKI, REFERENCE, VICTORIALOGS, VICTORIAMETRICS, Pair
 from bench.proxy import CountingProxy
@@ -280,10 +279,7 @@ def cpu_cell(timed: Timed) -> str:
 
 def _when(query: Query) -> str:
     """When a request asks about: its ``time``, or ``start``–``end`` (a range query)."""
-    form = dict(query.form)
-    if query.body is not None:
-        form.update(parse_qsl(query.body.decode("utf-8", errors="replace")))
-    form.update(parse_qsl(urlsplit(query.path).query))
+    form = sent_fields(query)
     if "start" in form:
         return f"{form['start']}..{form.get('end', '')} step {form.get('step', '')}"
     return form.get("time", "")

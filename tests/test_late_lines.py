@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -47,7 +45,7 @@ from digest.pipeline.policy import Policy
 from digest.testbed.embedded import EmbeddedBackends, Server, free_port
 from digest.testbed.loki_server import LokiServer, loki_binary_or_skip
 from tests.command import clean_env, run_digest
-from tests.test_recorded_counts import flush_and_wait, vmalert_binary
+from tests.test_recorded_counts import flush_and_wait, replay
 
 NAMESPACE = "shop"
 POD = "orders-api-6d8f7b9c5-k2x7p"
@@ -105,29 +103,6 @@ class Late:
         return sum(
             count for (name, _), count in self.taken[store].items() if self.start <= self.stamps[name] < self.end
         )
-
-
-def _replay(
-    rule_file: Path, datasource: str, written: str, start: datetime, end: datetime, log: Path, *extra: str
-) -> None:
-    """``vmalert -replay`` over [start, end), one minute per request."""
-    command = [
-        vmalert_binary(),
-        f"-rule={rule_file}",
-        f"-datasource.url={datasource}",
-        f"-remoteWrite.url={written}",
-        f"-replay.timeFrom={start.isoformat().replace('+00:00', 'Z')}",
-        f"-replay.timeTo={end.isoformat().replace('+00:00', 'Z')}",
-        "-replay.maxDatapointsPerQuery=1",
-        "-replay.rulesDelay=0s",
-        "-replay.disableProgressBar",
-        f"-httpListenAddr=127.0.0.1:{free_port()}",
-        "-loggerLevel=WARN",
-        *extra,
-    ]
-    with log.open("a") as out:
-        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=300, check=False)
-    assert done.returncode == 0, log.read_text()[-2000:]
 
 
 def _push_loki(loki: LokiServer, records: Sequence[dict[str, Any]]) -> int:
@@ -200,9 +175,9 @@ def late(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Late]:
         assert loki.push_records([_chunk(base)]).lines == len(base)
         loki.wait_for_lines(start - timedelta(seconds=1), end, len(base))  # its range is open on the left
         # The replayed LogsQL stamps a minute at its start, the LogQL (the live rules) at its end: one more step.
-        _replay(vmalert_rules, victoria.logs.url, victoria_records.url, start, end, root / "vmalert.log")
+        replay(vmalert_rules, victoria.logs.url, victoria_records.url, start, end, root / "vmalert.log")
         for rule_file, store in ((loki_replay, loki_records), (loki_rules, loki_zeros)):
-            _replay(
+            replay(
                 rule_file,
                 f"{loki.url}/loki",
                 store.url,

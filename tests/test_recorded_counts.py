@@ -72,8 +72,13 @@ def rules(corpus_backends: EmbeddedBackends, *args: str, policy_file: Path | Non
     return done.stdout
 
 
-def replay(rule_file: Path, logs_url: str, records_url: str, start: datetime, end: datetime, log: Path) -> None:
-    """``vmalert -replay`` of ``rule_file`` over [start, end), one minute per request (see recording_rules)."""
+def replay(
+    rule_file: Path, logs_url: str, records_url: str, start: datetime, end: datetime, log: Path, *extra: str
+) -> None:
+    """``vmalert -replay`` of ``rule_file`` over [start, end), one minute per request (see recording_rules).
+
+    ``extra``: more vmalert flags (``-rule.validateExpressions=false`` for LogQL read from Loki's API).
+    """
     command = [
         vmalert_binary(),
         f"-rule={rule_file}",
@@ -86,6 +91,7 @@ def replay(rule_file: Path, logs_url: str, records_url: str, start: datetime, en
         "-replay.disableProgressBar",
         f"-httpListenAddr=127.0.0.1:{free_port()}",
         "-loggerLevel=WARN",
+        *extra,
     ]
     with log.open("a") as out:
         done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=300, check=False)

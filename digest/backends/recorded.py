@@ -57,7 +57,7 @@ from itertools import pairwise
 from typing import Literal, Protocol, TypeVar
 
 from digest.backends.http import asked_ahead
-from digest.checks.contract import CountedFrom, RangeSeries, Sample, SourceError, Window
+from digest.checks.contract import CountedFrom, RangeSeries, Sample, SourceError, Window, fmt_int
 from digest.checks.log_questions import (
     EVERY_LINE,
     CountRow,
@@ -464,21 +464,20 @@ class RecordedLogs:
             if starts:
                 groups.setdefault((family.scope, tuple(_runs(starts))), []).append(family)
         recount = _Recount()
-        asked: list[tuple[list[Family], tuple[int, int]]] = []
+        # Per run, each family's recorded lines: what decides whether it is counted again, and what it is held to.
+        asked: list[tuple[list[Family], tuple[int, int], dict[str, float]]] = []
         for (_, runs), families in groups.items():
             for run in runs:
-                held = max(_recorded_in(beaten[family.name], run) for family in families)
-                if self.recount_up_to is not None and held > self.recount_up_to:
-                    for family in families:
-                        recount.unchecked[family.name] = recount.unchecked.get(family.name, 0.0) + held
+                held = {family.name: _recorded_in(beaten[family.name], run) for family in families}
+                if self.recount_up_to is not None and max(held.values()) > self.recount_up_to:
+                    for name, lines in held.items():
+                        recount.unchecked[name] = recount.unchecked.get(name, 0.0) + lines
                 else:
-                    asked.append((families, run))
-        counted = await asyncio.gather(*(self._count_lines(window, families, run, None) for families, run in asked))
+                    asked.append((families, run, held))
+        counted = await asyncio.gather(*(self._count_lines(window, families, run, None) for families, run, _ in asked))
         ahead: list[tuple[list[Family], tuple[int, int]]] = []
-        for (families, run), rows in zip(asked, counted, strict=True):
-            short = [
-                family for family in families if _column(rows, family.name) > _recorded_in(beaten[family.name], run)
-            ]
+        for (families, run, held), rows in zip(asked, counted, strict=True):
+            short = [family for family in families if _column(rows, family.name) > held[family.name]]
             if short:
                 ahead.append((short, run))
         on_grid = [(families, run) for families, run in ahead if run[0] % SLOT_MS == 0]
@@ -625,8 +624,9 @@ class RecordedLogs:
             overlaps += [(stamp, (max(a, first), min(b, last))) for a, b in gaps if a < last and first < b]
         try:
             reads = await asyncio.gather(*(read(stamp, recorded) for stamp in stamps))
+            phase = covered.phase.get(found.family.name, 0)
             extra = await asyncio.gather(
-                *(self._unrecorded(question, found, stamp, recorded, run) for stamp, run in overlaps)
+                *(self._unrecorded(question, found, stamp, recorded, phase, run) for stamp, run in overlaps)
             )
         except SourceError as exc:
             return await unread(exc)
@@ -644,12 +644,15 @@ class RecordedLogs:
         found: _Match,
         stamp: Stamp,
         recorded: Mapping[int, Stamp],
+        phase: int,
         run: tuple[int, int],
     ) -> list[_SlotCount]:
-        """The samples one stamp wrote for the slots of ``run`` (ms), which are not recorded: each slot's largest."""
+        """The samples one stamp wrote for the slots of ``run`` (ms), which are not recorded: each slot's largest.
+
+        ``phase``: where the recorder's slots start within a minute (`Slots.phase`).
+        """
         query = _RecordsQuery.of(self.plan, question, found, stamp, recorded)
         shift = SLOT_MS if stamp == "end" else 0
-        phase = next(iter(recorded)) % SLOT_MS
         first = run[0] + (phase - run[0]) % SLOT_MS  # the first slot start of this recorder in the run
         if first >= run[1]:
             return []
@@ -847,9 +850,7 @@ def _column(rows: Sequence[CountRow], name: str) -> float:
 
 
 def _lines(count: float) -> str:
-    if count >= 1_000_000:
-        return f"{count / 1_000_000:.1f} M lines"
-    return f"{count:,.0f} lines"
+    return f"{count / 1_000_000:.1f} M lines" if count >= 1_000_000 else f"{fmt_int(count)} lines"
 
 
 def _minutes(count: int) -> str:
