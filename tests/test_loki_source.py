@@ -20,7 +20,15 @@ import httpx
 import pytest
 
 from digest.backends.http import Endpoint
-from digest.backends.loki import LogqlWriter, LokiSource, bucket_plan, counted_terms, word_regex
+from digest.backends.loki import (
+    Fold,
+    LogqlWriter,
+    LokiSource,
+    bucket_plan,
+    counted_terms,
+    fold_plan,
+    word_regex,
+)
 from digest.backends.victorialogs import VictoriaLogsSource
 from digest.checks.contract import SourceError, SourceErrorKind, Sources, Status, Window
 from digest.checks.coverage import Grid, logs_question, pod_logs
@@ -218,7 +226,9 @@ def test_writer_puts_each_filter_kind_where_loki_reads_it() -> None:
     assert in_any.endswith("| drop digest_line")
     json_query = writer.log_query(Matches(Json("response.code"), "5.."))
     assert '| json digest_json_0="[\\"response.code\\"]"' in json_query
-    assert '| drop __error__, __error_details__ | digest_json_0=~"5.."' in json_query
+    # A line that does not end in "}" (cut short, or not an object) reads no key, as on VictoriaLogs.
+    assert '| regexp "(?P<digest_json_end>\\\\}\\\\s*$)" | json' in json_query
+    assert '| drop __error__, __error_details__, digest_json_end | digest_json_0=~"5.."' in json_query
     custom = LogqlWriter({"namespace": "k8s_namespace_name"})
     assert custom.log_query(AllOf()) == '{k8s_namespace_name=~".+"}'
 
@@ -554,3 +564,76 @@ def test_a_disjunction_that_reads_the_line_is_counted_by_inclusion_exclusion() -
     # Without a contradiction the overlap is subtracted: count(A ∨ B) = count(A) + count(B) − count(A ∧ B).
     word, pod = HasWord("timeout"), Is("pod", "api-1")
     assert counted_terms(AnyOf((word, pod))) == [(1, word), (1, pod), (-1, AllOf((word, pod)))]
+
+
+# Folded columns ---------------------------------------------------------------------------------------------------
+
+
+def test_a_column_one_label_apart_is_counted_in_the_pass_of_every_line() -> None:
+    """error_lines' error levels and envoy_flags' 5xx codes ride on their question's scan of every line."""
+    scope = Is("namespace", "gateway")
+    code = Matches(Json("response_code"), "5[0-9][0-9]")
+    planned = fold_plan([scope, AllOf((scope, code))], scope)
+    assert planned is not None
+    assert (planned.base, planned.column, planned.sign, planned.fold, planned.rest) == (
+        0,
+        1,
+        1,
+        Fold(Json("response_code"), "5[0-9][0-9]"),
+        (),
+    )
+    levels = OneOf("level", ("error", "err"))
+    unlabelled = AllOf((Empty("level"), HasWord("error")))
+    planned = fold_plan([EVERY_LINE, AnyOf((levels, unlabelled))], EVERY_LINE)
+    assert planned is not None
+    assert planned.fold == Fold("level", "(?i)(error|err)")
+    assert planned.rest == ((1, unlabelled),)  # the word still needs the line: asked apart
+    # No column of every line, or a column two conditions apart: nothing to fold into.
+    assert fold_plan([levels, unlabelled], EVERY_LINE) is None
+    assert fold_plan([EVERY_LINE, AllOf((levels, Is("pod", "a")))], EVERY_LINE) is None
+    question = LineCount(
+        window=WINDOW, columns=(("total", EVERY_LINE), ("errors", ERROR_RULE)), by=("namespace", "pod")
+    )
+    writer = LogqlWriter()
+    asked = [form["query"] for _, form in writer.requests(question)]
+    assert len(asked) == 2  # every line with its error levels, then the unlabelled lines with the word
+    assert asked[0].startswith("sum by (namespace, pod, digest_fold) (label_replace(sum by (namespace, pod, level) (")
+    assert asked[0].endswith('"digest_fold", "1", "level", "(?i)(error|err|fatal|critical|panic)"))')
+
+
+def test_a_folded_count_too_wide_for_max_query_series_is_asked_apart(
+    loki: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """300 pods of two levels: the folded pass (600 groups) is refused, the columns apart (300) answer exactly."""
+    day = datetime(2026, 6, 5, tzinfo=UTC)
+    pods = [f"pod-{index:03d}" for index in range(300)]
+    records = [
+        _record(day + timedelta(seconds=1 + 2 * index + offset), "wide", pod, message, level)
+        for index, pod in enumerate(pods)
+        for offset, (message, level) in enumerate((("it failed", "error"), ("all good", "info")))
+    ]
+    summary = loki.push_records([_ndjson(records)])
+    assert summary.lines == len(records)
+    loki.wait_for_lines(day, day + timedelta(days=1), len(records), selector='{namespace="wide"}')
+    window = Window(day, day + timedelta(days=1), UTC, "wide")
+    question = LineCount(
+        window=window,
+        scope=Is("namespace", "wide"),
+        columns=(("total", EVERY_LINE), ("errors", ERROR_RULE)),
+        by=("namespace", "pod"),
+    )
+    source = _loki_source(loki.url)
+
+    async def twice() -> tuple[list[CountRow], list[CountRow]]:
+        try:
+            return await source.count(question), await source.count(question)
+        finally:
+            await source.aclose()
+
+    with caplog.at_level("INFO", logger="digest.backends.loki"):
+        first, second = asyncio.run(twice())
+    expected = {("wide", pod): {"total": 2.0, "errors": 1.0} for pod in pods}
+    for rows in (first, second):
+        assert {(row.group["namespace"], row.group["pod"]): row.counts for row in rows} == expected
+    said = [record.getMessage() for record in caplog.records if "max_query_series" in record.getMessage()]
+    assert len(said) == 1, "the refusal is said once, and the source does not fold again"
