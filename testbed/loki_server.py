@@ -174,6 +174,8 @@ class LokiServer:
         """Start Loki and wait (bounded) until ``/ready`` answers 200; raise ``LokiError`` with the log's tail."""
         if self.process is not None:
             return self
+        # Found before anything is made: a missing binary left an empty data directory and log behind per start.
+        self.binary = self.binary or find_loki_binary()
         self.prepare()
         self._launch()
         return self

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 
@@ -127,12 +128,14 @@ def test_missing_binary_is_one_line_naming_the_variable(monkeypatch: pytest.Monk
     """With no Loki anywhere, starting fails with one line naming DIGEST_LOKI_BINARY and scripts/install-backends."""
     monkeypatch.delenv(BINARY_VARIABLE, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where a data directory and a log would be made
     with pytest.raises(LokiUnavailable) as raised:
         LokiServer().start()
     message = str(raised.value)
     assert "\n" not in message
     assert BINARY_VARIABLE in message
     assert "scripts/install-backends" in message
+    assert not list(tmp_path.glob("digest-loki-*")), "nothing is made before the binary is found"
 
 
 def test_a_variable_naming_no_file_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
