@@ -6,6 +6,7 @@ its own pair, measures every figure of docs/benchmarks.md on small volumes, and 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import importlib.util
 import json
@@ -367,3 +368,18 @@ def test_startup_report_estimates_each_recorded_digest_without_the_projects_own_
         f"- {ALL_PAIRS[0].label}, 0.1 M lines: the libraries' start-up and the in-process digest together 0.95 s, "
         "1.46× the floor (0.65 s); the run took 1.08 s, 1.66×"
     ]
+
+
+def test_corpus_days_tables_each_day_against_the_days_before_it() -> None:
+    """`bench.corpus_days` puts each recorded count on the day its window starts, and tables a day against the rest."""
+    from bench.corpus_days import DayRun, _table, counted_day  # the module starts servers only in main()
+    from bench.proxy import Recorded
+
+    instant = Recorded("POST", "/loki/api/v1/query", b"query=sum%28x%29&time=2026-08-15T23%3A59%3A59.999999999Z", None)
+    ranged = Recorded("GET", "/loki/api/v1/query_range?query=q&start=2026-08-16T00%3A00%3A00Z&step=600", b"", None)
+    assert counted_day(instant) == "2026-08-15"
+    assert counted_day(ranged) == "2026-08-16"
+    assert counted_day(Recorded("GET", "/loki/api/v1/label/pod/values?start=1786924799000000000", b"", None)) == "?"
+    run = DayRun(DAY, seconds=[3.0, 1.0, 2.0], verdict="OK 10/10", requests=40, alone={DAY.isoformat(): 1.5, "x": 2.0})
+    table = _table([run], argparse.Namespace(per_request=True), 60.0)
+    assert f"| {DAY} | 2.00 s | OK 10/10 | 40 | 1.50 s / 2.00 s |" in table
