@@ -27,7 +27,7 @@ from digest.app.settings import load_settings
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.channels.channel import Outcome, Photo
-from digest.channels.telegram.bot import Digests
+from digest.channels.telegram.bot import BotSettings, DigestBot, Digests, build_application
 from digest.channels.telegram.sender import Poster, Sender, open_bot
 from digest.checks.contract import Window
 from digest.pipeline.policy import Policy
@@ -629,3 +629,51 @@ def test_at_goes_only_with_last(other: str) -> None:
     result = run_digest("run", *arguments, "--at", "2026-07-21T12:00:00Z", env=clean_env())
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].endswith(f"--at goes with --last, not {other}")
+
+
+# Once, whatever the clock does (issue 54) ---------------------------------------------------------------------------
+
+
+async def test_the_daily_job_and_the_recheck_waking_together_post_once(tmp_path: Path) -> None:
+    """A process frozen over the post time wakes with the daily job and the recheck due: one post per chat, not two."""
+    second_chat = -1002222222222
+    noon = datetime(2026, 7, 21, 12, 0, 5, tzinfo=UTC)
+    state = DeliveryState(tmp_path / "state.sqlite", "frozen")
+    with FakeTelegram(TOKEN, known_chats={HEALTHY, second_chat}) as server:
+        settings = BotSettings(
+            cluster="lab",
+            zone=ZoneInfo("UTC"),
+            post_at="12:00",
+            late_grace_hours=6,
+            chat_ids=(HEALTHY, second_chat),
+            api_url=server.root,
+        )
+        bot = DigestBot(settings=settings, state=state, digests=_SlowDigest(), clock=lambda: noon)
+        try:
+            async with build_application(bot, TOKEN):
+                woken = await asyncio.gather(bot.post_due(), bot.post_due(), bot.post_all_due())
+        finally:
+            state.close()
+        assert [len(server.sent_to(chat)) for chat in (HEALTHY, second_chat)] == [1, 1]
+    daily, recheck, _ = woken
+    outcomes = sorted(result.outcome.value for result in (*daily, *recheck))
+    assert outcomes.count(Outcome.SENT.value) == 2
+    assert set(outcomes) <= {Outcome.SENT.value, Outcome.BUSY.value, Outcome.ALREADY_SENT.value}
+
+
+@dataclass
+class _SlowDigest:
+    """A digest that takes a moment to compute, as a real one does: the tasks overlap while it is made."""
+
+    async def html(self, window: Window) -> str:
+        await asyncio.sleep(0.2)
+        return "<b>OK 10/10</b> · lab"
+
+    async def photo(self, window: Window) -> Photo | None:
+        return None
+
+    async def week_html(self, year: int, week: int) -> str:
+        return "<b>week</b>"
+
+    async def week_photo(self, year: int, week: int) -> Photo | None:
+        return None

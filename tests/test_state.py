@@ -37,6 +37,16 @@ def test_second_instance_cannot_take_a_live_lease(tmp_path: Path) -> None:
     assert two.claim(5, "k", lease_seconds=60, now=1061.0)
 
 
+def test_a_live_lease_is_refused_to_its_own_owner_too(tmp_path: Path) -> None:
+    """Two tasks of one process claiming the same delivery: the second is refused until the lease runs out."""
+    state = DeliveryState(tmp_path / "state.sqlite", "one")
+    assert state.claim(5, "k", lease_seconds=60, now=1000.0)
+    assert not state.claim(5, "k", lease_seconds=60, now=1001.0)
+    state.mark_failed(5, "k", "interrupted: the process stopped", False)
+    assert state.claim(5, "k", lease_seconds=60, now=1002.0)  # released: free at once
+    assert state.claim(5, "k", lease_seconds=60, now=1063.0)  # a lease that ran out: free again
+
+
 def test_concurrent_claims_have_one_winner(tmp_path: Path) -> None:
     """Eight instances racing for one delivery: exactly one wins."""
     path = tmp_path / "state.sqlite"

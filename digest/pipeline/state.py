@@ -381,12 +381,11 @@ class DeliveryState:
             raise _state_error(self._path, exc) from None
 
     def claim(self, recipient: str, key: str, lease_seconds: float, now: float | None = None) -> bool:
-        """Take the delivery of ``key`` to ``recipient``; False if it was sent, or another live owner holds it."""
+        """Take the delivery of ``key`` to ``recipient``; False if it was sent, or any owner's live lease holds it."""
         moment = time.time() if now is None else now
         with self._write() as db:
             row = db.execute(
-                "SELECT status, owner, lease_until, permanent FROM deliveries "
-                "WHERE channel = ? AND recipient = ? AND key = ?",
+                "SELECT status, lease_until, permanent FROM deliveries WHERE channel = ? AND recipient = ? AND key = ?",
                 (self._channel, recipient, key),
             ).fetchone()
             if row is None:
@@ -396,10 +395,12 @@ class DeliveryState:
                     (self._channel, recipient, key, self._owner, moment + lease_seconds, moment),
                 )
                 return True
-            status, owner, lease_until, permanent = row
+            status, lease_until, permanent = row
             if status == DeliveryStatus.SENT or permanent:
                 return False
-            if status == DeliveryStatus.SENDING and owner != self._owner and lease_until > moment:
+            # A live lease is refused to its own owner too: two tasks of one process (the daily job and the recheck
+            # waking together after a pause) would otherwise both hold it and both send.
+            if status == DeliveryStatus.SENDING and lease_until > moment:
                 return False
             db.execute(
                 "UPDATE deliveries SET status = 'sending', owner = ?, lease_until = ?, attempts = attempts + 1, "

@@ -647,23 +647,26 @@ class Poster:
                 return PostResult(Outcome.ALREADY_SENT, chat)
         if (chat, key) in self._working:
             return PostResult(Outcome.BUSY, chat)
-        if not await asyncio.to_thread(state.claim, chat, key, self.lease_seconds):
-            existing = await asyncio.to_thread(state.get, chat, key)
-            if existing is not None and existing.status == "sent":
-                return PostResult(Outcome.ALREADY_SENT, chat)
-            if existing is not None and existing.permanent:
-                return PostResult(Outcome.FAILED_PERMANENT, chat, error=existing.error)
-            return PostResult(Outcome.BUSY, chat)
-        renewal = asyncio.create_task(self._renew(chat, key))
+        # Marked before the claim is awaited: a second task of this process checking meanwhile sees it busy.
         self._working.add((chat, key))
         try:
-            return await self._claimed(chat_id, chat, key, message, late, photo, earlier_ids)
-        except asyncio.CancelledError:
-            # Stopped (SIGTERM): the claim is released at once, so the next run or instance need not wait for it.
-            await asyncio.shield(self._release(chat, key, "interrupted: the process stopped"))
-            raise
+            if not await asyncio.to_thread(state.claim, chat, key, self.lease_seconds):
+                existing = await asyncio.to_thread(state.get, chat, key)
+                if existing is not None and existing.status == "sent":
+                    return PostResult(Outcome.ALREADY_SENT, chat)
+                if existing is not None and existing.permanent:
+                    return PostResult(Outcome.FAILED_PERMANENT, chat, error=existing.error)
+                return PostResult(Outcome.BUSY, chat)
+            renewal = asyncio.create_task(self._renew(chat, key))
+            try:
+                return await self._claimed(chat_id, chat, key, message, late, photo, earlier_ids)
+            except asyncio.CancelledError:
+                # Stopped (SIGTERM): the claim is released at once, so the next run or instance need not wait for it.
+                await asyncio.shield(self._release(chat, key, "interrupted: the process stopped"))
+                raise
+            finally:
+                renewal.cancel()
         finally:
-            renewal.cancel()
             self._working.discard((chat, key))
 
     async def _claimed(
