@@ -387,6 +387,9 @@ def test_sigterm_while_a_post_waits_out_a_429_stops_at_once_and_releases_the_cla
             process.communicate()
     assert process.returncode == 0, stderr[-2_000:]
     assert took < 25
+    # The stop is said in a line, not in the scheduler's traceback of the cancelled post.
+    assert "Traceback" not in stderr, stderr[-3_000:]
+    assert "CancelledError" not in stderr, stderr[-3_000:]
     state = DeliveryState(tmp_path / "state.sqlite", "after")
     try:
         [delivery] = [d for d in state.latest(str(HEALTHY)) if d.key.startswith("daily:")]
@@ -677,3 +680,39 @@ class _SlowDigest:
 
     async def week_photo(self, year: int, week: int) -> Photo | None:
         return None
+
+
+async def test_a_killed_runs_claim_is_taken_over_when_its_lease_runs_out_not_at_the_next_recheck(
+    tmp_path: Path,
+) -> None:
+    """A post claimed by a process killed at the post time goes out when the claim's lease ends, not 5 min later."""
+    noon = datetime(2026, 7, 21, 12, 0, 1, tzinfo=UTC)
+    path = tmp_path / "state.sqlite"
+    killed = DeliveryState(path, "killed")
+    assert killed.claim(str(HEALTHY), "daily:2026-07-21", lease_seconds=3)  # then SIGKILL: nothing more
+    killed.close()
+    state = DeliveryState(path, "restarted")
+    with FakeTelegram(TOKEN, known_chats={HEALTHY}) as server:
+        settings = BotSettings(
+            cluster="lab",
+            zone=ZoneInfo("UTC"),
+            post_at="12:00",
+            late_grace_hours=6,
+            chat_ids=(HEALTHY,),
+            api_url=server.root,
+        )
+        bot = DigestBot(settings=settings, state=state, digests=_SlowDigest(), clock=lambda: noon)
+        application = build_application(bot, TOKEN)
+        try:
+            async with application:
+                await application.start()  # the scheduler: the start-up check, then the rechecks
+                try:
+                    started = clock_time.monotonic()
+                    await wait_until(lambda: len(server.sent_to(HEALTHY)) == 1, within=30)
+                    took = clock_time.monotonic() - started
+                finally:
+                    await application.stop()
+        finally:
+            state.close()
+        assert len(server.sent_to(HEALTHY)) == 1
+    assert took < 60, f"taken over after {took:.0f} s: the recheck's five minutes, not the lease's end"

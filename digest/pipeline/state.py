@@ -291,6 +291,7 @@ class Delivery:
     late: bool
     error: str | None
     permanent: bool
+    lease_until: float = 0.0  # while ``sending``: when its holder's claim runs out unless renewed (unix seconds)
 
 
 class DeliveryState:
@@ -579,7 +580,8 @@ class DeliveryState:
     def get(self, recipient: str, key: str) -> Delivery | None:
         """The delivery of ``key`` to ``recipient``, if any."""
         rows = self._read(
-            "SELECT recipient, key, status, attempts, updated_at, sent_at, late, error, permanent FROM deliveries "
+            "SELECT recipient, key, status, attempts, updated_at, sent_at, late, error, permanent, lease_until "
+            "FROM deliveries "
             "WHERE channel = ? AND recipient = ? AND key = ?",
             (self._channel, recipient, key),
         )
@@ -595,7 +597,8 @@ class DeliveryState:
     def latest(self, recipient: str) -> list[Delivery]:
         """The recipient's ten most recent deliveries, newest first."""
         rows = self._read(
-            "SELECT recipient, key, status, attempts, updated_at, sent_at, late, error, permanent FROM deliveries "
+            "SELECT recipient, key, status, attempts, updated_at, sent_at, late, error, permanent, lease_until "
+            "FROM deliveries "
             "WHERE channel = ? AND recipient = ? ORDER BY updated_at DESC LIMIT 10",
             (self._channel, recipient),
         )
@@ -639,7 +642,7 @@ class DeliveryState:
 
 
 def _delivery(row: tuple[Any, ...]) -> Delivery:
-    recipient, key, status, attempts, updated_at, sent_at, late, error, permanent = row
+    recipient, key, status, attempts, updated_at, sent_at, late, error, permanent, lease_until = row
     return Delivery(
         recipient=str(recipient),
         key=str(key),
@@ -650,6 +653,7 @@ def _delivery(row: tuple[Any, ...]) -> Delivery:
         late=bool(late),
         error=str(error) if error is not None else None,
         permanent=bool(permanent),
+        lease_until=float(lease_until),
     )
 
 

@@ -40,7 +40,15 @@ from zoneinfo import ZoneInfo
 from telegram import BotCommand, Message, Update
 from telegram.constants import ChatAction
 from telegram.error import TelegramError
-from telegram.ext import Application, ApplicationBuilder, CommandHandler, ContextTypes, MessageHandler, filters
+from telegram.ext import (
+    Application,
+    ApplicationBuilder,
+    CommandHandler,
+    ContextTypes,
+    JobQueue,
+    MessageHandler,
+    filters,
+)
 
 from digest.channels.channel import Outcome, Photo, PostResult
 from digest.channels.telegram.allowance import CommandAllowance
@@ -97,6 +105,9 @@ _RECHECK_EVERY_SECONDS = 300.0
 # python-telegram-bot reads first=0 as "not given" (one interval from now); a small positive delay means "at start".
 _FIRST_CHECK_SECONDS = 0.5
 _LATE_AFTER = timedelta(minutes=2)
+_RETRY_JOB = "claim-retry"
+# APScheduler drops a run that starts more than 1 s late by default; a late post is still owed, so never drop.
+_LATE_OK = {"misfire_grace_time": None, "coalesce": True}
 
 Clock = Callable[[], datetime]
 
@@ -256,6 +267,9 @@ class DigestBot:
     # The scheduled deliveries' tasks (cancelled at stop, which releases their claims) and whether stop was asked.
     _deliveries: set[asyncio.Task[PostResult]] = field(default_factory=set)
     stopping: bool = False
+    # The application's scheduler (set by `build_application`): a claim held by another process is looked at again
+    # when its lease runs out, not at the next recheck five minutes later.
+    job_queue: JobQueue[Any] | None = None
 
     @property
     def _poster(self) -> Poster:
@@ -593,9 +607,44 @@ class DigestBot:
         tasks = [asyncio.create_task(one(chat_id)) for chat_id in self.settings.chat_ids]
         self._deliveries.update(tasks)
         try:
-            return list(await asyncio.gather(*tasks))
+            ended = await asyncio.gather(*tasks, return_exceptions=True)
         finally:
             self._deliveries.difference_update(tasks)
+        results: list[PostResult] = []
+        for chat_id, outcome in zip(self.settings.chat_ids, ended, strict=True):
+            if isinstance(outcome, asyncio.CancelledError):
+                # `stop_now` cancelled it (the claim is released): the round ends here, and the stop is said in a
+                # line rather than as the scheduler's traceback of a cancelled job.
+                results.append(PostResult(Outcome.FAILED, recipient(chat_id), error="interrupted: the process stopped"))
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                results.append(outcome)
+        busy = [result.recipient for result in results if result.outcome is Outcome.BUSY]
+        if busy:
+            await self._look_again_when_free(key, busy)
+        return results
+
+    async def _look_again_when_free(self, key: str, recipients: list[str]) -> None:
+        """Run the scheduled round again just after the claims on ``key`` held elsewhere run out.
+
+        A process killed mid-post leaves its claim for its lease (60 s): the next look comes then, so the post is
+        taken over within about a minute of the kill rather than at the next five-minute recheck.
+        """
+        if self.job_queue is None or self.stopping or self.job_queue.get_jobs_by_name(_RETRY_JOB):
+            return
+        try:
+            held = await asyncio.to_thread(lambda: [self.state.get(one, key) for one in recipients])
+        except StateError as exc:
+            log.warning("the claims on %s could not be read: the next recheck looks again (%s)", key, exc)
+            return
+        ends = [delivery.lease_until for delivery in held if delivery is not None and delivery.status == "sending"]
+        if not ends:
+            return
+        # The lease is written in wall-clock seconds (`DeliveryState.claim`), so it is compared with the wall clock.
+        delay = max(0.0, max(ends) - time.time()) + 1.0
+        log.info("%s is held by another run: looking again in %.0f s, when its claim runs out", key, delay)
+        self.job_queue.run_once(_job(self.post_all_due), when=delay, name=_RETRY_JOB, job_kwargs=_LATE_OK)
 
     def stop_now(self, application: Application[Any, Any, Any, Any, Any, Any]) -> None:
         """SIGTERM or SIGINT: no new work, deliveries abandoned (their claims released), then a clean stop.
@@ -701,16 +750,15 @@ def build_application(
     job_queue = application.job_queue
     if job_queue is None:
         raise RuntimeError("python-telegram-bot was installed without its job-queue extra")
-    # APScheduler drops a run that starts more than 1 s late by default; a late post is still owed, so never drop.
-    late_ok = {"misfire_grace_time": None, "coalesce": True}
-    job_queue.run_daily(_job(bot.post_all_due), time=settings.post_time, name="daily-digest", job_kwargs=late_ok)
+    job_queue.run_daily(_job(bot.post_all_due), time=settings.post_time, name="daily-digest", job_kwargs=_LATE_OK)
     job_queue.run_repeating(
         _job(bot.post_all_due),
         interval=_RECHECK_EVERY_SECONDS,
         first=_FIRST_CHECK_SECONDS,
         name="due-digest",
-        job_kwargs=late_ok,
+        job_kwargs=_LATE_OK,
     )
+    bot.job_queue = job_queue
     return application
 
 
