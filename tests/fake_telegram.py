@@ -193,11 +193,14 @@ class _Chat:
     id: int
     type: ChatType
     title: str
+    # A forum supergroup's topics (their message_thread_id); none: not a forum.
+    topics: set[int] = field(default_factory=set)
 
     def as_json(self) -> JsonDict:
         if self.type == "private":
             return {"id": self.id, "type": "private", "first_name": self.title}
-        return {"id": self.id, "type": self.type, "title": self.title}
+        forum = {"is_forum": True} if self.topics else {}
+        return {"id": self.id, "type": self.type, "title": self.title, **forum}
 
 
 class _ApiError(Exception):
@@ -536,6 +539,15 @@ class FakeTelegram:
             kind = chat_type or self._chat_type_for(chat_id)
             self._chats[chat_id] = _Chat(chat_id, kind, title or ("Tester" if kind == "private" else f"Chat {chat_id}"))
 
+    def add_topic(self, chat_id: int, thread_id: int) -> None:
+        """Make ``chat_id`` a forum supergroup holding the topic ``thread_id``."""
+        with self._cond:
+            chat = self._chats.get(chat_id)
+            if chat is None or chat.type != "supergroup":
+                self.add_chat(chat_id, "supergroup", chat.title if chat else None)
+                chat = self._chats[chat_id]
+            chat.topics.add(thread_id)
+
     @property
     def known_chats(self) -> frozenset[int]:
         with self._cond:
@@ -698,8 +710,12 @@ class FakeTelegram:
         chat_type: ChatType | None = None,
         first_name: str = "Tester",
         username: str | None = "tester",
+        thread_id: int | None = None,
     ) -> JsonDict:
-        """Queue an incoming text message as Telegram delivers it, ``bot_command`` entities included; its update."""
+        """Queue an incoming text message as Telegram delivers it, ``bot_command`` entities included; its update.
+
+        ``thread_id``: written in that topic of a forum (`add_topic`), as Telegram marks it.
+        """
         with self._cond:
             chat = self._chats.get(chat_id)
             if chat is None or (chat_type is not None and chat.type != chat_type):
@@ -714,6 +730,8 @@ class FakeTelegram:
                 "date": int(time.time()),
                 "text": text,
             }
+            if thread_id is not None:
+                message.update(message_thread_id=thread_id, is_topic_message=True)
             entities = bot_command_entities(text)
             if entities:
                 message["entities"] = entities
@@ -1079,8 +1097,30 @@ class FakeTelegram:
         self._sent.append(call)
         self._cond.notify_all()
 
-    def _base_message(self, chat: _Chat, markup: JsonDict | None) -> JsonDict:
+    def _topic_of(self, chat: _Chat, params: Params) -> int | None:
+        """The topic a message goes to: its ``message_thread_id``, else the topic of the message it replies to.
+
+        As Telegram does in a forum: an unknown topic (or one given in a chat that is no forum) is refused, and a
+        reply without a topic lands in the topic of the message it answers.
+        """
+        raw = params.get("message_thread_id")
+        if raw not in (None, ""):
+            thread = _int_param(params, "message_thread_id", 0)
+            if thread not in chat.topics:
+                raise _bad_request("message thread not found")
+            return thread
+        replying = _json_param(params, "reply_parameters", "can't parse reply parameters JSON object")
+        if isinstance(replying, dict) and chat.topics:
+            answered = self._messages.get((chat.id, _int_param(replying, "message_id", 0)))
+            if answered is not None:
+                topic = answered["message"].get("message_thread_id")
+                return topic if isinstance(topic, int) else None
+        return None
+
+    def _base_message(self, chat: _Chat, markup: JsonDict | None, thread: int | None = None) -> JsonDict:
         message: JsonDict = {"message_id": self._new_message_id(chat.id), "date": int(time.time())}
+        if thread is not None:
+            message.update(message_thread_id=thread, is_topic_message=True)
         if chat.type == "channel":
             message["sender_chat"] = chat.as_json()
         else:
@@ -1250,7 +1290,7 @@ class FakeTelegram:
             if text_length(visible, self.length_unit) > MAX_TEXT_LENGTH:
                 raise _bad_request("message is too long")
             self._check_blocked(chat)
-            message = self._base_message(chat, markup)
+            message = self._base_message(chat, markup, self._topic_of(chat, params))
             message["text"] = visible
             if entities:
                 message["entities"] = entities
@@ -1318,7 +1358,7 @@ class FakeTelegram:
                 "file_unique_id": stored.file_id[-12:],
                 "file_size": stored.size,
             }
-            message = self._base_message(chat, markup)
+            message = self._base_message(chat, markup, self._topic_of(chat, params))
             if kind == "photo":
                 width, height = _image_size(stored.data)
                 message["photo"] = [{**file_json, "width": width, "height": height}]
@@ -1352,6 +1392,7 @@ class FakeTelegram:
             if action not in _CHAT_ACTIONS:
                 raise _bad_request("wrong parameter action in request")
             self._check_blocked(chat)
+            self._topic_of(chat, params)
         return True
 
     def _edit_message_text(self, params: Params, files: Files) -> JsonDict | bool:

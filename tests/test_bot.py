@@ -148,6 +148,24 @@ async def test_digest_command_from_allowed_chat(
     assert {command["command"] for command in tg.commands} == {"digest", "status", "help"}
 
 
+async def test_a_digest_asked_in_a_forum_topic_is_answered_in_that_topic(
+    corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """/digest in topic 77 of a forum: the typing, the digest and its chart all go to topic 77, none to General."""
+    tg.add_topic(ALLOWED, 77)
+    config = make_config(corpus_backends, tg, tmp_path / "state.sqlite", telegram_chart=True)
+    async with running(config, QUIET):
+        tg.push_message(ALLOWED, "/digest 2026-07-20", chat_type="supergroup", thread_id=77)
+        text, chart = await tg.wait_for_sent_async(2, timeout=60)
+    assert visible(text).splitlines()[0] == "CRITICAL 8/10 · homelab · 2026-07-20"
+    assert chart.method == "sendPhoto"
+    for sent in (text, chart):
+        assert sent.message is not None
+        assert sent.message.get("message_thread_id") == 77, sent.method
+    [typing, *_] = [call for call in tg.calls if call.method == "sendChatAction"]
+    assert typing.params.get("message_thread_id") == "77"
+
+
 async def test_stranger_is_refused_once_and_logged(
     corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

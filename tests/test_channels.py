@@ -104,3 +104,33 @@ async def test_the_telegram_bot_runs_without_the_app(tmp_path: Path) -> None:
     assert window.end == datetime(2026, 7, 21, 12, tzinfo=UTC)
     assert status.splitlines()[:2] == ["digest status · lab", "Next post: 2026-07-22 12:00 UTC"]
     assert status.splitlines()[2].startswith(f"Chat {CHAT}: daily:2026-07-21 sent")
+
+
+async def test_the_daily_post_goes_to_the_configured_forum_topic(tmp_path: Path) -> None:
+    """`chat:topic` posts the day in that topic; a topic that does not exist fails for good there, named."""
+    noon = datetime(2026, 7, 21, 12, 0, 5, tzinfo=UTC)
+    forum, missing_topic = CHAT, -1005555555555
+    state = DeliveryState(tmp_path / "state.sqlite", "bot")
+    with FakeTelegram(TOKEN, known_chats={forum, missing_topic}) as tg:
+        tg.add_topic(forum, 77)
+        tg.add_topic(missing_topic, 5)
+        settings = BotSettings(
+            cluster="lab",
+            zone=ZoneInfo("UTC"),
+            post_at="12:00",
+            late_grace_hours=6,
+            chat_ids=(forum, missing_topic),
+            topics={forum: 77, missing_topic: 6},
+            api_url=tg.root,
+        )
+        bot = DigestBot(settings=settings, state=state, digests=CannedDigests(), clock=lambda: noon)
+        async with build_application(bot, TOKEN):
+            posted, refused = await bot.post_due()
+        [post] = tg.sent_to(forum)
+        assert tg.sent_to(missing_topic) == []
+    state.close()
+    assert posted.outcome is Outcome.SENT
+    assert post.message is not None
+    assert post.message["message_thread_id"] == 77
+    assert refused.outcome is Outcome.FAILED_PERMANENT
+    assert "message thread not found" in (refused.error or "").lower()

@@ -652,6 +652,8 @@ SCHEMA_REFUSES = {
     "a weekday abbreviated": (("--set", "weeklyPost=mon"), "at '/weeklyPost'"),
     "a time zone that is no name": (("--set", "timezone=Paris time"), "at '/timezone'"),
     "a chat id that is no number": (("--set", "telegram.chatIds=ops-chat"), "at '/telegram/chatIds'"),
+    "a forum topic that is no number": (("--set", "telegram.chatIds=-1001234567890:general"), "at '/telegram/chatIds'"),
+    "a topic for an admin": (("--set", "telegram.adminIds=42:7"), "at '/telegram/adminIds'"),
     "a pull policy misspelt": (("--set", "image.pullPolicy=IfNotPresnt"), "at '/image/pullPolicy'"),
     "a query timeout of 0": (("--set", "backends.queryTimeoutSeconds=0"), "at '/backends/queryTimeoutSeconds'"),
     "a replay day that is no date": (("--set", "replay.from=20-07-2026"), "at '/replay/from'"),
@@ -669,10 +671,13 @@ def test_the_values_schema_refuses_typos_and_bad_values(case: str) -> None:
 
 
 def test_the_values_schema_accepts_every_preset_and_the_documented_forms() -> None:
-    """What values.yaml documents passes the schema: the presets, a chat id given as a number, HTTPS with a path."""
+    """What values.yaml documents passes the schema: the presets, chat ids as a number or with a forum topic."""
     _render("-f", str(PRESETS / "kube-prometheus-stack.yaml"), "--set", "telegram.chatIds=-1001234567890\\,-100987")
     _render("--set", "backends.metrics.url=https://vm.example.org:443/select/0/prometheus", "--set", "postAt=07:05")
     _render("--set", "links.grafana.url=https://grafana.example.org", "--set", "weeklyPost=off")
+    rendered = _render("--set", "telegram.chatIds=-1001234567890:77\\,42")
+    [configmap] = [doc for doc in rendered if doc["kind"] == "ConfigMap" and "DIGEST_TELEGRAM_CHAT_IDS" in doc["data"]]
+    assert configmap["data"]["DIGEST_TELEGRAM_CHAT_IDS"] == "-1001234567890:77,42"  # a forum's topic after its chat
 
 
 def test_the_time_zones_the_chart_accepts_are_the_ones_the_digest_loads() -> None:

@@ -82,3 +82,19 @@ def test_cli_bad_config_exits_2_with_one_line(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("digest: DIGEST_TIMEZONE: ")
+
+
+def test_a_forum_topic_follows_its_chat_after_a_colon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`-100…:77` in DIGEST_TELEGRAM_CHAT_IDS is the chat and its topic; a malformed one names the variable."""
+    monkeypatch.setenv("DIGEST_TELEGRAM_CHAT_IDS", "-1001234567890:77, 42")
+    settings = load_settings()
+    assert settings.telegram_chat_ids == (-1001234567890, 42)
+    assert settings.telegram_chat_topics == {-1001234567890: 77}
+    for malformed in ("-1001234567890:general", "-1001234567890:", ":77"):
+        monkeypatch.setenv("DIGEST_TELEGRAM_CHAT_IDS", malformed)
+        with pytest.raises(ConfigError, match=r"^DIGEST_TELEGRAM_CHAT_IDS: .*a forum topic: -100123:77"):
+            load_settings()
+    monkeypatch.setenv("DIGEST_TELEGRAM_CHAT_IDS", "42")
+    monkeypatch.setenv("DIGEST_TELEGRAM_CHAT_TOPICS", "42:1")
+    with pytest.raises(ConfigError, match="DIGEST_TELEGRAM_CHAT_TOPICS is not a setting"):
+        load_settings()

@@ -41,12 +41,18 @@ def bot_settings(settings: Settings) -> BotSettings:
         weekly_on=settings.weekly_post_day,
         late_grace_hours=settings.late_grace_hours,
         chat_ids=settings.telegram_chat_ids,
+        topics=chat_topics(settings),
         admin_ids=frozenset(settings.telegram_admin_ids),
         command_burst=settings.command_burst,
         command_burst_window_seconds=settings.command_burst_window_seconds,
         api_url=settings.telegram_api_url,
         computing_notice_seconds=settings.telegram_computing_notice_seconds,
     )
+
+
+def chat_topics(settings: Settings) -> dict[ChatId, int]:
+    """The forum topic each chat's scheduled digests go to (``chat:topic`` in TELEGRAM_CHAT_IDS)."""
+    return {chat: topic for chat, topic in settings.telegram_chat_topics.items()}
 
 
 # The delivery failures' reasons, as the metrics label them.

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from telegram import Update
 
-from digest.app.bot import make_bot
+from digest.app.bot import chat_topics, make_bot
 from digest.app.engine import Config, make_chart, make_digest, make_week, open_history_store, stored_history
 from digest.app.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
 from digest.app.health import DigestMetrics, listen
@@ -168,7 +168,8 @@ async def chat_poster(config: Config, token: str) -> AsyncIterator[ChannelPoster
     state = DeliveryState(settings.state_path, _owner())
     try:
         async with open_bot(token, settings.telegram_api_url) as bot:
-            channel = TelegramChannel(Poster(sender=Sender(bot, state=state), state=state), settings.telegram_chat_ids)
+            poster = Poster(sender=Sender(bot, state=state), state=state)
+            channel = TelegramChannel(poster, settings.telegram_chat_ids, chat_topics(settings))
             yield ChannelPoster(channel, Renderer(settings.links()).preload(channel.format))
     finally:
         state.close()

@@ -177,6 +177,8 @@ class Settings(BaseSettings):
     telegram_token_file: Path | None = None
     telegram_api_url: str = "https://api.telegram.org"
     telegram_chat_ids: Annotated[tuple[int, ...], NoDecode] = ()
+    # A forum supergroup's topic the scheduled digest goes to, per chat: written in TELEGRAM_CHAT_IDS as chat:topic.
+    telegram_chat_topics: Annotated[dict[int, int], NoDecode] = Field(default_factory=dict, exclude=True)
     telegram_admin_ids: Annotated[tuple[int, ...], NoDecode] = ()
     telegram_webhook_url: str | None = None
     telegram_webhook_listen: str = "0.0.0.0"  # noqa: S104  # a webhook must be reachable from outside the pod
@@ -217,6 +219,31 @@ class Settings(BaseSettings):
         """
         return (init_settings, env_settings)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _topics(cls, given: object) -> object:
+        """``-1001234567890:77`` in TELEGRAM_CHAT_IDS: the chat, and the topic of that forum its posts go to."""
+        if not isinstance(given, dict):
+            return given
+        if isinstance(given.get("telegram_chat_topics"), str):
+            raise ValueError(
+                f"{ENV_PREFIX}TELEGRAM_CHAT_TOPICS is not a setting: write a forum topic in"
+                f" {ENV_PREFIX}TELEGRAM_CHAT_IDS as chat:topic, e.g. -1001234567890:77"
+            )
+        raw = given.get("telegram_chat_ids")
+        if not isinstance(raw, str) or ":" not in raw:
+            return given
+        chats: list[str] = []
+        topics: dict[int, int] = {}
+        for part in (part.strip() for part in raw.replace(";", ",").split(",")):
+            chat, colon, topic = (piece.strip() for piece in part.partition(":"))
+            if colon and chat.removeprefix("-").isdigit() and topic.isdigit():
+                topics[int(chat)] = int(topic)
+                chats.append(chat)
+            else:
+                chats.append(part)  # not chat:topic: the chat ids' own check names the setting and the form
+        return {**given, "telegram_chat_ids": ",".join(chats), "telegram_chat_topics": topics}
+
     @field_validator("telegram_chat_ids", "telegram_admin_ids", mode="before")
     @classmethod
     def _ids(cls, value: object) -> object:
@@ -225,7 +252,9 @@ class Settings(BaseSettings):
             try:
                 return tuple(int(part) for part in parts)
             except ValueError:
-                raise ValueError("must be comma-separated integer chat ids, e.g. -1001234567890,42") from None
+                raise ValueError(
+                    "must be comma-separated integer chat ids, e.g. -1001234567890,42 (a forum topic: -100123:77)"
+                ) from None
         return value
 
     @field_validator("heartbeat_url")

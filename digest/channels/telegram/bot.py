@@ -30,7 +30,7 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from datetime import time as time_of_day
@@ -121,6 +121,8 @@ class BotSettings:
     post_at: str  # "HH:MM", local to ``zone``
     late_grace_hours: float
     chat_ids: tuple[ChatId, ...]
+    # The forum topic (message_thread_id) a chat's scheduled digests go to; a chat not named: the chat itself.
+    topics: Mapping[ChatId, int] = field(default_factory=dict)
     weekly_on: int | None = None  # the weekday (Monday 0) of the weekly post at ``post_at``; None: no weekly post
     admin_ids: frozenset[int] = frozenset()
     command_burst: int = 3
@@ -416,8 +418,10 @@ class DigestBot:
                 f"{allowance.max_waiting} digests are already waiting in this chat; ask again in {again} s."
             )
             return
+        # Asked in a forum's topic: every answer stays in it (typing, notices, the digest, its chart).
+        topic = message.message_thread_id if message.is_topic_message else None
         if delay <= 0:
-            await self._answer(chat.id, asked, message.message_id)
+            await self._answer(chat.id, asked, message.message_id, topic)
             return
         await message.reply_text(
             f"{allowance.burst} digests per {allowance.window_seconds:g} s is this chat's limit: "
@@ -425,7 +429,7 @@ class DigestBot:
         )
         # Not the handler's own task: python-telegram-bot waits for handlers at stop, and a queued digest must not
         # hold up a shutdown; `cancel_queued` ends these instead.
-        task = asyncio.create_task(self._answer_later(chat.id, asked, delay, message.message_id))
+        task = asyncio.create_task(self._answer_later(chat.id, asked, delay, message.message_id, topic))
         self._queued.add(task)
         task.add_done_callback(self._queued.discard)
 
@@ -439,12 +443,14 @@ class DigestBot:
         return self.allowance
 
     async def _answer_later(
-        self, chat_id: int, asked: Window | tuple[int, int], delay: float, reply_to: int | None
+        self, chat_id: int, asked: Window | tuple[int, int], delay: float, reply_to: int | None, topic: int | None
     ) -> None:
         await self._allowance.sleep(delay)
-        await self._answer(chat_id, asked, reply_to)
+        await self._answer(chat_id, asked, reply_to, topic)
 
-    async def _answer(self, chat_id: int, asked: Window | tuple[int, int], reply_to: int | None = None) -> None:
+    async def _answer(
+        self, chat_id: int, asked: Window | tuple[int, int], reply_to: int | None = None, topic: int | None = None
+    ) -> None:
         """Compute (or join) the digest of a window or a week and send it, then its chart, to ``chat_id``.
 
         The chat sees "typing…" at once and, when the digest takes longer than a few seconds, a short "computing"
@@ -456,7 +462,7 @@ class DigestBot:
         async with lock:
             notice: int | None = None
             try:
-                await _quietly(sender.bot.send_chat_action(chat_id, ChatAction.TYPING))
+                await _quietly(sender.bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=topic))
                 if isinstance(asked, Window):
                     computing: asyncio.Future[str] = asyncio.ensure_future(self.digests.html(asked))
                     label = asked.label
@@ -467,18 +473,21 @@ class DigestBot:
                 if not done:
                     said = await _quietly(
                         sender.bot.send_message(
-                            chat_id, f"Computing {label}…", reply_parameters=reply_parameters(reply_to)
+                            chat_id,
+                            f"Computing {label}…",
+                            reply_parameters=reply_parameters(reply_to),
+                            message_thread_id=topic,
                         )
                     )
                     notice = said.message_id if said is not None else None
                 html = await computing
-                final_chat, _ = await sender.send(chat_id, html, reply_to=reply_to)
+                final_chat, _ = await sender.send(chat_id, html, reply_to=reply_to, topic=topic)
                 if isinstance(asked, Window):
                     photo = await self.digests.photo(asked)
                 else:
                     photo = await self.digests.week_photo(*asked)
                 if photo is not None:
-                    await sender.send_photo(final_chat, photo)
+                    await sender.send_photo(final_chat, photo, topic=topic)
             except Exception as exc:  # a failed answer is logged; the user sees nothing to retry on
                 log.error("answer to /digest in chat %s failed: %s", chat_id, exc)
             finally:
@@ -589,7 +598,8 @@ class DigestBot:
         async def one(chat_id: ChatId) -> PostResult:
             self.in_flight[chat_id] = (key, time.monotonic())
             try:
-                result = await self._poster.post_once(chat_id, key, html, late=late, photo=photo)
+                topic = self.settings.topics.get(chat_id)
+                result = await self._poster.post_once(chat_id, key, html, late=late, photo=photo, topic=topic)
             except StateError as exc:
                 log.error("cannot post %s to chat %s: %s", key, chat_id, exc)
                 self.state_problem = exc

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 
 from digest.channels.channel import Photo, PostResult
 from digest.channels.telegram.sender import ChatId, Poster, chat_of, recipient
@@ -16,6 +16,8 @@ class TelegramChannel:
 
     poster: Poster
     chat_ids: tuple[ChatId, ...]
+    # The forum topic a chat's digests go to (``chat:topic`` in the settings); a chat not named: the chat itself.
+    topics: Mapping[ChatId, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -38,4 +40,5 @@ class TelegramChannel:
         photo: Callable[[], Awaitable[Photo | None]] | None = None,
     ) -> PostResult:
         """Post to the chat ``recipient`` names (an id's text or "@name"), each part once."""
-        return await self.poster.post_once(chat_of(recipient), key, message, late=late, photo=photo)
+        chat = chat_of(recipient)
+        return await self.poster.post_once(chat, key, message, late=late, photo=photo, topic=self.topics.get(chat))

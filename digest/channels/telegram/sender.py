@@ -422,16 +422,28 @@ class Sender:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     random_unit: Callable[[], float] = random.random
 
-    async def send(self, chat_id: ChatId, html_message: str, reply_to: int | None = None) -> tuple[ChatId, list[int]]:
-        """Send ``html_message`` split into valid parts (the first replying to ``reply_to``); the chat and ids."""
+    async def send(
+        self, chat_id: ChatId, html_message: str, reply_to: int | None = None, topic: int | None = None
+    ) -> tuple[ChatId, list[int]]:
+        """Send ``html_message`` split into valid parts (the first replying to ``reply_to``); the chat and ids.
+
+        ``topic``: the forum topic (``message_thread_id``) every part goes to; None: the chat itself.
+        """
         message_ids: list[int] = []
         for index, part in enumerate(split_html(html_message)):
-            chat_id, message_id = await self.send_text(chat_id, part, reply_to=reply_to if index == 0 else None)
+            chat_id, message_id = await self.send_text(
+                chat_id, part, reply_to=reply_to if index == 0 else None, topic=topic
+            )
             message_ids.append(message_id)
         return chat_id, message_ids
 
     async def send_text(
-        self, chat_id: ChatId, part: str, guard: SendGuard | None = None, reply_to: int | None = None
+        self,
+        chat_id: ChatId,
+        part: str,
+        guard: SendGuard | None = None,
+        reply_to: int | None = None,
+        topic: int | None = None,
     ) -> tuple[ChatId, int]:
         """Send one message of at most 4,096 visible characters (a part of `split_html`), with retries."""
         replying = reply_parameters(reply_to)
@@ -443,16 +455,21 @@ class Sender:
                 parse_mode=ParseMode.HTML if as_html else None,
                 link_preview_options=LinkPreviewOptions(is_disabled=True),
                 reply_parameters=replying,
+                message_thread_id=topic,
             )
 
         return await self._with_retries(chat_id, text, guard)
 
-    async def send_photo(self, chat_id: ChatId, photo: Photo, guard: SendGuard | None = None) -> tuple[ChatId, int]:
+    async def send_photo(
+        self, chat_id: ChatId, photo: Photo, guard: SendGuard | None = None, topic: int | None = None
+    ) -> tuple[ChatId, int]:
         """Send a PNG with its caption (cut to Telegram's 1,024 UTF-16 units), with the same retries."""
         caption = fit_utf16(photo.caption, MAX_CAPTION)
 
         async def upload(chat: ChatId, _as_html: bool) -> Message:
-            return await self.bot.send_photo(chat_id=chat, photo=photo.png, caption=caption, filename=photo.filename)
+            return await self.bot.send_photo(
+                chat_id=chat, photo=photo.png, caption=caption, filename=photo.filename, message_thread_id=topic
+            )
 
         return await self._with_retries(chat_id, upload, guard)
 
@@ -630,8 +647,11 @@ class Poster:
         message: Callable[[], Awaitable[str]],
         late: bool = False,
         photo: Callable[[], Awaitable[Photo | None]] | None = None,
+        topic: int | None = None,
     ) -> PostResult:
         """Post what ``message()`` returns (and ``photo()`` after it) to ``chat_id``, each part once.
+
+        ``topic``: the forum topic the parts go to (the chat's delivery is one whichever topic it is posted in).
 
         ``message`` and ``photo`` are called only when no earlier attempt stored the delivery's parts. The delivery
         state knows the chat as text (`recipient`): "-1001234" or "@name".
@@ -659,7 +679,7 @@ class Poster:
                 return PostResult(Outcome.BUSY, chat)
             renewal = asyncio.create_task(self._renew(chat, key))
             try:
-                return await self._claimed(chat_id, chat, key, message, late, photo, earlier_ids)
+                return await self._claimed(chat_id, chat, key, message, late, photo, earlier_ids, topic)
             except asyncio.CancelledError:
                 # Stopped (SIGTERM): the claim is released at once, so the next run or instance need not wait for it.
                 await asyncio.shield(self._release(chat, key, "interrupted: the process stopped"))
@@ -678,6 +698,7 @@ class Poster:
         late: bool,
         photo: Callable[[], Awaitable[Photo | None]] | None,
         earlier_ids: list[str],
+        topic: int | None = None,
     ) -> PostResult:
         state = self.state
         try:
@@ -693,7 +714,7 @@ class Poster:
             log.exception("delivery of %s to chat %s failed while preparing the message", key, chat_id)
             await asyncio.to_thread(state.mark_failed, chat, key, f"internal error: {type(exc).__name__}", False)
             return PostResult(Outcome.FAILED, chat, error=f"internal error: {type(exc).__name__}")
-        return await self._send_owed(chat_id, key, parts, late)
+        return await self._send_owed(chat_id, key, parts, late, topic)
 
     async def _renew(self, chat: str, key: str) -> None:
         """Keep the claim alive while this process works on it (a third of the lease between renewals)."""
@@ -732,7 +753,9 @@ class Poster:
             parts.append(Part(len(parts) + 1, PartKind.PHOTO, attachment.caption, attachment.png, attachment.filename))
         return parts
 
-    async def _send_owed(self, chat_id: ChatId, key: str, parts: list[Part], late: bool) -> PostResult:
+    async def _send_owed(
+        self, chat_id: ChatId, key: str, parts: list[Part], late: bool, topic: int | None = None
+    ) -> PostResult:
         """Send the parts Telegram has not accepted yet, in order, recording each; then record the delivery."""
         texts = sum(part.kind is PartKind.TEXT for part in parts)
         current = chat_id
@@ -746,7 +769,7 @@ class Poster:
             label = _label(part, texts)
             try:
                 current, message_id = await self._send_part(
-                    current, part, _PartSends(state, recipient(chat_id), key, part)
+                    current, part, _PartSends(state, recipient(chat_id), key, part), topic
                 )
             except DeliveryError as exc:
                 if exc.unconfirmed:
@@ -797,13 +820,15 @@ class Poster:
             log.exception("delivery of %s to chat %s was sent but could not be recorded", key, chat_id)
         return PostResult(Outcome.SENT, recipient(current), tuple(message_ids), error=note)
 
-    async def _send_part(self, chat_id: ChatId, part: Part, guard: SendGuard) -> tuple[ChatId, int]:
+    async def _send_part(
+        self, chat_id: ChatId, part: Part, guard: SendGuard, topic: int | None = None
+    ) -> tuple[ChatId, int]:
         if part.kind is PartKind.TEXT:
-            return await self.sender.send_text(chat_id, part.text, guard)
+            return await self.sender.send_text(chat_id, part.text, guard, topic=topic)
         if part.data is None:  # the PNG is dropped only when the chart is accepted; a file edited by hand, then
             raise DeliveryError("the stored chart has no image", permanent=True)
         photo = Photo(png=part.data, caption=part.text, filename=part.filename or "digest.png")
-        return await self.sender.send_photo(chat_id, photo, guard)
+        return await self.sender.send_photo(chat_id, photo, guard, topic=topic)
 
 
 def _label(part: Part, texts: int) -> str:
