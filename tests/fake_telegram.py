@@ -432,6 +432,7 @@ class FakeTelegram:
         self._webhook: tuple[str, str] | None = None
         self._methods: dict[str, _Method] = {
             "getme": self._get_me,
+            "getchat": self._get_chat,
             "getupdates": self._get_updates,
             "deletewebhook": self._delete_webhook,
             "setwebhook": self._set_webhook,
@@ -1141,6 +1142,13 @@ class FakeTelegram:
             "can_connect_to_business": False,
             "has_main_web_app": False,
         }
+
+    def _get_chat(self, params: Params, files: Files) -> JsonDict:
+        """The chat as `getChat` answers it (a ChatFullInfo, the fields the digest reads); refusals as for a send."""
+        with self._cond:
+            chat = self._resolve_chat(params)
+            self._check_blocked(chat)
+            return {**chat.as_json(), "accent_color_id": 0, "max_reaction_count": 11}
 
     def _get_updates(self, params: Params, files: Files) -> list[JsonDict]:
         offset = _int_param(params, "offset", 0)

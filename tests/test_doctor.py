@@ -16,6 +16,7 @@ import pytest
 from digest.backends.http import status_words, why_unreachable
 from digest.testbed.embedded import EmbeddedBackends, free_port
 from tests.command import backend_env, run_digest
+from tests.fake_telegram import FakeTelegram
 
 AT = "2026-07-21T00:00:00Z"  # the 24 h of the corpus day 2026-07-20
 
@@ -235,3 +236,58 @@ def _wrapped(cause: BaseException) -> httpx.ConnectError:
 def test_each_way_of_not_reaching_a_backend_is_told_apart(cause: BaseException, said: str) -> None:
     """The socket's or TLS' own error under httpx's says what to fix; an unknown one its type, as before."""
     assert said in why_unreachable(_wrapped(cause), "http://vm.example:8428")
+
+
+def test_the_bot_token_and_each_chat_are_checked_without_posting(
+    corpus_backends: EmbeddedBackends, tmp_path: Path
+) -> None:
+    """A known chat ✓, a chat the bot is not in ✗, a topic in a chat that is no forum ✗: exit 2, nothing posted."""
+    token = "123456:AAE-doctor-token"  # noqa: S105  # a fake token for the loopback Bot API
+    forum, plain, stranger = -1001111111111, -1002222222222, -1003333333333
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    with FakeTelegram(token, known_chats={forum, plain}) as tg:
+        tg.add_topic(forum, 77)
+        env = backend_env(
+            corpus_backends,
+            DIGEST_TELEGRAM_API_URL=tg.root,
+            DIGEST_TELEGRAM_TOKEN_FILE=str(token_file),
+            DIGEST_TELEGRAM_CHAT_IDS=f"{forum}:77,{plain}:5,{stranger}",
+        )
+        result = run_digest("doctor", "--at", AT, env=env, timeout=300)
+        good = run_digest("doctor", "--at", AT, env={**env, "DIGEST_TELEGRAM_CHAT_IDS": f"{forum}:77,{plain}"})
+        assert tg.sent == []
+        assert not [call for call in tg.calls if call.method.startswith("send")]
+    assert result.returncode == 2, result.stdout + result.stderr
+    out = result.stdout
+    assert "Delivery (Telegram, asked without posting):" in out
+    assert "✓ @digest_test_bot: the token is accepted" in out
+    assert f"✓ chat {forum}:77: supergroup “Chat {forum}”, a forum: posts go to topic 77" in out
+    assert f"✗ chat {plain}:5: supergroup “Chat {plain}” is no forum: topic 5 cannot be posted to" in out
+    assert f"✗ chat {stranger}: chat not found: the bot was never added to it" in out
+    assert token not in out + result.stderr
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert good.stdout.rstrip().endswith("Ready: every graded check can run, and every chat can be posted to.")
+
+
+def test_a_refused_token_is_named_and_no_token_is_said_quietly(
+    corpus_backends: EmbeddedBackends, tmp_path: Path
+) -> None:
+    """A token Telegram refuses: ✗ and exit 2; no token at all: one quiet line (digests printed), exit 0."""
+    token_file = tmp_path / "token"
+    token_file.write_text("999:not-the-bots-token\n")
+    with FakeTelegram("123456:AAE-the-real-one", known_chats={-100}) as tg:
+        env = backend_env(
+            corpus_backends,
+            DIGEST_TELEGRAM_API_URL=tg.root,
+            DIGEST_TELEGRAM_TOKEN_FILE=str(token_file),
+            DIGEST_TELEGRAM_CHAT_IDS="-100",
+        )
+        refused = run_digest("doctor", "--at", AT, env=env, timeout=300)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "✗ the Telegram API refused the bot token" in refused.stdout
+    quiet = run_digest("doctor", "--at", AT, env=backend_env(corpus_backends), timeout=300)
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert (
+        "Delivery: no Telegram token set (DIGEST_TELEGRAM_TOKEN_FILE): digests are printed, not posted." in quiet.stdout
+    )

@@ -14,8 +14,11 @@ values carry them (one PromQL query per family, shared by the checks that read i
 the check's scope carry a value (one count per scope, a column per field), and for each input not found the policy
 key or setting to change.
 
-Exit 0 when both URLs are right and every graded check could run; 2 otherwise (someone must change a setting or the
-policy first), like every other configuration problem.
+Then delivery, when a Telegram token is set: the token (``getMe``) and each configured chat (``getChat``: the bot is
+in it, and a chat written with a forum topic is a forum), nothing posted (`digest.channels.telegram.check`).
+
+Exit 0 when both URLs are right, every graded check could run and the configured delivery can post; 2 otherwise
+(someone must change a setting or the policy first), like every other configuration problem.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any, TextIO
 
 from digest import __version__
+from digest.app.bot import chat_topics
 from digest.app.engine import Config, make_digest, open_sources
 from digest.app.exit_codes import EXIT_OK, EXIT_USAGE
 from digest.app.settings import LogBackend
@@ -37,6 +41,7 @@ from digest.backends.loki import DEFAULT_LABELS
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.scope import render
 from digest.backends.victorialogs import DEFAULT_FIELDS
+from digest.channels.telegram.check import TelegramCheck, check_telegram
 from digest.checks import registry
 from digest.checks.contract import Finding, Input, SourceError, Sources, Status, Unwatched, Window, fmt_duration
 from digest.checks.coverage import PARTIAL
@@ -240,8 +245,10 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
         {seen for finding in digest.findings if finding.coverage for seen in finding.coverage.never_seen}
     )
     records = await _records(config, tls, window, digest) if urls[0].fine() else None
+    telegram = await _telegram(config)
     graded_blind = [check for check in checks if check["graded"] and not check["runs"] and check["watched"]]
     healthy = all(report.fine() for report in urls) and all(r.fine() for r in scopes) and not graded_blind
+    healthy = healthy and (telegram is None or telegram.ok)
     if fmt == "json":
         payload = {
             "version": __version__,
@@ -274,6 +281,7 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
             "recorded_counts": records,
             "disabled": list(digest.disabled),
             "never_seen": never_seen,
+            "delivery": {"telegram": None if telegram is None else _telegram_report(telegram)},
             "ok": healthy,
         }
         out.write(json.dumps(payload, ensure_ascii=False, indent=2) + "\n")
@@ -297,10 +305,11 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
         lines.extend(["", "Recorded counts (docs/recording.md):", *(f"  {line}" for line in records["said"])])
     if never_seen:
         lines.extend(["", f"Never seen in the last 30 days: {'; '.join(never_seen)}"])
+    lines.extend(["", *_telegram_lines(telegram)])
     lines.extend(
         [
             "",
-            "Ready: every graded check can run."
+            "Ready: every graded check can run" + (", and every chat can be posted to." if telegram else ".")
             if healthy
             else "Not ready: fix what is marked ✗ above"
             + (" (a graded check that cannot run makes every digest UNKNOWN)." if graded_blind else "."),
@@ -652,3 +661,34 @@ def _input_line(report: dict[str, Any]) -> str:
         fix = report["policy_key"]
     what = "" if why.endswith(" here") else f" ({report['what']})"  # a job's name says enough
     return f"{mark} not found {name}{why}{what}" + (f" → {fix}" if fix else "")
+
+
+async def _telegram(config: Config) -> TelegramCheck | None:
+    """The bot's token and chats, asked without posting; None when no token is set (digests are printed only)."""
+    settings = config.settings
+    token = settings.telegram_token.get_secret_value() if settings.telegram_token is not None else ""
+    if not token:
+        return None
+    if not settings.telegram_chat_ids:
+        return TelegramCheck(bot=None, problem="DIGEST_TELEGRAM_CHAT_IDS is not set: no chat to post to")
+    return await check_telegram(token, settings.telegram_api_url, settings.telegram_chat_ids, chat_topics(settings))
+
+
+def _telegram_report(telegram: TelegramCheck) -> dict[str, Any]:
+    return {
+        "bot": telegram.bot,
+        "problem": telegram.problem,
+        "chats": [{"chat": chat.chat, "ok": chat.ok, "said": chat.said} for chat in telegram.chats],
+        "ok": telegram.ok,
+    }
+
+
+def _telegram_lines(telegram: TelegramCheck | None) -> list[str]:
+    if telegram is None:
+        return ["Delivery: no Telegram token set (DIGEST_TELEGRAM_TOKEN_FILE): digests are printed, not posted."]
+    lines = ["Delivery (Telegram, asked without posting):"]
+    if telegram.problem is not None:
+        return [*lines, f"  ✗ {telegram.problem}"]
+    lines.append(f"  ✓ {telegram.bot}: the token is accepted")
+    lines.extend(f"  {'✓' if chat.ok else '✗'} chat {chat.chat}: {chat.said}" for chat in telegram.chats)
+    return lines
