@@ -26,6 +26,7 @@ from digest.app.engine import Config, load_config, make_chart, make_digest, open
 from digest.app.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
 from digest.app.logs import configure_logging
 from digest.app.settings import ConfigError, Settings, load_settings
+from digest.channels.schedule import last_scheduled_day
 from digest.checks.contract import Window
 from digest.output.render import FORMATS, Renderer, headline, most_said, unseen_spans
 from digest.pipeline.policy import Policy
@@ -33,12 +34,10 @@ from digest.pipeline.window import (
     WindowError,
     as_asked,
     day_window,
-    last_post,
     last_window,
     parse_date,
     parse_duration,
     parse_moment,
-    post_window,
 )
 
 DEMO_DAY = "2026-07-20"
@@ -50,11 +49,8 @@ def scheduled_post(settings: Settings, now: datetime) -> tuple[str, Window]:
     The bot's own: the same key and window whoever posts it (the bot, a CronJob, its retries, a rerun), so a day is
     posted once per chat however many of them run.
     """
-    from digest.channels.telegram.bot import daily_key
-
-    wall = settings.post_time.replace(tzinfo=None)
-    day, moment = last_post(now, wall, settings.zone)
-    return daily_key(day), post_window(moment, wall, settings.zone)
+    scheduled = last_scheduled_day(now, settings.post_time.replace(tzinfo=None), settings.zone)
+    return scheduled.key, scheduled.window
 
 
 def _daily_by_default(args: argparse.Namespace) -> bool:

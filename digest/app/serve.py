@@ -26,7 +26,8 @@ from digest.app.health import DigestMetrics, listen
 from digest.app.replay import replay
 from digest.app.service import DigestService
 from digest.channels.channel import Channel, DeliveryError, Outcome, Photo
-from digest.channels.telegram.bot import build_application, weekly_key
+from digest.channels.schedule import weekly_key
+from digest.channels.telegram.bot import build_application
 from digest.channels.telegram.channel import TelegramChannel
 from digest.channels.telegram.sender import Poster, Sender, open_bot
 from digest.checks.contract import Window

@@ -32,7 +32,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from datetime import time as time_of_day
 from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo
@@ -51,6 +51,7 @@ from telegram.ext import (
 )
 
 from digest.channels.channel import Outcome, Photo, PostResult
+from digest.channels.schedule import daily_due, weekly_due
 from digest.channels.telegram.allowance import CommandAllowance
 from digest.channels.telegram.polling import PollHealth, PollingRequest
 from digest.channels.telegram.sender import BotApiRequest, ChatId, Poster, Sender, recipient, reply_parameters
@@ -62,12 +63,10 @@ from digest.pipeline.window import (
     WindowError,
     as_asked,
     day_window,
-    last_post,
     last_window,
     parse_date,
     parse_duration,
     post_moment,
-    post_window,
 )
 
 log = logging.getLogger(__name__)
@@ -104,7 +103,6 @@ _REFUSAL_EVERY_SECONDS = 3600.0
 _RECHECK_EVERY_SECONDS = 300.0
 # python-telegram-bot reads first=0 as "not given" (one interval from now); a small positive delay means "at start".
 _FIRST_CHECK_SECONDS = 0.5
-_LATE_AFTER = timedelta(minutes=2)
 _RETRY_JOB = "claim-retry"
 # APScheduler drops a run that starts more than 1 s late by default; a late post is still owed, so never drop.
 _LATE_OK = {"misfire_grace_time": None, "coalesce": True}
@@ -201,16 +199,6 @@ class NoHooks:
 def utc_now() -> datetime:
     """The bot's clock: the scheduler's and the commands' "now" (tests hand the bot another)."""
     return datetime.now(UTC)
-
-
-def daily_key(day: date) -> str:
-    """The delivery key of the scheduled post of ``day`` (local): one per day, whoever posts it (bot or CronJob)."""
-    return f"daily:{day.isoformat()}"
-
-
-def weekly_key(year: int, week: int) -> str:
-    """The delivery key of the week at a glance: one per ISO week."""
-    return f"weekly:{iso_week(year, week)}"
 
 
 def parse_week_arguments(arguments: list[str], now: datetime, zone: ZoneInfo) -> tuple[int, int]:
@@ -536,16 +524,15 @@ class DigestBot:
         """Post the most recent scheduled digest to every chat that has not had it, within the grace period."""
         if self.stopping:
             return []
-        now = self.clock()
-        day, moment = last_post(now, self.settings.wall_post_time, self.settings.zone)
-        if now - moment > timedelta(hours=self.settings.late_grace_hours):
+        settings = self.settings
+        grace = timedelta(hours=settings.late_grace_hours)
+        due = daily_due(self.clock(), settings.wall_post_time, settings.zone, grace)
+        if due is None:
             return []
-        late = now - moment > _LATE_AFTER
-        # Since the previous scheduled post (23 or 25 h across a DST change): every hour in exactly one daily digest.
-        window = post_window(moment, self.settings.wall_post_time, self.settings.zone)
-        key = daily_key(day)
+        scheduled, late = due
+        window = scheduled.window
         results = await self._post_everywhere(
-            key, lambda: self.digests.html(window), lambda: self.digests.photo(window), late
+            scheduled.key, lambda: self.digests.html(window), lambda: self.digests.photo(window), late
         )
         for chat_id, result in zip(self.settings.chat_ids, results, strict=True):
             self.last_results[chat_id] = result
@@ -567,16 +554,15 @@ class DigestBot:
         The same exactly-once path as the daily post (claim, parts, retries), keyed by the ISO week, within the same
         grace after the scheduled moment; nothing on other days or when the weekly post is off.
         """
-        if self.settings.weekly_on is None:
+        settings = self.settings
+        grace = timedelta(hours=settings.late_grace_hours)
+        due = weekly_due(self.clock(), settings.wall_post_time, settings.zone, grace, settings.weekly_on)
+        if due is None:
             return []
-        now = self.clock()
-        day, moment = last_post(now, self.settings.wall_post_time, self.settings.zone)
-        if day.weekday() != self.settings.weekly_on or now - moment > timedelta(hours=self.settings.late_grace_hours):
-            return []
-        late = now - moment > _LATE_AFTER
-        year, week = last_complete_week(day)
+        scheduled, late = due
+        year, week = scheduled.year, scheduled.week
         return await self._post_everywhere(
-            weekly_key(year, week),
+            scheduled.key,
             lambda: self.digests.week_html(year, week),
             lambda: self.digests.week_photo(year, week),
             late,
