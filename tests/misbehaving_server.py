@@ -114,6 +114,7 @@ def recording_server(behaviours: Behaviour | Sequence[Behaviour]) -> Iterator[Se
                 served.leave()
                 self.close_connection = True
                 return
+            left = False
             try:
                 if behaviour.delay_seconds:
                     time.sleep(behaviour.delay_seconds)
@@ -125,12 +126,17 @@ def recording_server(behaviours: Behaviour | Sequence[Behaviour]) -> Iterator[Se
                     self.send_header("Content-Length", str(behaviour.declared_length))
                 elif not behaviour.stream_bytes:
                     self.send_header("Content-Length", str(len(behaviour.body)))
+                # Out of flight before the body goes: once the client has it, it may send its next request at once,
+                # and this thread's count must not still hold the answered one (max_in_flight read 2 with 1 slot).
+                served.leave()
+                left = True
                 self.end_headers()
                 _send_body(self.wfile, behaviour)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up first, as a timeout test (or a size cap) wants
             finally:
-                served.leave()
+                if not left:
+                    served.leave()
 
     with serving(Handler) as url:
         served.url = url
