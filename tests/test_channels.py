@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -11,6 +12,7 @@ from zoneinfo import ZoneInfo
 from digest.app.serve import ChannelPoster, window_key
 from digest.channels.channel import Outcome, Photo, PostResult
 from digest.channels.telegram.bot import BotSettings, DigestBot, build_application
+from digest.channels.telegram.sender import ChatId
 from digest.checks.contract import Finding, Status, Window
 from digest.output.render import Renderer
 from digest.pipeline.policy import Policy
@@ -69,16 +71,40 @@ async def test_a_second_channel_is_one_class_and_shares_the_state_file_with_tele
 
 @dataclass
 class CannedDigests:
-    """The bot's `Digests` without the app: one fixed HTML per window, the windows asked recorded."""
+    """The bot's `Digests` without the app: one fixed HTML per window, the windows asked recorded.
+
+    ``delay``: seconds each digest takes to compute, as a real one does, so that rounds running together overlap.
+    """
 
     asked: list[Window] = field(default_factory=list)
+    delay: float = 0.0
 
     async def html(self, window: Window) -> str:
         self.asked.append(window)
+        await asyncio.sleep(self.delay)
         return "<b>OK 10/10</b> · 24h"
 
     async def photo(self, window: Window) -> Photo | None:
         return None
+
+    async def week_html(self, year: int, week: int) -> str:
+        return "<b>week</b>"
+
+    async def week_photo(self, year: int, week: int) -> Photo | None:
+        return None
+
+
+def noon_settings(api_url: str, *chat_ids: int, topics: Mapping[ChatId, int] | None = None) -> BotSettings:
+    """The bot's settings of these tests: cluster "lab", the daily post at 12:00 UTC, 6 h of grace."""
+    return BotSettings(
+        cluster="lab",
+        zone=ZoneInfo("UTC"),
+        post_at="12:00",
+        late_grace_hours=6,
+        chat_ids=chat_ids,
+        topics=topics or {},
+        api_url=api_url,
+    )
 
 
 async def test_the_telegram_bot_runs_without_the_app(tmp_path: Path) -> None:
@@ -87,10 +113,7 @@ async def test_the_telegram_bot_runs_without_the_app(tmp_path: Path) -> None:
     digests = CannedDigests()
     state = DeliveryState(tmp_path / "state.sqlite", "bot")
     with FakeTelegram(TOKEN, known_chats={CHAT}) as tg:
-        settings = BotSettings(
-            cluster="lab", zone=ZoneInfo("UTC"), post_at="12:00", late_grace_hours=6, chat_ids=(CHAT,), api_url=tg.root
-        )
-        bot = DigestBot(settings=settings, state=state, digests=digests, clock=lambda: noon)
+        bot = DigestBot(settings=noon_settings(tg.root, CHAT), state=state, digests=digests, clock=lambda: noon)
         async with build_application(bot, TOKEN):
             first = await bot.post_due()
             second = await bot.post_due()
@@ -114,15 +137,7 @@ async def test_the_daily_post_goes_to_the_configured_forum_topic(tmp_path: Path)
     with FakeTelegram(TOKEN, known_chats={forum, missing_topic}) as tg:
         tg.add_topic(forum, 77)
         tg.add_topic(missing_topic, 5)
-        settings = BotSettings(
-            cluster="lab",
-            zone=ZoneInfo("UTC"),
-            post_at="12:00",
-            late_grace_hours=6,
-            chat_ids=(forum, missing_topic),
-            topics={forum: 77, missing_topic: 6},
-            api_url=tg.root,
-        )
+        settings = noon_settings(tg.root, forum, missing_topic, topics={forum: 77, missing_topic: 6})
         bot = DigestBot(settings=settings, state=state, digests=CannedDigests(), clock=lambda: noon)
         async with build_application(bot, TOKEN):
             posted, refused = await bot.post_due()

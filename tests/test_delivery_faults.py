@@ -27,7 +27,7 @@ from digest.app.settings import load_settings
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.channels.channel import Outcome, Photo
-from digest.channels.telegram.bot import BotSettings, DigestBot, Digests, build_application
+from digest.channels.telegram.bot import DigestBot, Digests, build_application
 from digest.channels.telegram.sender import Poster, Sender, open_bot
 from digest.checks.contract import Window
 from digest.pipeline.policy import Policy
@@ -38,6 +38,7 @@ from tests.command import DIGEST, backend_env, clean_env, run_digest
 from tests.fake_telegram import FakeTelegram
 from tests.forward_proxy import forward_proxy
 from tests.test_bot import QUIET, TOKEN, Clock, running, visible, wait_until
+from tests.test_channels import CannedDigests, noon_settings
 
 HEALTHY = -1001234567890
 GONE = -1009999999999  # a chat the bot was removed from: "chat not found", for good
@@ -643,15 +644,8 @@ async def test_the_daily_job_and_the_recheck_waking_together_post_once(tmp_path:
     noon = datetime(2026, 7, 21, 12, 0, 5, tzinfo=UTC)
     state = DeliveryState(tmp_path / "state.sqlite", "frozen")
     with FakeTelegram(TOKEN, known_chats={HEALTHY, second_chat}) as server:
-        settings = BotSettings(
-            cluster="lab",
-            zone=ZoneInfo("UTC"),
-            post_at="12:00",
-            late_grace_hours=6,
-            chat_ids=(HEALTHY, second_chat),
-            api_url=server.root,
-        )
-        bot = DigestBot(settings=settings, state=state, digests=_SlowDigest(), clock=lambda: noon)
+        settings = noon_settings(server.root, HEALTHY, second_chat)
+        bot = DigestBot(settings=settings, state=state, digests=CannedDigests(delay=0.2), clock=lambda: noon)
         try:
             async with build_application(bot, TOKEN):
                 woken = await asyncio.gather(bot.post_due(), bot.post_due(), bot.post_due())  # job, recheck, catch-up
@@ -661,24 +655,6 @@ async def test_the_daily_job_and_the_recheck_waking_together_post_once(tmp_path:
     outcomes = sorted(result.outcome.value for results in woken for result in results)
     assert outcomes.count(Outcome.SENT.value) == 2
     assert set(outcomes) <= {Outcome.SENT.value, Outcome.BUSY.value, Outcome.ALREADY_SENT.value}
-
-
-@dataclass
-class _SlowDigest:
-    """A digest that takes a moment to compute, as a real one does: the tasks overlap while it is made."""
-
-    async def html(self, window: Window) -> str:
-        await asyncio.sleep(0.2)
-        return "<b>OK 10/10</b> · lab"
-
-    async def photo(self, window: Window) -> Photo | None:
-        return None
-
-    async def week_html(self, year: int, week: int) -> str:
-        return "<b>week</b>"
-
-    async def week_photo(self, year: int, week: int) -> Photo | None:
-        return None
 
 
 async def test_a_killed_runs_claim_is_taken_over_when_its_lease_runs_out_not_at_the_next_recheck(
@@ -692,15 +668,9 @@ async def test_a_killed_runs_claim_is_taken_over_when_its_lease_runs_out_not_at_
     killed.close()
     state = DeliveryState(path, "restarted")
     with FakeTelegram(TOKEN, known_chats={HEALTHY}) as server:
-        settings = BotSettings(
-            cluster="lab",
-            zone=ZoneInfo("UTC"),
-            post_at="12:00",
-            late_grace_hours=6,
-            chat_ids=(HEALTHY,),
-            api_url=server.root,
+        bot = DigestBot(
+            settings=noon_settings(server.root, HEALTHY), state=state, digests=CannedDigests(), clock=lambda: noon
         )
-        bot = DigestBot(settings=settings, state=state, digests=_SlowDigest(), clock=lambda: noon)
         application = build_application(bot, TOKEN)
         try:
             async with application:
