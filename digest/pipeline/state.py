@@ -580,8 +580,7 @@ class DeliveryState:
     def get(self, recipient: str, key: str) -> Delivery | None:
         """The delivery of ``key`` to ``recipient``, if any."""
         rows = self._read(
-            "SELECT recipient, key, status, attempts, updated_at, sent_at, late, error, permanent, lease_until "
-            "FROM deliveries "
+            f"SELECT {_DELIVERY_COLUMNS} FROM deliveries "  # noqa: S608  # the columns are ours, values bound
             "WHERE channel = ? AND recipient = ? AND key = ?",
             (self._channel, recipient, key),
         )
@@ -597,8 +596,7 @@ class DeliveryState:
     def latest(self, recipient: str) -> list[Delivery]:
         """The recipient's ten most recent deliveries, newest first."""
         rows = self._read(
-            "SELECT recipient, key, status, attempts, updated_at, sent_at, late, error, permanent, lease_until "
-            "FROM deliveries "
+            f"SELECT {_DELIVERY_COLUMNS} FROM deliveries "  # noqa: S608  # the columns are ours, values bound
             "WHERE channel = ? AND recipient = ? ORDER BY updated_at DESC LIMIT 10",
             (self._channel, recipient),
         )
@@ -639,6 +637,10 @@ class DeliveryState:
                 "WHERE channel = ? AND recipient = ? AND key = ? AND part = ?",
                 (self._channel, recipient, key, index),
             )
+
+
+# The columns `_delivery` reads, in its order.
+_DELIVERY_COLUMNS = "recipient, key, status, attempts, updated_at, sent_at, late, error, permanent, lease_until"
 
 
 def _delivery(row: tuple[Any, ...]) -> Delivery:
