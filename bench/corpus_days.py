@@ -36,12 +36,11 @@ import httpx
 
 from bench.proxy import CountingProxy, Recorded
 from bench.runner import _stop_on_sigterm, digest_command, revision, say
-from digest.testbed.corpus import DAYS
-from digest.testbed.loki_server import loaded_loki, loki_binary_or_skip
-from digest.testbed.prometheus_server import PrometheusServer
-from digest.testbed.snapshots import binary_identity, snapshot_key
+from digest.testbed.corpus import DAYS, scaled, suite_volume_scale
+from digest.testbed.loki_server import corpus_loki_snapshot, loaded_loki, loki_binary_or_skip
+from digest.testbed.prometheus_server import PrometheusServer, corpus_prometheus_snapshot
 
-VOLUME_SCALE = float(os.environ.get("DIGEST_TEST_VOLUME_SCALE", "0.05"))
+VOLUME_SCALE = suite_volume_scale()
 _DAY = re.compile(r"\d{4}-\d\d-\d\d")
 _COUNTS = ("/loki/api/v1/query", "/loki/api/v1/query_range")
 
@@ -68,15 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     wanted = [date.fromisoformat(day) for day in args.days.split(",") if day] or sorted(DAYS)
     started = time.monotonic()
     binary = loki_binary_or_skip()
-    days = [_scaled(day) for day in DAYS.values()]
-    loki_snapshot = snapshot_key("corpus-loki", [], f"scale={VOLUME_SCALE}", binary_identity(binary))
-    prometheus_snapshot = snapshot_key(
-        "corpus-prometheus", [], binary_identity("promtool"), binary_identity("prometheus")
-    )
+    days = [scaled(day, VOLUME_SCALE) for day in DAYS.values()]
     runs: list[DayRun] = []
     with (
-        PrometheusServer(DAYS.values(), snapshot=prometheus_snapshot) as prometheus,
-        loaded_loki(days, loki_snapshot, binary) as loki,  # type: ignore[arg-type]  # scaled days are days
+        PrometheusServer(DAYS.values(), snapshot=corpus_prometheus_snapshot()) as prometheus,
+        loaded_loki(days, corpus_loki_snapshot(VOLUME_SCALE, binary), binary) as loki,
     ):
         say(f"Prometheus {prometheus.url}, Loki {loki.url}: {len(days)} corpus days")
         env = {key: value for key, value in os.environ.items() if not key.startswith("DIGEST_")}
@@ -104,11 +99,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs.append(run)
     print(_table(runs, args, time.monotonic() - started))
     return 0
-
-
-def _scaled(day: object) -> object:
-    scale = getattr(day, "with_volume_scale", None)
-    return scale(VOLUME_SCALE) if callable(scale) else day
 
 
 def alone(url: str, recorded: Sequence[Recorded]) -> dict[str, float]:

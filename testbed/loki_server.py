@@ -32,14 +32,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 import yaml
 
 from digest.backends.loki import rfc3339_nanos, unix_nanos
 from digest.testbed.embedded import free_port, log_tail, wait_ready
-from digest.testbed.snapshots import SnapshotKey, record, timed
+from digest.testbed.snapshots import SnapshotKey, binary_identity, record, snapshot_key, timed
 
 if TYPE_CHECKING:
     from digest.testbed.corpus.model import CorpusDay
@@ -716,6 +716,11 @@ def _from_unix_ns(nanoseconds: int) -> datetime:
 # Config -----------------------------------------------------------------------------------------------------------
 
 
+def corpus_loki_snapshot(scale: float, binary: str) -> SnapshotKey | None:
+    """Where a Loki holding every corpus day at ``scale`` is kept: the test suite's, and `bench.corpus_days`'."""
+    return snapshot_key("corpus-loki", [], f"scale={scale}", binary_identity(binary))
+
+
 @contextmanager
 def loaded_loki(
     days: Iterable[CorpusDay],
@@ -802,13 +807,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m testbed.loki_server``: start Loki, load the corpus days, print the URL, stop on Ctrl-C."""
     import argparse  # only the command line needs it
 
-    from digest.testbed.corpus import DAYS
+    from digest.testbed.corpus import DAYS, scaled
 
     parser = argparse.ArgumentParser(prog="python -m testbed.loki_server", description=main.__doc__)
     parser.add_argument("--scale", type=float, default=1.0, help="volume scale of the storm days (tests use 0.05)")
     parser.add_argument("--no-wait", action="store_true", help="stop once loaded (to measure the load)")
     arguments = parser.parse_args(argv)
-    days = [_scaled(day, arguments.scale) for day in DAYS.values()]
+    days = [scaled(day, arguments.scale) for day in DAYS.values()]
     try:
         with LokiServer() as loki:
             print(f"loki: {loki.url} (PID {loki.pid}), loading {len(days)} days", flush=True)
@@ -832,12 +837,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"loki: {error}", flush=True)
         return 1
     return 0
-
-
-def _scaled(day: CorpusDay, scale: float) -> CorpusDay:
-    """The day with its storm volume scaled, for days that have one (the others are small)."""
-    with_volume_scale = getattr(day, "with_volume_scale", None)
-    return cast("CorpusDay", with_volume_scale(scale)) if callable(with_volume_scale) else day
 
 
 def _rss(pid: int) -> str:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self, TextIO
 
 from digest.testbed.embedded import free_port, wait_ready
-from digest.testbed.snapshots import SnapshotKey, record, timed
+from digest.testbed.snapshots import SnapshotKey, binary_identity, record, snapshot_key, timed
 
 if TYPE_CHECKING:
     from digest.testbed.corpus.model import CorpusDay
@@ -390,3 +390,8 @@ def _promtool(path: Path, data_dir: Path) -> None:
     for block in output.iterdir():
         block.rename(data_dir / block.name)
     path.unlink()
+
+
+def corpus_prometheus_snapshot() -> SnapshotKey | None:
+    """Where the corpus' Prometheus blocks are kept: one key for every Prometheus that holds the whole corpus."""
+    return snapshot_key("corpus-prometheus", [], binary_identity("promtool"), binary_identity("prometheus"))

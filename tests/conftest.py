@@ -10,24 +10,23 @@ Every run ends with a summary of the time spent starting backends and loading da
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from datetime import date
 
 import pytest
 
-from digest.testbed.corpus import DAYS
+from digest.testbed.corpus import DAYS, CorpusDay, scaled, suite_volume_scale
 from digest.testbed.embedded import EmbeddedBackends, load_corpus_day, loaded_backends, wait_for_corpus_day
-from digest.testbed.loki_server import LokiServer, loaded_loki, loki_binary_or_skip
-from digest.testbed.prometheus_server import PrometheusServer, missing_binaries
-from digest.testbed.snapshots import SnapshotKey, binary_identity, snapshot_key
+from digest.testbed.loki_server import LokiServer, corpus_loki_snapshot, loaded_loki, loki_binary_or_skip
+from digest.testbed.prometheus_server import PrometheusServer, corpus_prometheus_snapshot, missing_binaries
+from digest.testbed.snapshots import binary_identity, snapshot_key
 
 pytest_plugins = ["tests.timings"]
 
 # The storm's non-error lines are scaled for the test suite (the error count stays exact at any scale); the demo
 # loads the full volume. DIGEST_TEST_VOLUME_SCALE=1 runs the suite at full scale.
-VOLUME_SCALE = float(os.environ.get("DIGEST_TEST_VOLUME_SCALE", "0.05"))
+VOLUME_SCALE = suite_volume_scale()
 
 
 def backends_available() -> bool:
@@ -43,7 +42,7 @@ def corpus_backends() -> Iterator[EmbeddedBackends]:
     days = [_scaled(day) for day in DAYS.values()]
 
     def load(backends: EmbeddedBackends) -> dict[str, object]:
-        return {"lines": {day.date.isoformat(): load_corpus_day(backends, day) for day in days}}  # type: ignore[attr-defined]  # scaled days are days
+        return {"lines": {day.date.isoformat(): load_corpus_day(backends, day) for day in days}}
 
     def verify(backends: EmbeddedBackends, manifest: dict[str, object]) -> None:
         lines = manifest["lines"]
@@ -60,11 +59,6 @@ def corpus_backends() -> Iterator[EmbeddedBackends]:
     )
     with loaded_backends(f"{len(days)} days: VictoriaMetrics + VictoriaLogs", snapshot, load, verify) as backends:
         yield backends
-
-
-def corpus_prometheus_snapshot() -> SnapshotKey | None:
-    """Where the corpus' Prometheus blocks are kept: one key for every Prometheus that holds the whole corpus."""
-    return snapshot_key("corpus-prometheus", [], binary_identity("promtool"), binary_identity("prometheus"))
 
 
 @pytest.fixture(scope="session")
@@ -91,9 +85,8 @@ def loki_corpus() -> Iterator[LokiServer]:
     """A Loki 3.5.12 holding every corpus day's logs at the suite's volume scale, pushed as Promtail ships them."""
     binary = loki_binary_or_skip()
     days = [_scaled(day) for day in DAYS.values()]
-    snapshot = snapshot_key("corpus-loki", [], f"scale={VOLUME_SCALE}", binary_identity(binary))
-    # Scaled days are days.
-    with loaded_loki(days, snapshot, binary, extra_args=LOKI_RESULTS_CACHE) as server:  # type: ignore[arg-type]
+    snapshot = corpus_loki_snapshot(VOLUME_SCALE, binary)
+    with loaded_loki(days, snapshot, binary, extra_args=LOKI_RESULTS_CACHE) as server:
         yield server
 
 
@@ -104,9 +97,8 @@ def own_backends() -> Iterator[EmbeddedBackends]:
         yield backends
 
 
-def _scaled(day: object) -> object:
-    scale = getattr(day, "with_volume_scale", None)
-    return scale(VOLUME_SCALE) if callable(scale) else day
+def _scaled(day: CorpusDay) -> CorpusDay:
+    return scaled(day, VOLUME_SCALE)
 
 
 # Scheduling on the pytest-xdist workers (scripts/test runs `-n 2 --dist loadgroup`) --------------------------------

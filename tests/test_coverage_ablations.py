@@ -32,7 +32,7 @@ from digest.app.settings import load_settings
 from digest.output.render import to_json
 from digest.pipeline.policy import Policy, TrendsPolicy
 from digest.pipeline.window import day_window
-from digest.testbed.corpus import DAYS
+from digest.testbed.corpus import DAYS, scaled
 from digest.testbed.corpus.model import CorpusDay, Series
 from digest.testbed.embedded import EmbeddedBackends, loaded_backends
 from digest.testbed.snapshots import binary_identity, snapshot_key
@@ -190,9 +190,7 @@ def _day_start(day: date) -> int:
 
 
 def _corpus(day: date) -> CorpusDay:
-    one = DAYS[day]
-    scale = getattr(one, "with_volume_scale", None)
-    return scale(0.01) if callable(scale) else one
+    return scaled(DAYS[day], 0.01)
 
 
 @functools.lru_cache(maxsize=1)  # copies come day by day: each day is generated once

@@ -9,6 +9,8 @@ contains and why its numbers are what they are.
 from __future__ import annotations
 
 import datetime as dt
+import os
+from typing import cast
 
 from digest.testbed.corpus.calm_day import CalmDay
 from digest.testbed.corpus.conntrack_near_full import ConntrackNearFull
@@ -24,7 +26,7 @@ from digest.testbed.corpus.recreate_rollout import RecreateRollout
 from digest.testbed.corpus.spiral_unscraped import SpiralUnscraped
 from digest.testbed.corpus.stuck_rollout import StuckRollout
 
-__all__ = ["DAYS", "CorpusDay", "Expected", "Series", "day"]
+__all__ = ["DAYS", "CorpusDay", "Expected", "Series", "day", "scaled", "suite_volume_scale"]
 
 
 def _all_days() -> dict[dt.date, CorpusDay]:
@@ -55,3 +57,17 @@ def day(d: dt.date) -> CorpusDay:
     except KeyError:
         known = ", ".join(f"{x.isoformat()} ({DAYS[x].name})" for x in sorted(DAYS))
         raise KeyError(f"no corpus day for {d.isoformat()}; known days: {known}") from None
+
+
+def scaled(one: CorpusDay, scale: float) -> CorpusDay:
+    """The day with its storm volume scaled, for days that have one (the others are small)."""
+    with_volume_scale = getattr(one, "with_volume_scale", None)
+    return cast("CorpusDay", with_volume_scale(scale)) if callable(with_volume_scale) else one
+
+
+def suite_volume_scale() -> float:
+    """The test suite's storm volume (``DIGEST_TEST_VOLUME_SCALE``, 0.05 unless set): its snapshots are of it.
+
+    The storm's non-error lines are scaled (the error count stays exact at any scale); the demo loads the full volume.
+    """
+    return float(os.environ.get("DIGEST_TEST_VOLUME_SCALE", "0.05"))
