@@ -6,16 +6,12 @@ blocked, chat not found, any other 400) are not retried, as healthchecks disting
 Telegram refuses ("can't parse entities") is resent as plain text rather than lost. A group that became a
 supergroup (``migrate_to_chat_id``) is followed, remembered and logged.
 
-`Poster.post_once` wraps a delivery in the exactly-once protocol of `digest.pipeline.state`: claim, compute, store the
-parts, send each part not yet accepted, record. Exactly once holds *per part*: the digest's messages ("(1/2)", "(2/2)")
-and the chart photo after them are each recorded with their Telegram message id when accepted, so a retry (the bot's
-5-minute recheck) or a rerun (the CronJob's ``digest run --post``) sends only what is still owed. The rerun sends the
-parts' *stored* content, never a recomputation: the same window's digest could be recomputed with other words or split
-into another number of parts, and mixing "(1/2)" of one text with "(2/3)" of another would be silent nonsense. The chart
-is a part like the others: a chart refused for a transient reason keeps the delivery owed (the rerun sends the chart
-alone); a chart refused for good (Telegram will never take it) is logged and noted on the delivery, which is then done —
-holding it open would retry forever what cannot succeed, for a bonus to a digest that did arrive. A chart that could not
-be *drawn* is left out (logged), as before.
+`Poster.post_once` wraps a delivery in the exactly-once protocol every channel shares (`digest.channels.once`): claim,
+compute, store the parts, send each part not yet accepted, record. Exactly once holds *per part*: the digest's
+messages ("(1/2)", "(2/2)") and the chart photo after them are each recorded with their Telegram message id when
+accepted, so a retry (the bot's 5-minute recheck) or a rerun (the CronJob's ``digest run --post``) sends only what is
+still owed, from the stored content. What is Telegram's is here: `TelegramParts` writes one part (HTML split to
+4,096 characters, a photo, a forum topic) through `Sender`, which retries, paces and follows a chat's migration.
 
 Everything the Telegram API root answers is translated once, here, into `DeliveryError`: `BotApiRequest` turns an
 answer that is not the Bot API's — a redirect, an HTML page, malformed JSON, JSON without ``"ok"`` — into
@@ -40,7 +36,7 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 from telegram import Bot, LinkPreviewOptions, Message, ReplyParameters
@@ -57,9 +53,10 @@ from telegram.error import (
 )
 from telegram.request import HTTPXRequest
 
-from digest.channels.channel import DeliveryError, Outcome, Photo, PostResult
+from digest.channels.channel import DeliveryError, Photo, PostResult
+from digest.channels.once import ExactlyOnce, SendGuard
 from digest.channels.telegram.text import MAX_CAPTION, fit_utf16, plain_from_html, split_html
-from digest.pipeline.state import DeliveryState, DeliveryStatus, Part, PartKind, StateError
+from digest.pipeline.state import DeliveryState, Part, PartKind
 
 log = logging.getLogger(__name__)
 
@@ -558,16 +555,6 @@ class Sender:
             raise
 
 
-class SendGuard(Protocol):
-    """Counts the sends of one part that may have arrived, and says whether another may go."""
-
-    async def begin(self) -> bool:
-        """Whether one more send may go (counted as begun when it may)."""
-
-    async def refused(self) -> None:
-        """The last send did not arrive (Telegram answered so, or it never left)."""
-
-
 def _may_have_arrived(exc: TelegramError) -> bool:
     """Whether a failed send may still have been accepted: the request left but its answer did not come back whole.
 
@@ -607,38 +594,49 @@ def chat_of(recipient: str) -> ChatId:
 
 
 @dataclass
-class _PartSends:
-    """`SendGuard` of one stored part: its unanswered sends counted in the state file, so a restart knows them."""
+class TelegramParts:
+    """`digest.channels.once.PartWriter` of Telegram: HTML cut to its 4,096 characters, the chart as a photo.
 
-    state: DeliveryState
-    recipient: str
-    key: str
-    part: Part
-
-    async def begin(self) -> bool:
-        # A chart is a bonus: never risk showing it twice. A text part may be repeated once, not lost for a lost answer.
-        most = 1 if self.part.kind is PartKind.PHOTO else 2
-        return await asyncio.to_thread(self.state.begin_part_send, self.recipient, self.key, self.part.index, most)
-
-    async def refused(self) -> None:
-        await asyncio.to_thread(self.state.part_refused, self.recipient, self.key, self.part.index)
-
-
-@dataclass
-class Poster:
-    """Exactly-once posting: claim the (chat, key) delivery, store its parts, send those still owed, record.
-
-    Every state file access runs in a worker thread (`asyncio.to_thread`): a locked or slow file delays this
-    delivery, never the event loop that answers /healthz and the chats. The claim is a lease renewed while the
-    delivery is worked on, so a process killed mid-send leaves a claim that another takes over within
-    ``lease_seconds``.
+    ``topic``: the forum topic (``message_thread_id``) every part goes to; None: the chat itself.
     """
 
     sender: Sender
-    state: DeliveryState
-    lease_seconds: float = 60.0
-    # The deliveries this process is working on: its own claim would let it take one twice (same owner).
-    _working: set[tuple[str, str]] = field(default_factory=set)
+    topic: int | None = None
+
+    def texts(self, message: str) -> list[str]:
+        return split_html(message)
+
+    async def send(self, address: str, part: Part, guard: SendGuard) -> tuple[str, int]:
+        chat = chat_of(address)
+        if part.kind is PartKind.TEXT:
+            moved, message_id = await self.sender.send_text(chat, part.text, guard, topic=self.topic)
+            return recipient(moved), message_id
+        if part.data is None:  # the PNG is dropped only when the chart is accepted; a file edited by hand, then
+            raise DeliveryError("the stored chart has no image", permanent=True)
+        photo = Photo(png=part.data, caption=part.text, filename=part.filename or "digest.png")
+        moved, message_id = await self.sender.send_photo(chat, photo, guard, topic=self.topic)
+        return recipient(moved), message_id
+
+
+class Poster:
+    """Exactly-once posting to Telegram chats: `digest.channels.once.ExactlyOnce` writing parts with ``sender``.
+
+    The claim is a lease renewed while the delivery is worked on, so a process killed mid-send leaves a claim that
+    another takes over within ``lease_seconds``.
+    """
+
+    def __init__(self, sender: Sender, state: DeliveryState, lease_seconds: float = 60.0) -> None:
+        self.sender = sender
+        self.once = ExactlyOnce(state, lease_seconds)
+
+    @property
+    def state(self) -> DeliveryState:
+        """The delivery state the posts are recorded in."""
+        return self.once.state
+
+    @state.setter
+    def state(self, state: DeliveryState) -> None:
+        self.once.state = state
 
     async def post_once(
         self,
@@ -652,187 +650,8 @@ class Poster:
         """Post what ``message()`` returns (and ``photo()`` after it) to ``chat_id``, each part once.
 
         ``topic``: the forum topic the parts go to (the chat's delivery is one whichever topic it is posted in).
-
         ``message`` and ``photo`` are called only when no earlier attempt stored the delivery's parts. The delivery
         state knows the chat as text (`recipient`): "-1001234" or "@name".
         """
-        state = self.state
-        chat = await asyncio.to_thread(state.current, recipient(chat_id))
-        chat_id = chat_of(chat)
-        earlier_ids = await asyncio.to_thread(state.earlier_ids, chat)
-        for earlier in earlier_ids:
-            # Delivered before the group became a supergroup: the record stays on the id it was claimed under.
-            delivered = await asyncio.to_thread(state.get, earlier, key)
-            if delivered is not None and delivered.status == DeliveryStatus.SENT:
-                return PostResult(Outcome.ALREADY_SENT, chat)
-        if (chat, key) in self._working:
-            return PostResult(Outcome.BUSY, chat)
-        # Marked before the claim is awaited: a second task of this process checking meanwhile sees it busy.
-        self._working.add((chat, key))
-        try:
-            if not await asyncio.to_thread(state.claim, chat, key, self.lease_seconds):
-                existing = await asyncio.to_thread(state.get, chat, key)
-                if existing is not None and existing.status == "sent":
-                    return PostResult(Outcome.ALREADY_SENT, chat)
-                if existing is not None and existing.permanent:
-                    return PostResult(Outcome.FAILED_PERMANENT, chat, error=existing.error)
-                return PostResult(Outcome.BUSY, chat)
-            renewal = asyncio.create_task(self._renew(chat, key))
-            try:
-                return await self._claimed(chat_id, chat, key, message, late, photo, earlier_ids, topic)
-            except asyncio.CancelledError:
-                # Stopped (SIGTERM): the claim is released at once, so the next run or instance need not wait for it.
-                await asyncio.shield(self._release(chat, key, "interrupted: the process stopped"))
-                raise
-            finally:
-                renewal.cancel()
-        finally:
-            self._working.discard((chat, key))
-
-    async def _claimed(
-        self,
-        chat_id: ChatId,
-        chat: str,
-        key: str,
-        message: Callable[[], Awaitable[str]],
-        late: bool,
-        photo: Callable[[], Awaitable[Photo | None]] | None,
-        earlier_ids: list[str],
-        topic: int | None = None,
-    ) -> PostResult:
-        state = self.state
-        try:
-            parts = await asyncio.to_thread(state.parts, chat, key) or await asyncio.to_thread(
-                state.adopt_parts, chat, key, earlier_ids
-            )
-            if not parts:
-                composed = await self._compose(chat_id, key, message, photo)
-                parts = await asyncio.to_thread(state.store_parts, chat, key, composed)
-        except StateError:
-            raise
-        except Exception as exc:  # computing the message failed: record it so that it is retried and visible
-            log.exception("delivery of %s to chat %s failed while preparing the message", key, chat_id)
-            await asyncio.to_thread(state.mark_failed, chat, key, f"internal error: {type(exc).__name__}", False)
-            return PostResult(Outcome.FAILED, chat, error=f"internal error: {type(exc).__name__}")
-        return await self._send_owed(chat_id, key, parts, late, topic)
-
-    async def _renew(self, chat: str, key: str) -> None:
-        """Keep the claim alive while this process works on it (a third of the lease between renewals)."""
-        while True:
-            await asyncio.sleep(self.lease_seconds / 3)
-            try:
-                await asyncio.to_thread(self.state.renew, chat, key, self.lease_seconds)
-            except StateError as exc:
-                log.error("the claim of %s for chat %s could not be renewed: %s", key, chat, exc)
-
-    async def _release(self, chat: str, key: str, reason: str) -> None:
-        try:
-            await asyncio.to_thread(self.state.mark_failed, chat, key, reason, False)
-        except StateError as exc:
-            log.error("the claim of %s for chat %s could not be released: %s", key, chat, exc)
-
-    async def _compose(
-        self,
-        chat_id: ChatId,
-        key: str,
-        message: Callable[[], Awaitable[str]],
-        photo: Callable[[], Awaitable[Photo | None]] | None,
-    ) -> list[Part]:
-        """The delivery's parts: the digest's messages, marked "(k/n)" when several, then the chart if one was drawn."""
-        texts = split_html(await message())
-        parts = [Part(index, PartKind.TEXT, text) for index, text in enumerate(texts, start=1)]
-        attachment: Photo | None = None
-        if photo is not None:
-            try:
-                attachment = await photo()
-            except Exception:  # the chart is a bonus: the digest goes out without it
-                log.exception(
-                    "the chart of %s could not be drawn for chat %s; posting the digest without it", key, chat_id
-                )
-        if attachment is not None:
-            parts.append(Part(len(parts) + 1, PartKind.PHOTO, attachment.caption, attachment.png, attachment.filename))
-        return parts
-
-    async def _send_owed(
-        self, chat_id: ChatId, key: str, parts: list[Part], late: bool, topic: int | None = None
-    ) -> PostResult:
-        """Send the parts Telegram has not accepted yet, in order, recording each; then record the delivery."""
-        texts = sum(part.kind is PartKind.TEXT for part in parts)
-        current = chat_id
-        message_ids: list[int] = []
-        notes: list[str] = []
-        state = self.state
-        for part in parts:
-            if part.message_id is not None:
-                message_ids.append(part.message_id)
-                continue
-            label = _label(part, texts)
-            try:
-                current, message_id = await self._send_part(
-                    current, part, _PartSends(state, recipient(chat_id), key, part), topic
-                )
-            except DeliveryError as exc:
-                if exc.unconfirmed:
-                    log.warning("%s of %s for chat %s %s", label, key, chat_id, exc)
-                    notes.append(f"{label} not confirmed: {exc}")
-                    continue
-                if part.kind is PartKind.PHOTO and exc.permanent:
-                    log.error(
-                        "the chart of %s was refused in chat %s (%s); the digest itself was delivered",
-                        key,
-                        chat_id,
-                        exc,
-                    )
-                    notes.append(f"chart not delivered: {exc}")
-                    continue
-                error = f"{label}: {exc}"
-                log.error(
-                    "delivery of %s to chat %s failed (%s): %s",
-                    key,
-                    chat_id,
-                    "permanent" if exc.permanent else "will retry",
-                    error,
-                )
-                await asyncio.to_thread(state.mark_failed, recipient(chat_id), key, error, exc.permanent)
-                outcome = Outcome.FAILED_PERMANENT if exc.permanent else Outcome.FAILED
-                return PostResult(outcome, recipient(chat_id), tuple(message_ids), error=error)
-            except StateError:
-                raise
-            except Exception as exc:  # e.g. the state file failing while a chat migration is recorded
-                log.exception("delivery of %s to chat %s failed while sending %s", key, chat_id, label)
-                error = f"{label}: internal error: {type(exc).__name__}"
-                await asyncio.to_thread(state.mark_failed, recipient(chat_id), key, error, False)
-                return PostResult(Outcome.FAILED, recipient(chat_id), tuple(message_ids), error=error)
-            message_ids.append(message_id)
-            try:
-                await asyncio.to_thread(state.mark_part_sent, recipient(chat_id), key, part.index, message_id)
-            except StateError as exc:
-                # Sent, not recorded: its send stays counted as unanswered, so a later attempt repeats it once at
-                # most (a text part) or never (the chart).
-                log.error("%s of %s reached chat %s but could not be recorded: %s", label, key, current, exc)
-        if current != chat_id:
-            # The delivery happened under the new id; keep the record on the id it was claimed under.
-            log.info("delivery of %s moved from chat %s to %s", key, chat_id, current)
-        note = "; ".join(notes) or None
-        try:
-            await asyncio.to_thread(state.mark_sent, recipient(chat_id), key, message_ids, late, None, note)
-        except StateError:
-            log.exception("delivery of %s to chat %s was sent but could not be recorded", key, chat_id)
-        return PostResult(Outcome.SENT, recipient(current), tuple(message_ids), error=note)
-
-    async def _send_part(
-        self, chat_id: ChatId, part: Part, guard: SendGuard, topic: int | None = None
-    ) -> tuple[ChatId, int]:
-        if part.kind is PartKind.TEXT:
-            return await self.sender.send_text(chat_id, part.text, guard, topic=topic)
-        if part.data is None:  # the PNG is dropped only when the chart is accepted; a file edited by hand, then
-            raise DeliveryError("the stored chart has no image", permanent=True)
-        photo = Photo(png=part.data, caption=part.text, filename=part.filename or "digest.png")
-        return await self.sender.send_photo(chat_id, photo, guard, topic=topic)
-
-
-def _label(part: Part, texts: int) -> str:
-    """How a part is named in errors: "part 2/3", "the message" (a digest in one part) or "the chart"."""
-    if part.kind is PartKind.PHOTO:
-        return "the chart"
-    return f"part {part.index}/{texts}" if texts > 1 else "the message"
+        writer = TelegramParts(self.sender, topic)
+        return await self.once.post_once(recipient(chat_id), key, message, writer, late=late, photo=photo)
