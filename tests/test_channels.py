@@ -33,6 +33,7 @@ class NotebookChannel:
     recipients: tuple[str, ...]
     written: list[tuple[str, str]] = field(default_factory=list)
     name: str = "notebook"
+    title: str = "Notebook"
     format: str = "text"
 
     async def post_once(
@@ -79,7 +80,7 @@ class CannedDigests:
     asked: list[Window] = field(default_factory=list)
     delay: float = 0.0
 
-    async def html(self, window: Window) -> str:
+    async def text(self, window: Window, fmt: str) -> str:
         self.asked.append(window)
         await asyncio.sleep(self.delay)
         return "<b>OK 10/10</b> · 24h"
@@ -87,7 +88,7 @@ class CannedDigests:
     async def photo(self, window: Window) -> Photo | None:
         return None
 
-    async def week_html(self, year: int, week: int) -> str:
+    async def week_text(self, year: int, week: int, fmt: str) -> str:
         return "<b>week</b>"
 
     async def week_photo(self, year: int, week: int) -> Photo | None:

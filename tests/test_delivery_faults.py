@@ -27,7 +27,8 @@ from digest.app.settings import load_settings
 from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.channels.channel import Outcome, Photo
-from digest.channels.telegram.bot import DigestBot, Digests, build_application
+from digest.channels.dispatch import Digests
+from digest.channels.telegram.bot import DigestBot, build_application
 from digest.channels.telegram.sender import Poster, Sender, open_bot
 from digest.checks.contract import Window
 from digest.pipeline.policy import Policy
@@ -575,15 +576,15 @@ class _SlowDigests:
 
     inner: Digests
 
-    async def html(self, window: Window) -> str:
+    async def text(self, window: Window, fmt: str) -> str:
         await asyncio.sleep(4)
-        return await self.inner.html(window)
+        return await self.inner.text(window, fmt)
 
     async def photo(self, window: Window) -> Photo | None:
         return await self.inner.photo(window)
 
-    async def week_html(self, year: int, week: int) -> str:
-        return await self.inner.week_html(year, week)
+    async def week_text(self, year: int, week: int, fmt: str) -> str:
+        return await self.inner.week_text(year, week, fmt)
 
     async def week_photo(self, year: int, week: int) -> Photo | None:
         return await self.inner.week_photo(year, week)

@@ -27,7 +27,7 @@ from digest.channels.channel import Outcome, PostResult
 from digest.channels.telegram.bot import BotSettings, Clock, DigestBot, utc_now
 from digest.channels.telegram.polling import PollHealth
 from digest.channels.telegram.sender import ChatId, recipient
-from digest.pipeline.state import DeliveryState, StateError
+from digest.pipeline.state import TELEGRAM, DeliveryState, StateError
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,11 @@ def bot_settings(settings: Settings) -> BotSettings:
 def chat_topics(settings: Settings) -> dict[ChatId, int]:
     """The forum topic each chat's scheduled digests go to (``chat:topic`` in TELEGRAM_CHAT_IDS)."""
     return {chat: topic for chat, topic in settings.telegram_chat_topics.items()}
+
+
+def metric_chat(channel: str, recipient: str) -> str:
+    """A recipient as the metrics' ``chat`` label says it: a Telegram chat's id, another channel's "slack:#ops"."""
+    return recipient if channel == TELEGRAM else f"{channel}:{recipient}"
 
 
 # The delivery failures' reasons, as the metrics label them.
@@ -82,16 +87,17 @@ class AppHooks:
             await self.health.stop()
             self.health = None
 
-    def posted(self, chat_id: ChatId, result: PostResult) -> None:
+    def posted(self, channel: str, recipient: str, result: PostResult) -> None:
         metrics = self.service.metrics
         if metrics is None:
             return
         metrics.deliveries.labels(outcome=result.outcome.value).inc()
+        chat = metric_chat(channel, recipient)
         if result.outcome is Outcome.SENT:
-            metrics.last_delivery.labels(chat=str(chat_id)).set(time.time())
+            metrics.last_delivery.labels(chat=chat).set(time.time())
         for outcome in Outcome:
             value = 1 if outcome is result.outcome else 0
-            metrics.delivery_state.labels(chat=str(chat_id), state=outcome.value).set(value)
+            metrics.delivery_state.labels(chat=chat, state=outcome.value).set(value)
         reason = _FAILURE_REASONS.get(result.outcome)
         if reason is not None:
             metrics.delivery_failures.labels(reason=reason).inc()

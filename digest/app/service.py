@@ -104,9 +104,9 @@ class DigestService:
             self.metrics.observe_digest(digest, time.monotonic() - started)
         return digest
 
-    async def html(self, window: Window) -> str:
-        """The digest of ``window`` as Telegram HTML."""
-        return self.renderer.render(await self.digest(window), "html")
+    async def text(self, window: Window, fmt: str) -> str:
+        """The digest of ``window`` in a renderer format ("html": Telegram's; "text", "json"…), computed once."""
+        return self.renderer.render(await self.digest(window), fmt)
 
     async def week(self, year: int, week: int) -> Week:
         """The week at a glance, joining a computation already running for it (the weekly post and `/digest week`)."""
@@ -117,9 +117,9 @@ class DigestService:
             lambda: None,
         )
 
-    async def week_html(self, year: int, week: int) -> str:
-        """The week at a glance as Telegram HTML."""
-        return self.renderer.render_week(await self.week(year, week), "html")
+    async def week_text(self, year: int, week: int, fmt: str) -> str:
+        """The week at a glance in a renderer format, computed once."""
+        return self.renderer.render_week(await self.week(year, week), fmt)
 
     async def week_photo(self, year: int, week: int) -> Photo | None:
         """The week's chart (scores and error lines per day) as a Telegram photo, or None when charts are off."""

@@ -3,7 +3,9 @@
 A channel delivers a digest already rendered in its own format (Telegram: HTML) to each of its recipients, once per
 digest key, across restarts and a second instance. Its recipients are text — a Telegram chat id ("-1001234", "@ops")
 or any other channel's address — and the delivery state is keyed by (channel name, recipient, key), so a second
-channel is one class beside `digest.channels.telegram.channel.TelegramChannel`, not a change to the state.
+channel is one class beside `digest.channels.telegram.channel.TelegramChannel`, not a change to the state: it
+posts through `digest.channels.once.ExactlyOnce` with its own `PartWriter`, and `digest.channels.dispatch.Dispatch`
+gives it the scheduled posts.
 
 Failures are sorted the way healthchecks sorts them: ``DeliveryError.permanent`` (blocked, chat not found: not
 retried) against transient (429, timeouts: a later run retries), each said as a `PostResult` outcome.
@@ -15,6 +17,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
+
+from digest.pipeline.state import DeliveryState
 
 
 class Outcome(StrEnum):
@@ -68,8 +72,18 @@ class Channel(Protocol):
         ...
 
     @property
+    def title(self) -> str:
+        """How /status and the logs name its recipients ("Chat" -1001234, "Slack" #ops, "Webhook" ops)."""
+        ...
+
+    @property
     def format(self) -> str:
         """The renderer format its messages are written in ("html")."""
+        ...
+
+    @property
+    def state(self) -> DeliveryState:
+        """The delivery state its posts are claimed and recorded in (one file, rows keyed by the channel's name)."""
         ...
 
     @property

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 
 from digest.checks.contract import Window
 from digest.pipeline.week import iso_week, last_complete_week
-from digest.pipeline.window import last_post, post_window
+from digest.pipeline.window import last_post, post_moment, post_window
 
 # A post sent this long after its moment is marked late ("(late)" in /status and the logs).
 LATE_AFTER = timedelta(minutes=2)
@@ -78,3 +78,28 @@ def weekly_due(
         return None
     year, week = last_complete_week(day)
     return ScheduledWeek(weekly_key(year, week), year, week), now - moment > LATE_AFTER
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When the scheduled posts fall: the daily moment (a wall time in ``zone``), its grace, the weekly post's day."""
+
+    zone: ZoneInfo
+    post_time: time  # a wall time, no tzinfo: DST may skip or repeat it
+    grace: timedelta
+    weekly_on: int | None = None  # Monday 0; None: no weekly post
+
+    def daily_due(self, now: datetime) -> tuple[ScheduledDay, bool] | None:
+        """The daily post owed at ``now`` and whether it is late; None once its grace has passed."""
+        return daily_due(now, self.post_time, self.zone, self.grace)
+
+    def weekly_due(self, now: datetime) -> tuple[ScheduledWeek, bool] | None:
+        """The week at a glance owed at ``now`` and whether it is late; None when none is."""
+        return weekly_due(now, self.post_time, self.zone, self.grace, self.weekly_on)
+
+    def next_post(self, now: datetime) -> datetime:
+        """The next scheduled post moment after ``now`` (23 or 25 h after the last one on a DST change)."""
+        day = now.astimezone(self.zone).date()
+        while (moment := post_moment(day, self.post_time, self.zone)) <= now:
+            day += timedelta(days=1)
+        return moment

@@ -50,14 +50,24 @@ from telegram.ext import (
     filters,
 )
 
-from digest.channels.channel import Outcome, Photo, PostResult
-from digest.channels.schedule import daily_due, weekly_due
+from digest.channels.channel import Channel, PostResult
+from digest.channels.dispatch import DeliveryHooks, Digests, Dispatch, NoDeliveryHooks
+from digest.channels.schedule import Schedule
 from digest.channels.telegram.allowance import CommandAllowance
+from digest.channels.telegram.channel import TelegramChannel
 from digest.channels.telegram.polling import PollHealth, PollingRequest
-from digest.channels.telegram.sender import BotApiRequest, ChatId, Poster, Sender, recipient, reply_parameters
+from digest.channels.telegram.sender import (
+    BotApiRequest,
+    ChatId,
+    Poster,
+    Sender,
+    chat_of,
+    recipient,
+    reply_parameters,
+)
 from digest.channels.telegram.text import MAX_TEXT, fit_utf16
 from digest.checks.contract import Window
-from digest.pipeline.state import Delivery, DeliveryState, StateError
+from digest.pipeline.state import TELEGRAM, DeliveryState, StateError
 from digest.pipeline.week import iso_week, last_complete_week, parse_iso_week, week_days
 from digest.pipeline.window import (
     WindowError,
@@ -66,7 +76,6 @@ from digest.pipeline.window import (
     last_window,
     parse_date,
     parse_duration,
-    post_moment,
 )
 
 log = logging.getLogger(__name__)
@@ -134,25 +143,18 @@ class BotSettings:
         return self.wall_post_time.replace(tzinfo=self.zone)
 
     @property
+    def schedule(self) -> Schedule:
+        """When the scheduled posts fall."""
+        return Schedule(self.zone, self.wall_post_time, timedelta(hours=self.late_grace_hours), self.weekly_on)
+
+    @property
     def wall_post_time(self) -> time_of_day:
         """The daily post time as the zone's clocks show it (no offset: a wall time, which DST may skip or repeat)."""
         hours, minutes = (int(part) for part in self.post_at.split(":"))
         return time_of_day(hours, minutes)
 
 
-class Digests(Protocol):
-    """Where the bot gets a window's digest and chart (one computation per window however many ask)."""
-
-    async def html(self, window: Window) -> str: ...
-
-    async def photo(self, window: Window) -> Photo | None: ...
-
-    async def week_html(self, year: int, week: int) -> str: ...
-
-    async def week_photo(self, year: int, week: int) -> Photo | None: ...
-
-
-class BotHooks(Protocol):
+class BotHooks(DeliveryHooks, Protocol):
     """What the app does around the bot: its health endpoint and metrics, the heartbeat, the sources' status."""
 
     async def started(self, ready: Callable[[], bool], why: Callable[[], str | None]) -> None:
@@ -161,35 +163,17 @@ class BotHooks(Protocol):
     async def stopped(self) -> None:
         """The application is shutting down."""
 
-    def posted(self, chat_id: ChatId, result: PostResult) -> None:
-        """One scheduled post ended (sent, already sent, failed…)."""
-
-    def state_failed(self, error: StateError) -> None:
-        """The state file failed a scheduled post (locked, full, replaced)."""
-
-    async def delivered(self) -> None:
-        """A scheduled round sent at least one digest."""
-
     async def status_lines(self, now: datetime) -> list[str]:
         """The lines /status adds after the posts: the sources' health."""
 
 
-class NoHooks:
+class NoHooks(NoDeliveryHooks):
     """A bot with nothing around it: no health server, no metrics, no heartbeat, no sources' lines."""
 
     async def started(self, ready: Callable[[], bool], why: Callable[[], str | None]) -> None:
         return None
 
     async def stopped(self) -> None:
-        return None
-
-    def posted(self, chat_id: ChatId, result: PostResult) -> None:
-        return None
-
-    def state_failed(self, error: StateError) -> None:
-        return None
-
-    async def delivered(self) -> None:
         return None
 
     async def status_lines(self, now: datetime) -> list[str]:
@@ -242,24 +226,58 @@ class DigestBot:
     hooks: BotHooks = field(default_factory=NoHooks)
     clock: Clock = utc_now
     poster: Poster | None = None
-    last_results: dict[ChatId, PostResult] = field(default_factory=dict)
-    # The scheduled deliveries under way: chat → (key, when it started, monotonic), for /status.
-    in_flight: dict[ChatId, tuple[str, float]] = field(default_factory=dict)
+    # The channels posted to beside this bot's chats (Slack, a webhook…): the same rounds, each recipient once.
+    channels: tuple[Channel, ...] = ()
     allowance: CommandAllowance | None = None
     _refused_at: dict[int, float] = field(default_factory=dict)
     _queued: set[asyncio.Task[None]] = field(default_factory=set)
     _answer_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
     # The ids configured chats have now (a group that became a supergroup), read from the delivery state's moves.
     _followed: frozenset[int] = frozenset()
-    # What the long poll says (getUpdates' own answers), and the state file's last trouble in a scheduled post.
+    # What the long poll says (getUpdates' own answers).
     polling: PollHealth = field(default_factory=PollHealth)
-    state_problem: StateError | None = None
-    # The scheduled deliveries' tasks (cancelled at stop, which releases their claims) and whether stop was asked.
-    _deliveries: set[asyncio.Task[PostResult]] = field(default_factory=set)
-    stopping: bool = False
     # The application's scheduler (set by `build_application`): a claim held by another process is looked at again
     # when its lease runs out, not at the next recheck five minutes later.
     job_queue: JobQueue[Any] | None = None
+    # The scheduled rounds over this bot's chats and ``channels`` (its channels are set by `build_application`).
+    dispatch: Dispatch = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.dispatch = Dispatch(
+            schedule=self.settings.schedule,
+            digests=self.digests,
+            hooks=self.hooks,
+            clock=self.clock,
+            look_again=self._look_again,
+        )
+
+    @property
+    def last_results(self) -> dict[ChatId, PostResult]:
+        """Each chat's last scheduled post."""
+        return {
+            chat_of(recipient): result
+            for (channel, recipient), result in self.dispatch.last_results.items()
+            if channel == TELEGRAM
+        }
+
+    @property
+    def in_flight(self) -> dict[ChatId, tuple[str, float]]:
+        """The chats' scheduled deliveries under way: chat → (key, when it started, monotonic)."""
+        return {
+            chat_of(recipient): started
+            for (channel, recipient), started in self.dispatch.in_flight.items()
+            if channel == TELEGRAM
+        }
+
+    @property
+    def state_problem(self) -> StateError | None:
+        """The state file's last trouble in a scheduled post."""
+        return self.dispatch.state_problem
+
+    @property
+    def stopping(self) -> bool:
+        """Whether a stop was asked (no new rounds, no new answers)."""
+        return self.dispatch.stopping
 
     @property
     def _poster(self) -> Poster:
@@ -452,10 +470,10 @@ class DigestBot:
             try:
                 await _quietly(sender.bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=topic))
                 if isinstance(asked, Window):
-                    computing: asyncio.Future[str] = asyncio.ensure_future(self.digests.html(asked))
+                    computing: asyncio.Future[str] = asyncio.ensure_future(self.digests.text(asked, "html"))
                     label = asked.label
                 else:
-                    computing = asyncio.ensure_future(self.digests.week_html(*asked))
+                    computing = asyncio.ensure_future(self.digests.week_text(*asked, "html"))
                     label = f"week {asked[0]}-W{asked[1]:02d}"
                 done, _ = await asyncio.wait({computing}, timeout=self.settings.computing_notice_seconds)
                 if not done:
@@ -521,125 +539,30 @@ class DigestBot:
     # Scheduled posts ----------------------------------------------------------------------------------------------
 
     async def post_due(self, _context: Any = None) -> list[PostResult]:
-        """Post the most recent scheduled digest to every chat that has not had it, within the grace period."""
-        if self.stopping:
-            return []
-        settings = self.settings
-        grace = timedelta(hours=settings.late_grace_hours)
-        due = daily_due(self.clock(), settings.wall_post_time, settings.zone, grace)
-        if due is None:
-            return []
-        scheduled, late = due
-        window = scheduled.window
-        results = await self._post_everywhere(
-            scheduled.key, lambda: self.digests.html(window), lambda: self.digests.photo(window), late
-        )
-        for chat_id, result in zip(self.settings.chat_ids, results, strict=True):
-            self.last_results[chat_id] = result
-        known = {recipient(chat_id) for chat_id in (*self.settings.chat_ids, *self._followed)}
-        if any(result.recipient not in known for result in results):
-            await asyncio.to_thread(self.follow_moves)  # a chat moved during the post: its new id may ask now
-        if any(result.outcome is Outcome.SENT for result in results):
-            await self.hooks.delivered()
-        return results
+        """Post the most recent scheduled digest to every recipient that has not had it, within the grace period."""
+        return await self._after_round(await self.dispatch.post_due())
 
     async def post_all_due(self, _context: Any = None) -> None:
         """The scheduled job: the daily post, then (on its day) the weekly one; each is exactly once."""
-        await self.post_due()
-        await self.post_week_due()
+        await self._after_round(await self.dispatch.post_all_due())
 
     async def post_week_due(self, _context: Any = None) -> list[PostResult]:
-        """On the weekly post's day, post the last complete week at a glance to every chat that has not had it.
+        """On the weekly post's day, post the last complete week at a glance to every recipient that has not had it."""
+        return await self._after_round(await self.dispatch.post_week_due())
 
-        The same exactly-once path as the daily post (claim, parts, retries), keyed by the ISO week, within the same
-        grace after the scheduled moment; nothing on other days or when the weekly post is off.
-        """
-        settings = self.settings
-        grace = timedelta(hours=settings.late_grace_hours)
-        due = weekly_due(self.clock(), settings.wall_post_time, settings.zone, grace, settings.weekly_on)
-        if due is None:
-            return []
-        scheduled, late = due
-        year, week = scheduled.year, scheduled.week
-        return await self._post_everywhere(
-            scheduled.key,
-            lambda: self.digests.week_html(year, week),
-            lambda: self.digests.week_photo(year, week),
-            late,
-        )
-
-    async def _post_everywhere(
-        self,
-        key: str,
-        html: Callable[[], Awaitable[str]],
-        photo: Callable[[], Awaitable[Photo | None]],
-        late: bool,
-    ) -> list[PostResult]:
-        """Post ``key`` once to every chat (claim, parts, retries), each outcome logged and handed to the hooks.
-
-        Each chat's delivery runs on its own: one chat whose sends stall or keep failing never delays another's
-        (the pacer still keeps the whole bot under Telegram's limits).
-        """
-
-        async def one(chat_id: ChatId) -> PostResult:
-            self.in_flight[chat_id] = (key, time.monotonic())
-            try:
-                topic = self.settings.topics.get(chat_id)
-                result = await self._poster.post_once(chat_id, key, html, late=late, photo=photo, topic=topic)
-            except StateError as exc:
-                log.error("cannot post %s to chat %s: %s", key, chat_id, exc)
-                self.state_problem = exc
-                self.hooks.state_failed(exc)
-                result = PostResult(Outcome.FAILED, recipient(chat_id), error=str(exc))
-            else:
-                self.state_problem = None
-            finally:
-                self.in_flight.pop(chat_id, None)
-            if result.outcome is not Outcome.ALREADY_SENT:
-                log.info("post %s to chat %s: %s%s", key, chat_id, result.outcome.value, " (late)" if late else "")
-            self.hooks.posted(chat_id, result)
-            return result
-
-        tasks = [asyncio.create_task(one(chat_id)) for chat_id in self.settings.chat_ids]
-        self._deliveries.update(tasks)
-        try:
-            ended = await asyncio.gather(*tasks, return_exceptions=True)
-        finally:
-            self._deliveries.difference_update(tasks)
-        results: list[PostResult] = []
-        for chat_id, outcome in zip(self.settings.chat_ids, ended, strict=True):
-            if isinstance(outcome, asyncio.CancelledError):
-                # `stop_now` cancelled it (the claim is released): the round ends here, and the stop is said in a
-                # line rather than as the scheduler's traceback of a cancelled job.
-                results.append(PostResult(Outcome.FAILED, recipient(chat_id), error="interrupted: the process stopped"))
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            else:
-                results.append(outcome)
-        busy = [result.recipient for result in results if result.outcome is Outcome.BUSY]
-        if busy:
-            await self._look_again_when_free(key, busy)
+    async def _after_round(self, results: list[PostResult]) -> list[PostResult]:
+        """A chat that moved during the post (a group become a supergroup): its new id may ask from now on."""
+        known = {recipient(chat_id) for chat_id in (*self.settings.chat_ids, *self._followed)}
+        # The other channels' recipients are no chats of this bot (nor moved ones).
+        known.update(one for channel in self.channels for one in channel.recipients)
+        if any(result.recipient not in known for result in results):
+            await asyncio.to_thread(self.follow_moves)
         return results
 
-    async def _look_again_when_free(self, key: str, recipients: list[str]) -> None:
-        """Run the scheduled round again just after the claims on ``key`` held elsewhere run out.
-
-        A process killed mid-post leaves its claim for its lease (60 s): the next look comes then, so the post is
-        taken over within about a minute of the kill rather than at the next five-minute recheck.
-        """
-        if self.job_queue is None or self.stopping or self.job_queue.get_jobs_by_name(_RETRY_JOB):
+    def _look_again(self, delay: float) -> None:
+        """Run the scheduled round once more in ``delay`` seconds (one such look at a time)."""
+        if self.job_queue is None or self.job_queue.get_jobs_by_name(_RETRY_JOB):
             return
-        try:
-            held = await asyncio.to_thread(lambda: [self.state.get(one, key) for one in recipients])
-        except StateError as exc:
-            log.warning("the claims on %s could not be read: the next recheck looks again (%s)", key, exc)
-            return
-        ends = [delivery.lease_until for delivery in held if delivery is not None and delivery.status == "sending"]
-        if not ends:
-            return
-        # The lease is written in wall-clock seconds (`DeliveryState.claim`), so it is compared with the wall clock.
-        delay = max(0.0, max(ends) - time.time()) + 1.0
-        log.info("%s is held by another run: looking again in %.0f s, when its claim runs out", key, delay)
         self.job_queue.run_once(_job(self.post_all_due), when=delay, name=_RETRY_JOB, job_kwargs=_LATE_OK)
 
     def stop_now(self, application: Application[Any, Any, Any, Any, Any, Any]) -> None:
@@ -651,57 +574,24 @@ class DigestBot:
         """
         if self.stopping:
             return
-        self.stopping = True
-        log.info("stopping: %d delivery(ies) in flight are abandoned and will be retried", len(self._deliveries))
-        for task in (*self._deliveries, *self._queued):
+        abandoned = self.dispatch.stop()
+        log.info("stopping: %d delivery(ies) in flight are abandoned and will be retried", abandoned)
+        for task in self._queued:
             task.cancel()
         application.stop_running()
 
     def next_post(self, now: datetime) -> datetime:
         """The next scheduled post moment after ``now`` (23 or 25 h after the last one on a DST change)."""
-        zone = self.settings.zone
-        day = now.astimezone(zone).date()
-        while (moment := post_moment(day, self.settings.wall_post_time, zone)) <= now:
-            day += timedelta(days=1)
-        return moment
-
-    def _latest(self, chat_id: ChatId) -> list[Delivery]:
-        """The chat's latest deliveries (blocking: SQLite; called off the event loop)."""
-        return self.state.latest(self.state.current(recipient(chat_id)))
+        return self.settings.schedule.next_post(now)
 
     async def status_text(self, application: Application[Any, Any, Any, Any, Any, Any] | None) -> str:
-        """What /status answers: posts per chat, failures, sources, next post."""
+        """What /status answers: posts per recipient, failures, sources, next post."""
         now = self.clock()
         zone = self.settings.zone
         lines = [f"digest status · {self.settings.cluster}"]
         nxt = self.next_post(now).astimezone(zone)
         lines.append(f"Next post: {nxt:%Y-%m-%d %H:%M} {zone}")
-        for chat_id in self.settings.chat_ids:
-            if chat_id in self.in_flight:
-                key, since = self.in_flight[chat_id]
-                lines.append(f"Chat {chat_id}: sending {key} for {time.monotonic() - since:.0f} s")
-                continue
-            try:
-                deliveries = await asyncio.to_thread(self._latest, chat_id)
-            except StateError as exc:
-                lines.append(f"Chat {chat_id}: state unreadable ({exc})")
-                continue
-            daily = [delivery for delivery in deliveries if delivery.key.startswith("daily:")]
-            if not daily:
-                lines.append(f"Chat {chat_id}: nothing posted yet")
-                continue
-            last = daily[0]
-            when = datetime.fromtimestamp(last.sent_at or last.updated_at, tz=zone)
-            if last.status == "sent":
-                lines.append(f"Chat {chat_id}: {last.key} sent {when:%m-%d %H:%M}{' (late)' if last.late else ''}")
-            elif last.status == "sending":
-                lines.append(f"Chat {chat_id}: {last.key} being sent by another run since {when:%H:%M}")
-            else:
-                kind = "failed for good" if last.permanent else "failed, will retry"
-                why = last.error or "no reason recorded"
-                lines.append(f"Chat {chat_id}: {last.key} {kind} after {last.attempts} attempt(s): {why}")
-        if self.state_problem is not None:
-            lines.append(f"State file: the last post failed on it: {self.state_problem}")
+        lines.extend(await self.dispatch.status_lines(now))
         problem = self.polling.problem()
         if problem is not None:
             lines.append(f"Telegram: {problem}")
@@ -734,6 +624,7 @@ def build_application(
         .build()
     )
     bot.poster = Poster(sender=Sender(application.bot, state=bot.state), state=bot.state)
+    bot.dispatch.channels = (TelegramChannel(bot.poster, settings.chat_ids, settings.topics), *bot.channels)
     # New messages and channel posts only: an edited old "/digest" is not a new request. CommandHandler already
     # ignores "/digest@OtherBot"; on_other ignores it too instead of calling it unknown.
     fresh = filters.UpdateType.MESSAGE | filters.UpdateType.CHANNEL_POST

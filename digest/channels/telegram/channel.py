@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from digest.channels.channel import Photo, PostResult
 from digest.channels.telegram.sender import ChatId, Poster, chat_of, recipient
-from digest.pipeline.state import TELEGRAM
+from digest.pipeline.state import TELEGRAM, DeliveryState
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,16 @@ class TelegramChannel:
         return TELEGRAM
 
     @property
+    def title(self) -> str:
+        return "Chat"
+
+    @property
     def format(self) -> str:
         return "html"
+
+    @property
+    def state(self) -> DeliveryState:
+        return self.poster.state
 
     @property
     def recipients(self) -> tuple[str, ...]:
