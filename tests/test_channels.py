@@ -60,9 +60,9 @@ async def test_a_second_channel_is_one_class_and_shares_the_state_file_with_tele
     telegram = DeliveryState(path, "bot")
     assert telegram.claim("ops-room", window_key(window), lease_seconds=60)  # the same name on Telegram: another row
     channel = NotebookChannel(DeliveryState(path, "cron", channel="notebook"), ("ops-room", "#platform"))
-    poster = ChannelPoster(channel, Renderer())
-    assert await poster(digest) == "chat ops-room: sent; chat #platform: sent"
-    assert await poster(digest) == "chat ops-room: already_sent; chat #platform: already_sent"
+    poster = ChannelPoster((channel,), Renderer())
+    assert await poster(digest) == "notebook ops-room: sent; notebook #platform: sent"
+    assert await poster(digest) == "notebook ops-room: already_sent; notebook #platform: already_sent"
     assert [recipient for recipient, _ in channel.written] == ["ops-room", "#platform"]
     assert channel.written[0][1] == Renderer().render(digest, "text")  # the channel's format, not Telegram's HTML
     pending = telegram.get("ops-room", window_key(window))

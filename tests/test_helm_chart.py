@@ -624,6 +624,14 @@ REFUSED = {
         {"recordingRules.vmalert.createVMAlert": "true"},
         "recordingRules.vmalert.createVMAlert needs recordingRules.vmalert.enabled",
     ),
+    "the bot without Telegram": (
+        {"channels": "{webhook}", "webhook.existingSecret": "digest-webhook"},
+        "bot.enabled runs the Telegram bot: add telegram to channels",
+    ),
+    "a webhook without its URLs": (
+        {"channels": "{telegram,webhook}", "webhook.secret": "k"},
+        "webhook.urls (or webhook.existingSecret) is required",
+    ),
 }
 
 
@@ -657,7 +665,54 @@ SCHEMA_REFUSES = {
     "a pull policy misspelt": (("--set", "image.pullPolicy=IfNotPresnt"), "at '/image/pullPolicy'"),
     "a query timeout of 0": (("--set", "backends.queryTimeoutSeconds=0"), "at '/backends/queryTimeoutSeconds'"),
     "a replay day that is no date": (("--set", "replay.from=20-07-2026"), "at '/replay/from'"),
+    "a channel the digest has not": (("--set", "channels={telegram,slackk}"), "at '/channels/1'"),
+    "a webhook URL that is no URL": (("--set", "webhook.urls=ops=hooks.example"), "at '/webhook/urls'"),
 }
+
+
+def test_a_webhook_beside_telegram_reaches_the_settings_and_its_secret_is_mounted() -> None:
+    """channels: [telegram, webhook]: DIGEST_CHANNELS, the URL and key files, and a Secret holding them, not the map."""
+    objects = _render(
+        "--set",
+        "channels={telegram,webhook}",
+        "--set",
+        "webhook.urls=ops=https://hooks.example/x",
+        "--set",
+        "webhook.secret=signing-key",
+    )
+    [config] = [obj for obj in objects if obj["kind"] == "ConfigMap" and "DIGEST_CHANNELS" in obj["data"]]
+    assert config["data"]["DIGEST_CHANNELS"] == "telegram,webhook"
+    assert config["data"]["DIGEST_WEBHOOK_URLS_FILE"] == "/etc/digest/webhook/webhook-urls"
+    key_file = "/etc/digest/webhook/webhook-secret"  # a path to the key, not a key
+    assert config["data"]["DIGEST_WEBHOOK_SECRET_FILE"] == key_file
+    assert "hooks.example" not in str(config)
+    assert "signing-key" not in str(config)
+    [secret] = [obj for obj in objects if obj["kind"] == "Secret" and obj["metadata"]["name"].endswith("-webhook")]
+    assert secret["stringData"] == {"webhook-urls": "ops=https://hooks.example/x", "webhook-secret": "signing-key"}
+    [deployment] = [obj for obj in objects if obj["kind"] == "Deployment"]
+    volumes = {volume["name"]: volume for volume in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["webhook"]["secret"]["secretName"] == secret["metadata"]["name"]
+
+
+def test_a_webhook_alone_is_posted_by_the_cronjob_without_a_telegram_secret() -> None:
+    """channels: [webhook] with the CronJob: no Telegram settings, Secret or volume are rendered."""
+    result = _helm(
+        "template",
+        "digest",
+        str(CHART),
+        "--set",
+        "channels={webhook}",
+        "--set",
+        "webhook.existingSecret=hooks",
+        "--set",
+        "bot.enabled=false",
+        "--set",
+        "cronjob.enabled=true",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "TELEGRAM" not in result.stdout
+    assert "telegram-token" not in result.stdout
+    assert "secretName: hooks" in result.stdout
 
 
 @pytest.mark.parametrize("case", sorted(SCHEMA_REFUSES))

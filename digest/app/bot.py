@@ -19,6 +19,7 @@ from datetime import datetime
 
 import httpx
 
+from digest.app.channels import chat_topics, open_channels
 from digest.app.engine import Config
 from digest.app.health import HealthServer
 from digest.app.service import DigestService, source_status
@@ -26,7 +27,7 @@ from digest.app.settings import Settings
 from digest.channels.channel import Outcome, PostResult
 from digest.channels.telegram.bot import BotSettings, Clock, DigestBot, utc_now
 from digest.channels.telegram.polling import PollHealth
-from digest.channels.telegram.sender import ChatId, recipient
+from digest.channels.telegram.sender import recipient
 from digest.pipeline.state import TELEGRAM, DeliveryState, StateError
 
 log = logging.getLogger(__name__)
@@ -48,11 +49,6 @@ def bot_settings(settings: Settings) -> BotSettings:
         api_url=settings.telegram_api_url,
         computing_notice_seconds=settings.telegram_computing_notice_seconds,
     )
-
-
-def chat_topics(settings: Settings) -> dict[ChatId, int]:
-    """The forum topic each chat's scheduled digests go to (``chat:topic`` in TELEGRAM_CHAT_IDS)."""
-    return {chat: topic for chat, topic in settings.telegram_chat_topics.items()}
 
 
 def metric_chat(channel: str, recipient: str) -> str:
@@ -149,6 +145,7 @@ def make_bot(
     service: DigestService,
     clock: Clock = utc_now,
     health_sockets: list[socket.socket] | None = None,
+    owner: str = "digest",
 ) -> DigestBot:
     """The Telegram bot of ``config``, asking ``service`` for digests, with the app's hooks around it."""
     hooks = AppHooks(config=config, state=state, service=service, health_sockets=health_sockets)
@@ -160,4 +157,5 @@ def make_bot(
         hooks=hooks,
         clock=clock,
         polling=polling,
+        more_channels=lambda: open_channels(config.settings, owner, skip=frozenset({TELEGRAM})),
     )

@@ -219,8 +219,11 @@ def main(argv: Sequence[str] | None = None, exit_when_done: Callable[[int], NoRe
         return _fail(f"--at goes with --last, not --{other}")
     try:
         config = load_config()
-        wants_telegram = args.command == "serve" or getattr(args, "post", False)
-        token = config.settings.require_telegram() if wants_telegram else None
+        delivers = args.command == "serve" or getattr(args, "post", False)
+        # Each channel's settings are checked before anything runs: a missing token or URL is one line, exit 2.
+        token = config.settings.require_telegram() if delivers and "telegram" in config.settings.channels else None
+        if delivers and "webhook" in config.settings.channels:
+            config.settings.require_webhook()
     except ConfigError as exc:
         return _fail(str(exc))
     # Secrets are known now: every later log line goes through the redacting formatter.
@@ -230,7 +233,7 @@ def main(argv: Sequence[str] | None = None, exit_when_done: Callable[[int], NoRe
 
         return serve(config, token or "")
     if args.command == "replay":
-        return _replay(args, config, token)
+        return _replay(args, config)
     if args.command == "rules":
         return _rules(args, config)
     if args.command == "doctor":
@@ -242,7 +245,7 @@ def main(argv: Sequence[str] | None = None, exit_when_done: Callable[[int], NoRe
             return _fail(str(exc))
         return asyncio.run(doctor(config, at, sys.stdout, args.format))
     if args.week is not None:
-        return _week(args, config, token)
+        return _week(args, config)
     now = datetime.now(UTC)
     if args.post and _daily_by_default(args):
         # "The last 24 h, posted" is the daily post: keyed by its scheduled day, a retried or repeated run (a
@@ -268,7 +271,7 @@ def main(argv: Sequence[str] | None = None, exit_when_done: Callable[[int], NoRe
         if problem is not None:
             return problem
 
-        return done(asyncio.run(post_window(config, token or "", window, args.format, chart, key=key)))
+        return done(asyncio.run(post_window(config, window, args.format, chart, key=key)))
     # The state file keeps the trends' past days when one is configured; a plain `digest run` writes no file.
     store = open_history_store(config.settings) if "state_path" in config.settings.model_fields_set else None
     try:
@@ -306,7 +309,7 @@ def _rules(args: argparse.Namespace, config: Config) -> int:
     return EXIT_OK
 
 
-def _week(args: argparse.Namespace, config: Config, token: str | None) -> int:
+def _week(args: argparse.Namespace, config: Config) -> int:
     """`digest run --week 2026-W33`: the week at a glance, from the state file's days and the backends'."""
     from digest.app.engine import make_week
     from digest.pipeline.week import parse_iso_week, week_days
@@ -326,7 +329,7 @@ def _week(args: argparse.Namespace, config: Config, token: str | None) -> int:
         problem = _state_problem(config.settings)
         if problem is not None:
             return problem
-        return asyncio.run(post_week(config, token or "", year, week, args.format, chart))
+        return asyncio.run(post_week(config, year, week, args.format, chart))
     store = open_history_store(config.settings) if "state_path" in config.settings.model_fields_set else None
     try:
         summary = asyncio.run(make_week(config, year, week, store))
@@ -341,7 +344,7 @@ def _week(args: argparse.Namespace, config: Config, token: str | None) -> int:
     return EXIT_OK
 
 
-def _replay(args: argparse.Namespace, config: Config, token: str | None) -> int:
+def _replay(args: argparse.Namespace, config: Config) -> int:
     from digest.app.replay import days_between, run_replay
 
     try:
@@ -359,7 +362,7 @@ def _replay(args: argparse.Namespace, config: Config, token: str | None) -> int:
         if problem is not None:
             return problem
 
-        return asyncio.run(replay_and_post(config, token or "", days, args.format, args.concurrency))
+        return asyncio.run(replay_and_post(config, days, args.format, args.concurrency))
     return run_replay(config, days, args.format, args.concurrency)
 
 

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any, TextIO
 
 from digest import __version__
-from digest.app.bot import chat_topics
+from digest.app.channels import chat_topics
 from digest.app.engine import Config, make_digest, open_sources
 from digest.app.exit_codes import EXIT_OK, EXIT_USAGE
 from digest.app.settings import LogBackend

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from telegram import Update
 
-from digest.app.bot import chat_topics, make_bot
+from digest.app.bot import make_bot
+from digest.app.channels import open_channels
 from digest.app.engine import Config, make_chart, make_digest, make_week, open_history_store, stored_history
 from digest.app.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, for_state_error
 from digest.app.health import DigestMetrics, listen
@@ -28,8 +29,7 @@ from digest.app.service import DigestService
 from digest.channels.channel import Channel, DeliveryError, Outcome, Photo
 from digest.channels.schedule import weekly_key
 from digest.channels.telegram.bot import build_application
-from digest.channels.telegram.channel import TelegramChannel
-from digest.channels.telegram.sender import Poster, Sender, open_bot
+from digest.channels.telegram.sender import open_bot
 from digest.checks.contract import Window
 from digest.output.render import Renderer, headline, most_said, unseen_spans
 from digest.pipeline.score import Digest
@@ -51,8 +51,9 @@ def window_key(window: Window) -> str:
 def serve(config: Config, token: str) -> int:
     """Run the bot until interrupted (long polling, or a webhook when DIGEST_TELEGRAM_WEBHOOK_URL is set)."""
     settings = config.settings
+    owner = _owner()
     try:
-        state = DeliveryState(settings.state_path, _owner())
+        state = DeliveryState(settings.state_path, owner)
     except StateError as exc:
         print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
         return for_state_error(exc)
@@ -79,7 +80,7 @@ def serve(config: Config, token: str) -> int:
     service = DigestService(
         config, renderer=Renderer(config.settings.links()), metrics=DigestMetrics(), history_store=store
     )
-    bot = make_bot(config, state, service, health_sockets=sockets)
+    bot = make_bot(config, state, service, health_sockets=sockets, owner=owner)
     application = build_application(bot, token, handle_signals=True)
     try:
         if settings.telegram_webhook_url:
@@ -114,44 +115,58 @@ async def _check_bot(token: str, api_root: str) -> None:
 
 @dataclass
 class ChannelPoster:
-    """Posts a digest to every recipient of a channel once per window (the `run --post` and `replay --post` path).
+    """Posts a digest to every recipient of every channel once per key (the `run --post` and `replay --post` path).
 
-    Failures are counted apart by kind: a transient one (Telegram busy, the claim held elsewhere) is worth a retry of
-    the whole command, a permanent one (chat not found, bot blocked) is not — retrying would only ask again what
-    Telegram refused for good, while the chats that had the post keep it (each is posted once per key).
+    Failures are counted apart by kind: a transient one (a service busy, the claim held elsewhere) is worth a retry of
+    the whole command, a permanent one (chat not found, a receiver refusing the post) is not — retrying would only ask
+    again what was refused for good, while the recipients that had the post keep it (each is posted once per key).
     """
 
-    channel: Channel
+    channels: tuple[Channel, ...]
     renderer: Renderer
     failures: int = 0
     permanent_failures: int = 0
 
     async def __call__(self, digest: Digest, photo: Photo | None = None, key: str | None = None) -> str:
-        """Post ``digest`` (and ``photo``) under ``key`` (by default the window's); a short account of each chat."""
-        text = self.renderer.render(digest, self.channel.format)
-        return await self.post_text(key or window_key(digest.window), digest.window.label, text, photo)
+        """Post ``digest`` (and ``photo``) under ``key`` (by default the window's); an account of each recipient."""
+        return await self.post_text(
+            key or window_key(digest.window),
+            digest.window.label,
+            lambda fmt: self.renderer.render(digest, fmt),
+            photo,
+        )
 
-    async def post_text(self, key: str, label: str, text: str, photo: Photo | None = None) -> str:
-        """Post ``text`` (and ``photo``) once per recipient under the delivery ``key``; the account as above."""
+    async def post_text(self, key: str, label: str, text: Callable[[str], str], photo: Photo | None = None) -> str:
+        """Post ``text(format)`` (and ``photo``) once per recipient under the delivery ``key``; the account as above.
 
-        async def message() -> str:
-            return text
+        Each channel's text is rendered once, in its format, whatever its number of recipients.
+        """
+        rendered: dict[str, str] = {}
+
+        def message(fmt: str) -> Callable[[], Awaitable[str]]:
+            async def render() -> str:
+                if fmt not in rendered:
+                    rendered[fmt] = text(fmt)
+                return rendered[fmt]
+
+            return render
 
         async def attachment() -> Photo | None:
             return photo
 
+        addresses = [(channel, recipient) for channel in self.channels for recipient in channel.recipients]
         # Each recipient on its own: one whose sends stall never holds another's post.
         results = await asyncio.gather(
             *(
-                self.channel.post_once(recipient, key, message, photo=attachment)
-                for recipient in self.channel.recipients
+                channel.post_once(recipient, key, message(channel.format), photo=attachment)
+                for channel, recipient in addresses
             )
         )
         outcomes: list[str] = []
-        for recipient, result in zip(self.channel.recipients, results, strict=True):
+        for (channel, recipient), result in zip(addresses, results, strict=True):
             error = f" ({result.error})" if result.error else ""
-            log.info("%s %s, %s: %s%s", self.channel.name, recipient, label, result.outcome.value, error)
-            outcomes.append(f"chat {recipient}: {result.outcome.value}{error}")
+            log.info("%s %s, %s: %s%s", channel.name, recipient, label, result.outcome.value, error)
+            outcomes.append(f"{channel.title.lower()} {recipient}: {result.outcome.value}{error}")
             if result.outcome in (Outcome.FAILED, Outcome.BUSY):
                 self.failures += 1
             elif result.outcome is Outcome.FAILED_PERMANENT:
@@ -160,26 +175,23 @@ class ChannelPoster:
 
 
 @asynccontextmanager
-async def chat_poster(config: Config, token: str) -> AsyncIterator[ChannelPoster]:
-    """A `ChannelPoster` on the Telegram channel, with an open Bot and the delivery state.
+async def channel_poster(config: Config) -> AsyncIterator[ChannelPoster]:
+    """A `ChannelPoster` on every channel of DIGEST_CHANNELS, open, over the delivery state.
 
-    `StateError` if the state file is unusable; `DeliveryError` if the Telegram API cannot be opened.
+    `StateError` if the state file is unusable; `DeliveryError` if a channel cannot be opened (Telegram's getMe).
     """
     settings = config.settings
-    state = DeliveryState(settings.state_path, _owner())
-    try:
-        async with open_bot(token, settings.telegram_api_url) as bot:
-            poster = Poster(sender=Sender(bot, state=state), state=state)
-            channel = TelegramChannel(poster, settings.telegram_chat_ids, chat_topics(settings))
-            yield ChannelPoster(channel, Renderer(settings.links()).preload(channel.format))
-    finally:
-        state.close()
+    async with open_channels(settings, _owner()) as channels:
+        renderer = Renderer(settings.links())
+        for channel in channels:
+            renderer.preload(channel.format)
+        yield ChannelPoster(channels, renderer)
 
 
 async def post_window(
-    config: Config, token: str, window: Window, fmt: str, chart: Path | None = None, key: str | None = None
+    config: Config, window: Window, fmt: str, chart: Path | None = None, key: str | None = None
 ) -> int:
-    """Compute the digest of ``window`` once, post it to every chat that has not had it, and print it.
+    """Compute the digest of ``window`` once, post it to every recipient that has not had it, and print it.
 
     With ``chart``, the window's chart is drawn there and attached to each post. ``key`` is the delivery's (the
     scheduled day's for `run --scheduled`); by default the window's own.
@@ -198,15 +210,12 @@ async def post_window(
         photo = Photo(png=await asyncio.to_thread(chart.read_bytes), caption=caption)
     return await _post_and_print(
         config,
-        token,
         lambda post: post(digest, photo, key),
         printed=Renderer(config.settings.links()).render(digest, fmt),
     )
 
 
-async def _post_and_print(
-    config: Config, token: str, deliver: Callable[[ChannelPoster], Awaitable[str]], printed: str
-) -> int:
+async def _post_and_print(config: Config, deliver: Callable[[ChannelPoster], Awaitable[str]], printed: str) -> int:
     """Run ``deliver`` on the channel poster, say each chat's outcome on stderr, print ``printed`` (the answer).
 
     The state file or the channel unusable: nothing was claimed or sent, one line says why, and the answer is still
@@ -217,7 +226,7 @@ async def _post_and_print(
     if task is not None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     try:
-        async with chat_poster(config, token) as post:
+        async with channel_poster(config) as post:
             account = await deliver(post)
     except asyncio.CancelledError:
         print("digest: interrupted (SIGTERM): what was not posted is posted by the next run", file=sys.stderr)
@@ -242,7 +251,7 @@ def _exit_code(post: ChannelPoster) -> int:
     return EXIT_USAGE if post.permanent_failures else EXIT_OK
 
 
-async def post_week(config: Config, token: str, year: int, week: int, fmt: str, chart: Path | None = None) -> int:
+async def post_week(config: Config, year: int, week: int, fmt: str, chart: Path | None = None) -> int:
     """`digest run --week W --post`: the week at a glance, posted once per chat and week (the weekly post's key)."""
     from digest.output.week_chart import render_week_chart, week_caption
 
@@ -258,16 +267,17 @@ async def post_week(config: Config, token: str, year: int, week: int, fmt: str, 
         photo = Photo(png=await asyncio.to_thread(chart.read_bytes), caption=week_caption(summary))
 
     async def deliver(post: ChannelPoster) -> str:
-        text = post.renderer.render_week(summary, post.channel.format)
-        return await post.post_text(weekly_key(year, week), summary.label, text, photo)
+        return await post.post_text(
+            weekly_key(year, week), summary.label, lambda fmt: post.renderer.render_week(summary, fmt), photo
+        )
 
-    return await _post_and_print(config, token, deliver, printed=Renderer().render_week(summary, fmt))
+    return await _post_and_print(config, deliver, printed=Renderer().render_week(summary, fmt))
 
 
-async def replay_and_post(config: Config, token: str, days: list[date], fmt: str, concurrency: int) -> int:
-    """`digest replay --post`: every day's digest, each posted once per chat."""
+async def replay_and_post(config: Config, days: list[date], fmt: str, concurrency: int) -> int:
+    """`digest replay --post`: every day's digest, each posted once per recipient."""
     try:
-        async with chat_poster(config, token) as post:
+        async with channel_poster(config) as post:
             await replay(config, days, fmt, concurrency, sys.stdout, sys.stderr, post)
     except StateError as exc:
         print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)

@@ -184,6 +184,14 @@ class Settings(BaseSettings):
     telegram_webhook_listen: str = "0.0.0.0"  # noqa: S104  # a webhook must be reachable from outside the pod
     telegram_webhook_port: Annotated[int, Field(ge=1, le=65535)] = 8443
     telegram_webhook_secret: SecretStr | None = None
+    # Where the digests go: a comma-separated list of channels (CHANNEL_NAMES), each configured by its own group.
+    channels: Annotated[tuple[str, ...], NoDecode] = ("telegram",)
+    # The signed webhook: recipients as name=URL pairs (the URLs are secrets), the HMAC key, the wait per answer.
+    webhook_urls: SecretStr | None = None
+    webhook_urls_file: Path | None = None
+    webhook_secret: SecretStr | None = None
+    webhook_secret_file: Path | None = None
+    webhook_timeout_seconds: Annotated[float, Field(gt=0, le=120)] = 10.0
     post_at: str = "12:00"
     # The week at a glance, posted on this day at POST_AT for the ISO week before; "off" for none.
     weekly_post: str = "monday"
@@ -255,6 +263,28 @@ class Settings(BaseSettings):
                 raise ValueError(
                     "must be comma-separated integer chat ids, e.g. -1001234567890,42 (a forum topic: -100123:77)"
                 ) from None
+        return value
+
+    @field_validator("channels", mode="before")
+    @classmethod
+    def _channels(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = tuple(part.strip().lower() for part in value.replace(";", ",").split(",") if part.strip())
+        if isinstance(value, tuple | list):
+            unknown = [one for one in value if one not in CHANNEL_NAMES]
+            if unknown:
+                raise ValueError(f"unknown channel {unknown[0]!r}: the channels are {', '.join(CHANNEL_NAMES)}")
+            if not value:
+                raise ValueError(f"name at least one channel ({', '.join(CHANNEL_NAMES)})")
+            if len(set(value)) != len(value):
+                raise ValueError("a channel is named twice")
+        return value
+
+    @field_validator("webhook_urls")
+    @classmethod
+    def _webhook_urls(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            webhook_endpoints(value.get_secret_value())
         return value
 
     @field_validator("heartbeat_url")
@@ -431,6 +461,11 @@ class Settings(BaseSettings):
                 raise ValueError(f"{ENV_PREFIX}{name.upper()}_FILE: cannot read {path} (not UTF-8 text)") from None
             # The model is frozen; setting the resolved secret once here is the only mutation.
             object.__setattr__(self, name, SecretStr(secret))
+            if name == "webhook_urls":
+                try:
+                    webhook_endpoints(secret)
+                except ValueError as exc:
+                    raise ValueError(f"{ENV_PREFIX}WEBHOOK_URLS_FILE: {exc}") from None
         # Tokens travel in a URL path or a header, where a newline or a space breaks the request deep inside the
         # HTTP stack; the reason never shows the token, nor where it differs.
         for name in ("vm_bearer_token", "vl_bearer_token", "loki_bearer_token", "telegram_token"):
@@ -479,6 +514,8 @@ class Settings(BaseSettings):
             self.telegram_token,
             self.telegram_webhook_secret,
             self.heartbeat_url,
+            self.webhook_urls,
+            self.webhook_secret,
         ]
         secrets = [value.get_secret_value() for value in values if value is not None]
         for url in (self.vm_url, self.vl_url, self.loki_url, self.telegram_api_url, self.telegram_webhook_url):
@@ -493,7 +530,34 @@ class Settings(BaseSettings):
             secrets.extend(_printed_forms(heartbeat))
         headers = {**self.vm_headers, **self.vl_headers, **self.loki_headers}
         secrets.extend(value for value in headers.values() if value)
+        # A webhook URL is its receiver's credential: the URL, its path and query as written and as httpx logs them.
+        for url in self.webhook_endpoints().values():
+            secrets.append(url)
+            secrets.extend(url_secrets(url))
+            path = urlsplit(url)._replace(scheme="", netloc="").geturl()
+            if len(path) > 1:
+                secrets.append(path)
+            secrets.extend(_printed_forms(url))
         return secrets
+
+    def webhook_endpoints(self) -> dict[str, str]:
+        """The webhook recipients: name → URL (empty when DIGEST_WEBHOOK_URLS is not set)."""
+        return {} if self.webhook_urls is None else webhook_endpoints(self.webhook_urls.get_secret_value())
+
+    def require_webhook(self) -> tuple[dict[str, str], bytes]:
+        """The webhook's URLs and signing key; `ConfigError` naming the variable when one is missing."""
+        endpoints = self.webhook_endpoints()
+        if not endpoints:
+            raise ConfigError(
+                f"{ENV_PREFIX}WEBHOOK_URLS: not set (name=URL pairs, e.g. ops=https://hooks.example/digest; "
+                f"or {ENV_PREFIX}WEBHOOK_URLS_FILE)"
+            )
+        if self.webhook_secret is None or not self.webhook_secret.get_secret_value():
+            raise ConfigError(
+                f"{ENV_PREFIX}WEBHOOK_SECRET: not set (every post is signed with it;"
+                f" or {ENV_PREFIX}WEBHOOK_SECRET_FILE)"
+            )
+        return endpoints, self.webhook_secret.get_secret_value().encode()
 
     def require_telegram(self) -> str:
         """The bot token; `ConfigError` naming the variables when it or the chats are missing."""
@@ -612,7 +676,38 @@ _SECRET_FILES = (
     "loki_bearer_token",
     "loki_password",
     "telegram_token",
+    "webhook_urls",
+    "webhook_secret",
 )
+
+# The channels DIGEST_CHANNELS may name (digest.app.channels builds each; a test holds the two lists equal).
+CHANNEL_NAMES = ("telegram", "webhook")
+_RECIPIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def webhook_endpoints(value: str) -> dict[str, str]:
+    """``name=URL`` pairs (comma- or newline-separated) as name → URL; one bare URL is named "webhook".
+
+    `ValueError` with a reason that never echoes a URL (it is a secret).
+    """
+    pairs = [part.strip() for part in value.replace("\n", ",").split(",") if part.strip()]
+    if len(pairs) == 1 and "=" not in pairs[0].split("://", 1)[0]:
+        pairs = [f"webhook={pairs[0]}"]
+    endpoints: dict[str, str] = {}
+    for pair in pairs:
+        name, equals, url = (piece.strip() for piece in pair.partition("="))
+        if not equals or "://" in name:
+            raise ValueError("must be name=URL pairs, e.g. ops=https://hooks.example/digest (or one URL)")
+        if not _RECIPIENT_NAME.fullmatch(name):
+            raise ValueError(f"recipient name {name[:64]!r}: 1-64 letters, digits, '.', '_' or '-'")
+        if name in endpoints:
+            raise ValueError(f"recipient {name!r} is named twice")
+        try:
+            endpoints[name] = _check_url(url)
+        except ValueError as exc:
+            raise ValueError(f"the URL of {name!r} {exc}") from None
+    return endpoints
+
 
 # Settings that were replaced by others. Unknown variables are ignored (extra="ignore"), so an old one left in a
 # ConfigMap would silently stop meaning anything; start-up refuses it instead, naming what to set.

@@ -31,6 +31,7 @@ import math
 import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from datetime import time as time_of_day
@@ -226,8 +227,10 @@ class DigestBot:
     hooks: BotHooks = field(default_factory=NoHooks)
     clock: Clock = utc_now
     poster: Poster | None = None
-    # The channels posted to beside this bot's chats (Slack, a webhook…): the same rounds, each recipient once.
-    channels: tuple[Channel, ...] = ()
+    # The channels posted to beside this bot's chats (a webhook…), opened when the application starts and closed
+    # when it stops: the same rounds, each recipient once.
+    more_channels: Callable[[], AbstractAsyncContextManager[tuple[Channel, ...]]] | None = None
+    _more_opened: AsyncExitStack | None = None
     allowance: CommandAllowance | None = None
     _refused_at: dict[int, float] = field(default_factory=dict)
     _queued: set[asyncio.Task[None]] = field(default_factory=set)
@@ -554,10 +557,30 @@ class DigestBot:
         """A chat that moved during the post (a group become a supergroup): its new id may ask from now on."""
         known = {recipient(chat_id) for chat_id in (*self.settings.chat_ids, *self._followed)}
         # The other channels' recipients are no chats of this bot (nor moved ones).
-        known.update(one for channel in self.channels for one in channel.recipients)
+        known.update(
+            one for channel in self.dispatch.channels if channel.name != TELEGRAM for one in channel.recipients
+        )
         if any(result.recipient not in known for result in results):
             await asyncio.to_thread(self.follow_moves)
         return results
+
+    async def open_more_channels(self) -> None:
+        """Open the channels beside Telegram and add them to the rounds (at start, before the first round)."""
+        if self.more_channels is None or self._more_opened is not None:
+            return
+        stack = AsyncExitStack()
+        opened = await stack.enter_async_context(self.more_channels())
+        self._more_opened = stack
+        self.dispatch.channels = (*self.dispatch.channels, *opened)
+        for channel in opened:
+            log.info("posting also to %s: %d recipient(s)", channel.name, len(channel.recipients))
+
+    async def close_more_channels(self) -> None:
+        """Close the channels `open_more_channels` opened (at shutdown)."""
+        stack, self._more_opened = self._more_opened, None
+        if stack is not None:
+            self.dispatch.channels = tuple(one for one in self.dispatch.channels if one.name == TELEGRAM)
+            await stack.aclose()
 
     def _look_again(self, delay: float) -> None:
         """Run the scheduled round once more in ``delay`` seconds (one such look at a time)."""
@@ -624,7 +647,7 @@ def build_application(
         .build()
     )
     bot.poster = Poster(sender=Sender(application.bot, state=bot.state), state=bot.state)
-    bot.dispatch.channels = (TelegramChannel(bot.poster, settings.chat_ids, settings.topics), *bot.channels)
+    bot.dispatch.channels = (TelegramChannel(bot.poster, settings.chat_ids, settings.topics),)
     # New messages and channel posts only: an edited old "/digest" is not a new request. CommandHandler already
     # ignores "/digest@OtherBot"; on_other ignores it too instead of calling it unknown.
     fresh = filters.UpdateType.MESSAGE | filters.UpdateType.CHANNEL_POST
@@ -690,6 +713,7 @@ async def _post_init(
         for signal_number in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signal_number, bot.stop_now, application)
     await asyncio.to_thread(bot.follow_moves)
+    await bot.open_more_channels()
     await bot.hooks.started(lambda: bot.health_problem(application) is None, lambda: bot.health_reason(application))
     try:
         await application.bot.set_my_commands(COMMANDS)
@@ -707,6 +731,7 @@ async def _post_init(
 async def _post_shutdown(application: Application[Any, Any, Any, Any, Any, Any], bot: DigestBot) -> None:
     # post_stop already did this under run_polling/run_webhook; a harness that skips post_stop is covered here.
     await bot.cancel_queued()
+    await bot.close_more_channels()
     await bot.hooks.stopped()
 
 

@@ -18,7 +18,8 @@ from telegram import Bot
 from telegram.error import Forbidden, TelegramError
 
 from digest.channels.channel import DeliveryError
-from digest.channels.telegram.sender import ChatId, RetryPolicy, open_bot
+from digest.channels.retry import RetryPolicy
+from digest.channels.telegram.sender import ChatId, open_bot
 
 DOCTOR_RETRY = RetryPolicy(total_seconds=10.0, base_delay_seconds=0.5, max_delay_seconds=4.0)
 

@@ -35,7 +35,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -55,6 +54,7 @@ from telegram.request import HTTPXRequest
 
 from digest.channels.channel import DeliveryError, Photo, PostResult
 from digest.channels.once import ExactlyOnce, SendGuard
+from digest.channels.retry import Attempts, RetryPolicy, seconds, short
 from digest.channels.telegram.text import MAX_CAPTION, fit_utf16, plain_from_html, split_html
 from digest.pipeline.state import DeliveryState, Part, PartKind
 
@@ -67,7 +67,6 @@ ChatId = int | str
 UNKNOWN_MESSAGE_ID = 0
 
 # A reason quoted in a log line, the state file or stderr stays one readable line (a proxy's page can be long).
-_MAX_REASON = 200
 
 
 # What python-telegram-bot raises when an "ok" answer's ``result`` is not the object it expects (``true`` for a
@@ -260,57 +259,6 @@ class BotApiRequest(HTTPXRequest):
         )
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Bounds of the retry loop of one message part."""
-
-    total_seconds: float = 300.0
-    base_delay_seconds: float = 1.0
-    max_delay_seconds: float = 30.0
-    jitter_ratio: float = 0.2
-
-
-def _seconds(value: float | timedelta) -> float:
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
-def _short(text: str) -> str:
-    """``text`` on one line and at most ``_MAX_REASON`` characters."""
-    line = " ".join(text.split())
-    return line if len(line) <= _MAX_REASON else line[: _MAX_REASON - 1] + "…"
-
-
-@dataclass
-class _Attempts:
-    """The retry budget of one request: backoff delays, and giving up when the next wait would exceed the budget."""
-
-    retry: RetryPolicy
-    sleep: Callable[[float], Awaitable[None]]
-    random_unit: Callable[[], float]
-    started: float = field(default_factory=time.monotonic)
-    waited: float = 0.0  # the delays asked of sleep, so the budget holds whatever clock the sleep follows
-    count: int = 0
-
-    def backoff(self) -> float:
-        delay = min(self.retry.max_delay_seconds, self.retry.base_delay_seconds * 2.0**self.count)
-        return delay + delay * self.retry.jitter_ratio * self.random_unit()
-
-    async def wait(self, delay: float, reason: str, what: str) -> None:
-        """Sleep ``delay`` before the next attempt, or raise a transient `DeliveryError` if the budget is spent."""
-        self.count += 1
-        spent = max(time.monotonic() - self.started, self.waited)
-        if spent + delay > self.retry.total_seconds:
-            attempts = "1 attempt" if self.count == 1 else f"{self.count} attempts"
-            raise DeliveryError(
-                f"gave up after {attempts} in {spent:.0f} s: the next wait ({delay:.0f} s) would pass the "
-                f"{self.retry.total_seconds:g} s budget ({reason})",
-                permanent=False,
-            )
-        log.info("%s: %s; retrying in %.1f s", what, reason, delay)
-        self.waited += delay
-        await self.sleep(delay)
-
-
 @asynccontextmanager
 async def open_bot(
     token: str,
@@ -332,7 +280,7 @@ async def open_bot(
         request=BotApiRequest(),
         get_updates_request=BotApiRequest(connection_pool_size=1),
     )
-    attempts = _Attempts(retry or RetryPolicy(), sleep, random_unit)
+    attempts = Attempts(retry or RetryPolicy(), sleep, random_unit)
     try:
         while True:
             try:
@@ -346,11 +294,11 @@ async def open_bot(
                 # python-telegram-bot's own message quotes the token.
                 raise DeliveryError("the Telegram API refused the bot token", permanent=True) from None
             except RetryAfter as exc:
-                delay, reason = _seconds(exc.retry_after), f"429 retry after {_seconds(exc.retry_after):g} s"
+                delay, reason = seconds(exc.retry_after), f"429 retry after {seconds(exc.retry_after):g} s"
             except NetworkError as exc:  # includes TimedOut, refused connections and 5xx answers
-                delay, reason = attempts.backoff(), f"{type(exc).__name__}: {_short(exc.message)}"
+                delay, reason = attempts.backoff(), f"{type(exc).__name__}: {short(exc.message)}"
             except TelegramError as exc:
-                raise DeliveryError(f"Telegram error: {_short(exc.message)}", permanent=True) from None
+                raise DeliveryError(f"Telegram error: {short(exc.message)}", permanent=True) from None
             except _NOT_A_MESSAGE as exc:
                 raise DeliveryError(
                     f"the Telegram API said ok but answered no bot ({type(exc).__name__}); "
@@ -476,7 +424,7 @@ class Sender:
         call: Callable[[ChatId, bool], Awaitable[Message]],
         guard: SendGuard | None = None,
     ) -> tuple[ChatId, int]:
-        attempts = _Attempts(self.retry, self.sleep, self.random_unit)
+        attempts = Attempts(self.retry, self.sleep, self.random_unit)
         as_html = True
         visited: set[ChatId] = {chat_id}
         while True:
@@ -492,7 +440,7 @@ class Sender:
                 message = await self._attempt(call, chat_id, as_html, guard)
                 return chat_id, UNKNOWN_MESSAGE_ID if message is None else message.message_id
             except RetryAfter as exc:
-                delay = _seconds(exc.retry_after)
+                delay = seconds(exc.retry_after)
                 reason = f"429 retry after {delay:g} s"
             except ChatMigrated as exc:
                 if exc.new_chat_id in visited:
@@ -516,14 +464,14 @@ class Sender:
                     )
                     as_html = False
                     continue
-                raise DeliveryError(f"rejected by Telegram: {_short(exc.message)}", permanent=True) from None
+                raise DeliveryError(f"rejected by Telegram: {short(exc.message)}", permanent=True) from None
             except (Forbidden, InvalidToken) as exc:
-                raise DeliveryError(f"refused by Telegram: {_short(exc.message)}", permanent=True) from None
+                raise DeliveryError(f"refused by Telegram: {short(exc.message)}", permanent=True) from None
             except NetworkError as exc:  # includes TimedOut, 5xx answers and NotBotApiError
                 delay = attempts.backoff()
-                reason = f"{type(exc).__name__}: {_short(exc.message)}"
+                reason = f"{type(exc).__name__}: {short(exc.message)}"
             except TelegramError as exc:
-                raise DeliveryError(f"Telegram error: {_short(exc.message)}", permanent=True) from None
+                raise DeliveryError(f"Telegram error: {short(exc.message)}", permanent=True) from None
             except _NOT_A_MESSAGE as exc:
                 # "ok" but no message in it: it may have been delivered, so this run does not send it again.
                 raise DeliveryError(

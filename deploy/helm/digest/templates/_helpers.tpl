@@ -88,6 +88,8 @@ envFrom:
 
 {{- define "digest.secretName" -}}{{ .Values.telegram.existingSecret | default (printf "%s-telegram" .Release.Name) }}{{- end -}}
 
+{{- define "digest.webhookSecretName" -}}{{ .Values.webhook.existingSecret | default (printf "%s-webhook" .Release.Name) }}{{- end -}}
+
 {{- define "digest.policyName" -}}{{ .Values.policy.existingConfigMap | default (printf "%s-policy" .Release.Name) }}{{- end -}}
 
 {{- /* The pod spec parts every workload shares: security, volumes, the container's environment. */ -}}
@@ -120,9 +122,16 @@ volumeMounts:
   - name: policy
     mountPath: /etc/digest/policy
     readOnly: true
+  {{- if has "telegram" .Values.channels }}
   - name: telegram
     mountPath: /etc/digest/secrets
     readOnly: true
+  {{- end }}
+  {{- if has "webhook" .Values.channels }}
+  - name: webhook
+    mountPath: /etc/digest/webhook
+    readOnly: true
+  {{- end }}
   - name: tmp
     mountPath: /tmp
   {{- if .Values.backends.metrics.auth.existingSecret }}
@@ -154,9 +163,16 @@ volumes:
   - name: policy
     configMap:
       name: {{ include "digest.policyName" $root }}
+  {{- if has "telegram" $root.Values.channels }}
   - name: telegram
     secret:
       secretName: {{ include "digest.secretName" $root }}
+  {{- end }}
+  {{- if has "webhook" $root.Values.channels }}
+  - name: webhook
+    secret:
+      secretName: {{ include "digest.webhookSecretName" $root }}
+  {{- end }}
   - name: tmp
     emptyDir:
       sizeLimit: 64Mi

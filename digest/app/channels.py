@@ -1,0 +1,87 @@
+"""The channels the digest posts to, built from the settings: one line per channel in `REGISTRY`.
+
+``DIGEST_CHANNELS`` names the channels (``telegram`` by default; ``telegram,webhook``; ``webhook``); each is opened
+by its entry here with its own settings group and its own rows in the one delivery state file, and every post —
+`digest serve`'s schedule, `digest run --post`, the CronJob, `digest replay --post` — goes to each of its recipients
+once per delivery key.
+
+Adding a channel: a package under ``digest/channels/<name>/`` with its `digest.channels.channel.Channel` (posting
+through `digest.channels.once.ExactlyOnce` with its own `PartWriter`), a settings group in
+`digest.app.settings.Settings` (its recipients and credentials, secrets with a ``_FILE`` variant) with its name in
+``CHANNEL_NAMES``, and one line in `REGISTRY`. `digest serve` then gives it the scheduled posts through
+`digest.channels.dispatch.Dispatch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+
+import httpx
+
+from digest import __version__
+from digest.app.settings import Settings
+from digest.channels.channel import Channel
+from digest.channels.once import ExactlyOnce
+from digest.channels.telegram.channel import TelegramChannel
+from digest.channels.telegram.sender import ChatId, Poster, Sender, open_bot
+from digest.channels.webhook.channel import WEBHOOK, WebhookChannel, WebhookSender
+from digest.pipeline.state import TELEGRAM, DeliveryState
+
+
+def chat_topics(settings: Settings) -> dict[ChatId, int]:
+    """The forum topic each chat's scheduled digests go to (``chat:topic`` in TELEGRAM_CHAT_IDS)."""
+    return {chat: topic for chat, topic in settings.telegram_chat_topics.items()}
+
+
+# A channel opened from the settings for one owner of the delivery leases; closed (its client, its state) on exit.
+ChannelOpener = Callable[[Settings, str], AbstractAsyncContextManager[Channel]]
+
+
+@asynccontextmanager
+async def open_telegram(settings: Settings, owner: str) -> AsyncIterator[Channel]:
+    """The Telegram chats of DIGEST_TELEGRAM_CHAT_IDS, through a Bot checked with getMe (`DeliveryError` if not)."""
+    token = settings.require_telegram()
+    state = DeliveryState(settings.state_path, owner, channel=TELEGRAM)
+    try:
+        async with open_bot(token, settings.telegram_api_url) as bot:
+            poster = Poster(sender=Sender(bot, state=state), state=state)
+            yield TelegramChannel(poster, settings.telegram_chat_ids, chat_topics(settings))
+    finally:
+        state.close()
+
+
+@asynccontextmanager
+async def open_webhook(settings: Settings, owner: str) -> AsyncIterator[Channel]:
+    """The named URLs of DIGEST_WEBHOOK_URLS, each post signed with DIGEST_WEBHOOK_SECRET."""
+    endpoints, secret = settings.require_webhook()
+    state = DeliveryState(settings.state_path, owner, channel=WEBHOOK)
+    timeout = httpx.Timeout(settings.webhook_timeout_seconds, connect=min(5.0, settings.webhook_timeout_seconds))
+    client = httpx.AsyncClient(
+        timeout=timeout, follow_redirects=False, headers={"User-Agent": f"digest/{__version__} (webhook)"}
+    )
+    try:
+        yield WebhookChannel(ExactlyOnce(state), WebhookSender(client, secret), endpoints)
+    finally:
+        await client.aclose()
+        state.close()
+
+
+REGISTRY: dict[str, ChannelOpener] = {
+    TELEGRAM: open_telegram,
+    WEBHOOK: open_webhook,
+}
+
+
+@asynccontextmanager
+async def open_channels(
+    settings: Settings, owner: str, skip: frozenset[str] = frozenset()
+) -> AsyncIterator[tuple[Channel, ...]]:
+    """Every channel of DIGEST_CHANNELS but ``skip`` (the bot's own Telegram in `digest serve`), open, in order."""
+    async with AsyncExitStack() as stack:
+        channels = [
+            await stack.enter_async_context(REGISTRY[name](settings, owner))
+            for name in settings.channels
+            if name not in skip
+        ]
+        yield tuple(channels)
