@@ -624,9 +624,13 @@ REFUSED = {
         {"recordingRules.vmalert.createVMAlert": "true"},
         "recordingRules.vmalert.createVMAlert needs recordingRules.vmalert.enabled",
     ),
-    "the bot without Telegram": (
-        {"channels": "{webhook}", "webhook.existingSecret": "digest-webhook"},
-        "bot.enabled runs the Telegram bot: add telegram to channels",
+    "a Slack token without channels": (
+        {"channels": "{telegram,slack}", "slack.token": "xoxb-1-2"},
+        "slack.token needs slack.channelIds",
+    ),
+    "Slack by token and by webhooks at once": (
+        {"channels": "{telegram,slack}", "slack.channelIds": "C0123ABCD", "slack.webhookUrls": "ops=https://h.test/x"},
+        "slack.channelIds and slack.webhookUrls are both set",
     ),
     "a webhook without its URLs": (
         {"channels": "{telegram,webhook}", "webhook.secret": "k"},
@@ -666,6 +670,8 @@ SCHEMA_REFUSES = {
     "a query timeout of 0": (("--set", "backends.queryTimeoutSeconds=0"), "at '/backends/queryTimeoutSeconds'"),
     "a replay day that is no date": (("--set", "replay.from=20-07-2026"), "at '/replay/from'"),
     "a channel the digest has not": (("--set", "channels={telegram,slackk}"), "at '/channels/1'"),
+    "a Slack channel that is no id": (("--set", "slack.channelIds=ops room"), "at '/slack/channelIds'"),
+    "a Slack token of another kind": (("--set", "slack.token=12345:abc"), "at '/slack/token'"),
     "a webhook URL that is no URL": (("--set", "webhook.urls=ops=hooks.example"), "at '/webhook/urls'"),
 }
 
@@ -694,8 +700,10 @@ def test_a_webhook_beside_telegram_reaches_the_settings_and_its_secret_is_mounte
     assert volumes["webhook"]["secret"]["secretName"] == secret["metadata"]["name"]
 
 
-def test_a_webhook_alone_is_posted_by_the_cronjob_without_a_telegram_secret() -> None:
-    """channels: [webhook] with the CronJob: no Telegram settings, Secret or volume are rendered."""
+@pytest.mark.parametrize("mode", ["bot", "cronjob"])
+def test_a_webhook_alone_renders_without_any_telegram_setting_or_secret(mode: str) -> None:
+    """channels: [webhook], posted by the bot's schedule or the CronJob: no Telegram settings, Secret or volume."""
+    workload = ("--set", "bot.enabled=false", "--set", "cronjob.enabled=true") if mode == "cronjob" else ()
     result = _helm(
         "template",
         "digest",
@@ -704,10 +712,7 @@ def test_a_webhook_alone_is_posted_by_the_cronjob_without_a_telegram_secret() ->
         "channels={webhook}",
         "--set",
         "webhook.existingSecret=hooks",
-        "--set",
-        "bot.enabled=false",
-        "--set",
-        "cronjob.enabled=true",
+        *workload,
     )
     assert result.returncode == 0, result.stderr
     assert "TELEGRAM" not in result.stdout
@@ -892,3 +897,23 @@ def test_notes_say_what_to_do_next_in_each_mode(mode: str) -> None:
     if "replay" in mode:
         assert f"create job --from=cronjob/{RELEASE}-replay" in notes
     assert "{{" not in notes
+
+
+def test_slack_by_token_reaches_the_settings_with_its_channels_and_its_secret_mounted() -> None:
+    """channels: [telegram, slack] with a token: the token file, the channel ids, and the token in a Secret only."""
+    objects = _render(
+        "--set",
+        "channels={telegram,slack}",
+        "--set",
+        "slack.token=xoxb-1-secret",
+        "--set-string",
+        "slack.channelIds=C0123ABCD",
+    )
+    [config] = [obj for obj in objects if obj["kind"] == "ConfigMap" and "DIGEST_CHANNELS" in obj["data"]]
+    assert config["data"]["DIGEST_CHANNELS"] == "telegram,slack"
+    token_file = "/etc/digest/slack/slack-token"  # noqa: S105  # the path of the mounted key, not a key
+    assert config["data"]["DIGEST_SLACK_TOKEN_FILE"] == token_file
+    assert config["data"]["DIGEST_SLACK_CHANNEL_IDS"] == "C0123ABCD"
+    assert "xoxb-1-secret" not in str(config)
+    [secret] = [obj for obj in objects if obj["kind"] == "Secret" and obj["metadata"]["name"].endswith("-slack")]
+    assert secret["stringData"] == {"slack-token": "xoxb-1-secret"}

@@ -90,6 +90,10 @@ envFrom:
 
 {{- define "digest.webhookSecretName" -}}{{ .Values.webhook.existingSecret | default (printf "%s-webhook" .Release.Name) }}{{- end -}}
 
+{{- define "digest.slackSecretName" -}}{{ .Values.slack.existingSecret | default (printf "%s-slack" .Release.Name) }}{{- end -}}
+
+{{- define "digest.mattermostSecretName" -}}{{ .Values.mattermost.existingSecret | default (printf "%s-mattermost" .Release.Name) }}{{- end -}}
+
 {{- define "digest.policyName" -}}{{ .Values.policy.existingConfigMap | default (printf "%s-policy" .Release.Name) }}{{- end -}}
 
 {{- /* The pod spec parts every workload shares: security, volumes, the container's environment. */ -}}
@@ -125,6 +129,16 @@ volumeMounts:
   {{- if has "telegram" .Values.channels }}
   - name: telegram
     mountPath: /etc/digest/secrets
+    readOnly: true
+  {{- end }}
+  {{- if has "slack" .Values.channels }}
+  - name: slack
+    mountPath: /etc/digest/slack
+    readOnly: true
+  {{- end }}
+  {{- if has "mattermost" .Values.channels }}
+  - name: mattermost
+    mountPath: /etc/digest/mattermost
     readOnly: true
   {{- end }}
   {{- if has "webhook" .Values.channels }}
@@ -167,6 +181,16 @@ volumes:
   - name: telegram
     secret:
       secretName: {{ include "digest.secretName" $root }}
+  {{- end }}
+  {{- if has "slack" $root.Values.channels }}
+  - name: slack
+    secret:
+      secretName: {{ include "digest.slackSecretName" $root }}
+  {{- end }}
+  {{- if has "mattermost" $root.Values.channels }}
+  - name: mattermost
+    secret:
+      secretName: {{ include "digest.mattermostSecretName" $root }}
   {{- end }}
   {{- if has "webhook" $root.Values.channels }}
   - name: webhook
