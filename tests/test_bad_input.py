@@ -295,7 +295,8 @@ def test_a_locked_state_file_is_worth_retrying_and_a_corrupt_one_is_not(tmp_path
     import sqlite3
 
     from digest.app.exit_codes import EXIT_FAILED, EXIT_USAGE, for_state_error
-    from digest.pipeline.state import DeliveryState, StateError
+    from digest.channels.state import DeliveryState
+    from digest.pipeline.state import StateError
 
     locked = tmp_path / "locked.sqlite"
     state = DeliveryState(locked, owner="test", busy_timeout_seconds=0.05)

@@ -30,12 +30,12 @@ from digest.app.logs import RedactingFormatter
 from digest.app.service import DigestService, source_status
 from digest.app.settings import load_settings
 from digest.channels.channel import Outcome
+from digest.channels.state import DeliveryState
 from digest.channels.telegram.bot import DigestBot, build_application
 from digest.channels.telegram.sender import Poster, Sender
 from digest.channels.telegram.text import MAX_TEXT
 from digest.output.render import Renderer
 from digest.pipeline.policy import Policy
-from digest.pipeline.state import DeliveryState
 from digest.pipeline.window import day_window
 from digest.testbed.embedded import EmbeddedBackends, free_port
 from tests.command import DIGEST, backend_env, run_digest, stop_process

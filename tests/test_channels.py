@@ -11,13 +11,13 @@ from zoneinfo import ZoneInfo
 
 from digest.app.serve import ChannelPoster, window_key
 from digest.channels.channel import Outcome, Photo, PostResult
+from digest.channels.state import DeliveryState, DeliveryStatus
 from digest.channels.telegram.bot import BotSettings, DigestBot, build_application
 from digest.channels.telegram.sender import ChatId
 from digest.checks.contract import Finding, Status, Window
 from digest.output.render import Renderer
 from digest.pipeline.policy import Policy
 from digest.pipeline.score import grade
-from digest.pipeline.state import DeliveryState, DeliveryStatus
 from digest.pipeline.window import day_window
 from tests.fake_telegram import FakeTelegram
 

@@ -28,11 +28,11 @@ from digest.backends.http import Endpoint
 from digest.backends.prometheus import PrometheusSource
 from digest.channels.channel import Outcome, Photo
 from digest.channels.dispatch import Digests
+from digest.channels.state import DeliveryState, Part, PartKind
 from digest.channels.telegram.bot import DigestBot, build_application
 from digest.channels.telegram.sender import Poster, Sender, open_bot
 from digest.checks.contract import Window
 from digest.pipeline.policy import Policy
-from digest.pipeline.state import DeliveryState, Part, PartKind
 from digest.pipeline.window import last_post, post_moment, post_window
 from digest.testbed.embedded import EmbeddedBackends, free_port
 from tests.command import DIGEST, backend_env, clean_env, run_digest

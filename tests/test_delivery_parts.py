@@ -16,9 +16,9 @@ import pytest
 from telegram import Bot
 
 from digest.channels.channel import DeliveryError, Outcome, Photo
+from digest.channels.state import DeliveryState, DeliveryStatus
 from digest.channels.telegram.sender import Pacer, Poster, RetryPolicy, Sender, open_bot
 from digest.channels.telegram.text import split_html
-from digest.pipeline.state import DeliveryState, DeliveryStatus
 from digest.testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, run_digest
 from tests.fake_telegram import FakeTelegram, Sleeps

@@ -16,10 +16,11 @@ from telegram import Bot
 from telegram.request import HTTPXRequest
 
 from digest.channels.channel import Outcome, Photo
+from digest.channels.state import DeliveryState
 from digest.channels.telegram.sender import Pacer, Poster, Sender
 from digest.channels.telegram.text import utf16_length
 from digest.output.render import Renderer
-from digest.pipeline.state import DeliveryState, StateError
+from digest.pipeline.state import StateError
 from digest.testbed.embedded import EmbeddedBackends
 from tests.command import clean_env, run_digest
 from tests.fake_telegram import FakeTelegram, Sleeps

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from digest.pipeline.state import DeliveryState, DeliveryStatus, StateError
+from digest.channels.state import DeliveryState, DeliveryStatus
+from digest.pipeline.state import StateError
 
 
 def test_sent_delivery_is_never_claimed_again(tmp_path: Path) -> None:

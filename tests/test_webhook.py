@@ -22,10 +22,10 @@ from digest.app.channels import REGISTRY, open_webhook
 from digest.app.settings import CHANNEL_NAMES, ConfigError, load_settings
 from digest.channels.channel import Outcome
 from digest.channels.once import ExactlyOnce
-from digest.channels.retry import RetryPolicy
-from digest.channels.webhook.channel import WebhookChannel, WebhookSender, retry_after
+from digest.channels.retry import RetryPolicy, retry_after
+from digest.channels.state import DeliveryState
+from digest.channels.webhook.channel import WebhookChannel, WebhookSender
 from digest.channels.webhook.signature import sign, verify
-from digest.pipeline.state import DeliveryState
 from digest.testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, run_digest
 from tests.fake_telegram import FakeTelegram

@@ -25,10 +25,14 @@ from digest.app.health import HealthServer
 from digest.app.service import DigestService, source_status
 from digest.app.settings import Settings
 from digest.channels.channel import Outcome, PostResult
+from digest.channels.mattermost.channel import MATTERMOST
+from digest.channels.slack.channel import SLACK
+from digest.channels.state import TELEGRAM, DeliveryState
 from digest.channels.telegram.bot import BotSettings, Clock, DigestBot, utc_now
 from digest.channels.telegram.polling import PollHealth
 from digest.channels.telegram.sender import recipient
-from digest.pipeline.state import TELEGRAM, DeliveryState, StateError
+from digest.channels.webhook.channel import WEBHOOK
+from digest.pipeline.state import StateError
 
 log = logging.getLogger(__name__)
 
@@ -129,14 +133,37 @@ class AppHooks:
             metrics.first_used.set(self.state.first_used(time.time()))
         except StateError as exc:
             log.error("cannot read the state file: %s", exc)
-        for chat_id in self.config.settings.telegram_chat_ids:
+        settings = self.config.settings
+        if TELEGRAM in settings.channels:
+            self._seed(self.state, TELEGRAM, [recipient(chat_id) for chat_id in settings.telegram_chat_ids])
+        others = {SLACK: [*settings.slack_channel_ids, *settings.slack_webhook_endpoints()]}
+        others[MATTERMOST] = [*settings.mattermost_channel_ids, *settings.mattermost_webhook_endpoints()]
+        others[WEBHOOK] = list(settings.webhook_endpoints())
+        for channel, recipients in others.items():
+            if channel not in settings.channels:
+                continue
             try:
-                sent = [d.sent_at for d in self.state.latest(self.state.current(recipient(chat_id))) if d.sent_at]
+                state = DeliveryState(settings.state_path, "metrics", channel=channel)  # read only: no claim
             except StateError as exc:
-                log.error("cannot read the state file for chat %s: %s", chat_id, exc)
+                log.error("cannot read the state file: %s", exc)
+                continue
+            try:
+                self._seed(state, channel, recipients)
+            finally:
+                state.close()
+
+    def _seed(self, state: DeliveryState, channel: str, recipients: list[str]) -> None:
+        metrics = self.service.metrics
+        if metrics is None:
+            return
+        for one in recipients:
+            try:
+                sent = [d.sent_at for d in state.latest(state.current(one)) if d.sent_at]
+            except StateError as exc:
+                log.error("cannot read the state file for %s %s: %s", channel, one, exc)
                 continue
             if sent:
-                metrics.last_delivery.labels(chat=str(chat_id)).set(max(sent))
+                metrics.last_delivery.labels(chat=metric_chat(channel, one)).set(max(sent))
 
 
 def make_bot(

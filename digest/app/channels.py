@@ -22,17 +22,28 @@ import httpx
 from digest import __version__
 from digest.app.settings import Settings
 from digest.channels.channel import Channel
+from digest.channels.http import HttpSender
+from digest.channels.mattermost.channel import (
+    MATTERMOST,
+    MattermostApi,
+    MattermostChannel,
+    MattermostWebhookChannel,
+)
 from digest.channels.once import ExactlyOnce
+from digest.channels.slack.api import SlackApi
+from digest.channels.slack.channel import SLACK, SlackChannel, SlackWebhookChannel
+from digest.channels.state import TELEGRAM, DeliveryState
 from digest.channels.telegram.channel import TelegramChannel
 from digest.channels.telegram.sender import ChatId, Poster, Sender, open_bot
 from digest.channels.webhook.channel import WEBHOOK, WebhookChannel, WebhookSender
-from digest.pipeline.state import TELEGRAM, DeliveryState
 
 
 def chat_topics(settings: Settings) -> dict[ChatId, int]:
     """The forum topic each chat's scheduled digests go to (``chat:topic`` in TELEGRAM_CHAT_IDS)."""
     return {chat: topic for chat, topic in settings.telegram_chat_topics.items()}
 
+
+_AGENT = {"User-Agent": f"digest/{__version__}"}
 
 # A channel opened from the settings for one owner of the delivery leases; closed (its client, its state) on exit.
 ChannelOpener = Callable[[Settings, str], AbstractAsyncContextManager[Channel]]
@@ -57,9 +68,7 @@ async def open_webhook(settings: Settings, owner: str) -> AsyncIterator[Channel]
     endpoints, secret = settings.require_webhook()
     state = DeliveryState(settings.state_path, owner, channel=WEBHOOK)
     timeout = httpx.Timeout(settings.webhook_timeout_seconds, connect=min(5.0, settings.webhook_timeout_seconds))
-    client = httpx.AsyncClient(
-        timeout=timeout, follow_redirects=False, headers={"User-Agent": f"digest/{__version__} (webhook)"}
-    )
+    client = httpx.AsyncClient(timeout=timeout, follow_redirects=False, headers=_AGENT)
     try:
         yield WebhookChannel(ExactlyOnce(state), WebhookSender(client, secret), endpoints)
     finally:
@@ -67,8 +76,47 @@ async def open_webhook(settings: Settings, owner: str) -> AsyncIterator[Channel]
         state.close()
 
 
+@asynccontextmanager
+async def open_slack(settings: Settings, owner: str) -> AsyncIterator[Channel]:
+    """The Slack channels of DIGEST_SLACK_CHANNEL_IDS with a bot token, or the incoming webhooks (text only)."""
+    token = settings.require_slack()
+    state = DeliveryState(settings.state_path, owner, channel=SLACK)
+    client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0), follow_redirects=False, headers=_AGENT)
+    try:
+        if token is None:
+            api = SlackApi(client, "", settings.slack_api_url)
+            yield SlackWebhookChannel(ExactlyOnce(state), api, settings.slack_webhook_endpoints())
+        else:
+            api = SlackApi(client, token, settings.slack_api_url)
+            yield SlackChannel(ExactlyOnce(state), api, settings.slack_channel_ids, chart=settings.slack_chart)
+    finally:
+        await client.aclose()
+        state.close()
+
+
+@asynccontextmanager
+async def open_mattermost(settings: Settings, owner: str) -> AsyncIterator[Channel]:
+    """The Mattermost channels of DIGEST_MATTERMOST_CHANNEL_IDS with a bot's token, or the incoming webhooks."""
+    server = settings.require_mattermost()
+    state = DeliveryState(settings.state_path, owner, channel=MATTERMOST)
+    client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0), follow_redirects=False, headers=_AGENT)
+    try:
+        http = HttpSender(client, "Mattermost")
+        if server is None:
+            yield MattermostWebhookChannel(ExactlyOnce(state), http, settings.mattermost_webhook_endpoints())
+        else:
+            api = MattermostApi(http, *server)
+            channels = settings.mattermost_channel_ids
+            yield MattermostChannel(ExactlyOnce(state), api, channels, chart=settings.mattermost_chart)
+    finally:
+        await client.aclose()
+        state.close()
+
+
 REGISTRY: dict[str, ChannelOpener] = {
     TELEGRAM: open_telegram,
+    SLACK: open_slack,
+    MATTERMOST: open_mattermost,
     WEBHOOK: open_webhook,
 }
 

@@ -164,7 +164,8 @@ def _count(text: str) -> int:
 
 def _state_problem(settings: Settings) -> int | None:
     """The exit code if the state file cannot be used (said in one line), or None; asked before computing."""
-    from digest.pipeline.state import DeliveryState, StateError
+    from digest.channels.state import DeliveryState
+    from digest.pipeline.state import StateError
 
     try:
         DeliveryState(settings.state_path, owner="digest-cli-check").close()
@@ -224,13 +225,21 @@ def main(argv: Sequence[str] | None = None, exit_when_done: Callable[[int], NoRe
         token = config.settings.require_telegram() if delivers and "telegram" in config.settings.channels else None
         if delivers and "webhook" in config.settings.channels:
             config.settings.require_webhook()
+        if delivers and "slack" in config.settings.channels:
+            config.settings.require_slack()
+        if delivers and "mattermost" in config.settings.channels:
+            config.settings.require_mattermost()
     except ConfigError as exc:
         return _fail(str(exc))
     # Secrets are known now: every later log line goes through the redacting formatter.
     configure_logging(args.verbose, config.settings.secrets())
     if args.command == "serve":
-        from digest.app.serve import serve
+        from digest.app.serve import owner, serve
 
+        if "telegram" not in config.settings.channels:
+            from digest.app.scheduled import serve_channels
+
+            return serve_channels(config, owner())
         return serve(config, token or "")
     if args.command == "replay":
         return _replay(args, config)

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
+import httpx
+
 from digest import __version__
 from digest.app.channels import chat_topics
 from digest.app.engine import Config, make_digest, open_sources
@@ -41,6 +43,10 @@ from digest.backends.loki import DEFAULT_LABELS
 from digest.backends.prometheus import PrometheusSource
 from digest.backends.scope import render
 from digest.backends.victorialogs import DEFAULT_FIELDS
+from digest.channels.mattermost.check import MattermostCheck, check_mattermost
+from digest.channels.slack.api import SlackApi
+from digest.channels.slack.check import DOCTOR_RETRY as SLACK_DOCTOR_RETRY
+from digest.channels.slack.check import SlackCheck, check_slack
 from digest.channels.telegram.check import TelegramCheck, check_telegram
 from digest.checks import registry
 from digest.checks.contract import Finding, Input, SourceError, Sources, Status, Unwatched, Window, fmt_duration
@@ -246,9 +252,11 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
     )
     records = await _records(config, tls, window, digest) if urls[0].fine() else None
     telegram = await _telegram(config)
+    slack = await _slack(config)
+    mattermost = await _mattermost(config)
     graded_blind = [check for check in checks if check["graded"] and not check["runs"] and check["watched"]]
     healthy = all(report.fine() for report in urls) and all(r.fine() for r in scopes) and not graded_blind
-    healthy = healthy and (telegram is None or telegram.ok)
+    healthy = healthy and all(one is None or one.ok for one in (telegram, slack, mattermost))
     if fmt == "json":
         payload = {
             "version": __version__,
@@ -281,7 +289,12 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
             "recorded_counts": records,
             "disabled": list(digest.disabled),
             "never_seen": never_seen,
-            "delivery": {"telegram": None if telegram is None else _telegram_report(telegram)},
+            "delivery": {
+                "telegram": None if telegram is None else _telegram_report(telegram),
+                "slack": None if slack is None else _slack_report(slack),
+                "mattermost": None if mattermost is None else _mattermost_report(mattermost),
+                "webhook": sorted(settings.webhook_endpoints()) if "webhook" in settings.channels else None,
+            },
             "ok": healthy,
         }
         out.write(json.dumps(payload, ensure_ascii=False, indent=2) + "\n")
@@ -306,6 +319,22 @@ async def doctor(config: Config, now: datetime, out: TextIO, fmt: str = "text") 
     if never_seen:
         lines.extend(["", f"Never seen in the last 30 days: {'; '.join(never_seen)}"])
     lines.extend(["", *_telegram_lines(telegram)])
+    if slack is not None:
+        lines.extend(_slack_lines(slack))
+    if "slack" in settings.channels and settings.slack_webhook_endpoints():
+        names = ", ".join(settings.slack_webhook_endpoints())
+        lines.append(f"Delivery (Slack incoming webhooks {names}): not checked — a webhook is tested only by posting;")
+        lines.append("  text only: a webhook cannot post the chart (a bot token can: DIGEST_SLACK_TOKEN).")
+    if mattermost is not None:
+        lines.extend(_mattermost_lines(mattermost))
+    if "mattermost" in settings.channels and settings.mattermost_webhook_endpoints():
+        names = ", ".join(settings.mattermost_webhook_endpoints())
+        lines.append(
+            f"Delivery (Mattermost incoming webhooks {names}): not checked — tested only by posting; text only."
+        )
+    if "webhook" in settings.channels:
+        names = ", ".join(settings.webhook_endpoints()) or "none configured (DIGEST_WEBHOOK_URLS)"
+        lines.append(f"Delivery (webhook {names}): not checked — a webhook is tested only by posting.")
     lines.extend(
         [
             "",
@@ -672,6 +701,63 @@ async def _telegram(config: Config) -> TelegramCheck | None:
     if not settings.telegram_chat_ids:
         return TelegramCheck(bot=None, problem="DIGEST_TELEGRAM_CHAT_IDS is not set: no chat to post to")
     return await check_telegram(token, settings.telegram_api_url, settings.telegram_chat_ids, chat_topics(settings))
+
+
+async def _slack(config: Config) -> SlackCheck | None:
+    """The Slack token and channels, asked without posting; None when Slack is not a channel or uses webhooks."""
+    settings = config.settings
+    token = settings.slack_token.get_secret_value() if settings.slack_token is not None else ""
+    if "slack" not in settings.channels or not token:
+        return None
+    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=5.0)) as client:
+        api = SlackApi(client, token, settings.slack_api_url, retry=SLACK_DOCTOR_RETRY)
+        return await check_slack(api, settings.slack_channel_ids)
+
+
+def _slack_report(slack: SlackCheck) -> dict[str, Any]:
+    return {
+        "who": slack.who,
+        "problem": slack.problem,
+        "channels": [{"channel": one.channel, "ok": one.ok, "said": one.said} for one in slack.channels],
+        "ok": slack.ok,
+    }
+
+
+def _slack_lines(slack: SlackCheck) -> list[str]:
+    lines = ["Delivery (Slack, asked without posting):"]
+    if slack.problem is not None:
+        return [*lines, f"  ✗ {slack.problem}"]
+    lines.append(f"  ✓ {slack.who}: the token is accepted")
+    lines.extend(f"  {'✓' if one.ok else '✗'} {one.channel}: {one.said}" for one in slack.channels)
+    return lines
+
+
+async def _mattermost(config: Config) -> MattermostCheck | None:
+    """The Mattermost bot's token and channels, asked without posting; None unless posting with a token."""
+    settings = config.settings
+    token = settings.mattermost_token.get_secret_value() if settings.mattermost_token is not None else ""
+    if "mattermost" not in settings.channels or not token or settings.mattermost_url is None:
+        return None
+    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=5.0)) as client:
+        return await check_mattermost(client, settings.mattermost_url, token, settings.mattermost_channel_ids)
+
+
+def _mattermost_report(found: MattermostCheck) -> dict[str, Any]:
+    return {
+        "who": found.who,
+        "problem": found.problem,
+        "channels": [{"channel": one.channel, "ok": one.ok, "said": one.said} for one in found.channels],
+        "ok": found.ok,
+    }
+
+
+def _mattermost_lines(found: MattermostCheck) -> list[str]:
+    lines = ["Delivery (Mattermost, asked without posting):"]
+    if found.problem is not None:
+        return [*lines, f"  ✗ {found.problem}"]
+    lines.append(f"  ✓ {found.who}: the token is accepted")
+    lines.extend(f"  {'✓' if one.ok else '✗'} channel {one.channel}: {one.said}" for one in found.channels)
+    return lines
 
 
 def _telegram_report(telegram: TelegramCheck) -> dict[str, Any]:

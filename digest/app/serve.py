@@ -28,17 +28,18 @@ from digest.app.replay import replay
 from digest.app.service import DigestService
 from digest.channels.channel import Channel, DeliveryError, Outcome, Photo
 from digest.channels.schedule import weekly_key
+from digest.channels.state import DeliveryState
 from digest.channels.telegram.bot import build_application
 from digest.channels.telegram.sender import open_bot
 from digest.checks.contract import Window
 from digest.output.render import Renderer, headline, most_said, unseen_spans
 from digest.pipeline.score import Digest
-from digest.pipeline.state import DeliveryState, StateError
+from digest.pipeline.state import StateError
 
 log = logging.getLogger(__name__)
 
 
-def _owner() -> str:
+def owner() -> str:
     """Who holds a delivery lease: host, process and a random part (two instances never share one)."""
     return f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}"
 
@@ -51,9 +52,9 @@ def window_key(window: Window) -> str:
 def serve(config: Config, token: str) -> int:
     """Run the bot until interrupted (long polling, or a webhook when DIGEST_TELEGRAM_WEBHOOK_URL is set)."""
     settings = config.settings
-    owner = _owner()
+    holder = owner()
     try:
-        state = DeliveryState(settings.state_path, owner)
+        state = DeliveryState(settings.state_path, holder)
     except StateError as exc:
         print(f"digest: DIGEST_STATE_PATH: {exc}", file=sys.stderr)
         return for_state_error(exc)
@@ -80,7 +81,7 @@ def serve(config: Config, token: str) -> int:
     service = DigestService(
         config, renderer=Renderer(config.settings.links()), metrics=DigestMetrics(), history_store=store
     )
-    bot = make_bot(config, state, service, health_sockets=sockets, owner=owner)
+    bot = make_bot(config, state, service, health_sockets=sockets, owner=holder)
     application = build_application(bot, token, handle_signals=True)
     try:
         if settings.telegram_webhook_url:
@@ -181,7 +182,7 @@ async def channel_poster(config: Config) -> AsyncIterator[ChannelPoster]:
     `StateError` if the state file is unusable; `DeliveryError` if a channel cannot be opened (Telegram's getMe).
     """
     settings = config.settings
-    async with open_channels(settings, _owner()) as channels:
+    async with open_channels(settings, owner()) as channels:
         renderer = Renderer(settings.links())
         for channel in channels:
             renderer.preload(channel.format)

@@ -192,6 +192,22 @@ class Settings(BaseSettings):
     webhook_secret: SecretStr | None = None
     webhook_secret_file: Path | None = None
     webhook_timeout_seconds: Annotated[float, Field(gt=0, le=120)] = 10.0
+    # Slack: a bot token with the channels it posts to, or incoming webhooks as name=URL pairs (text only).
+    slack_token: SecretStr | None = None
+    slack_token_file: Path | None = None
+    slack_channel_ids: Annotated[tuple[str, ...], NoDecode] = ()
+    slack_webhook_urls: SecretStr | None = None
+    slack_webhook_urls_file: Path | None = None
+    slack_api_url: str = "https://slack.com/api"
+    slack_chart: bool = True
+    # Mattermost: a bot account's token on a server with the channels it posts to, or incoming webhooks (text only).
+    mattermost_url: str | None = None
+    mattermost_token: SecretStr | None = None
+    mattermost_token_file: Path | None = None
+    mattermost_channel_ids: Annotated[tuple[str, ...], NoDecode] = ()
+    mattermost_webhook_urls: SecretStr | None = None
+    mattermost_webhook_urls_file: Path | None = None
+    mattermost_chart: bool = True
     post_at: str = "12:00"
     # The week at a glance, posted on this day at POST_AT for the ISO week before; "off" for none.
     weekly_post: str = "monday"
@@ -279,6 +295,57 @@ class Settings(BaseSettings):
             if len(set(value)) != len(value):
                 raise ValueError("a channel is named twice")
         return value
+
+    @field_validator("slack_channel_ids", mode="before")
+    @classmethod
+    def _slack_channels(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = tuple(part.strip() for part in value.replace(";", ",").split(",") if part.strip())
+        if isinstance(value, tuple | list):
+            for one in value:
+                if not _SLACK_CHANNEL.fullmatch(str(one)):
+                    raise ValueError(
+                        f"{str(one)[:40]!r} is not a Slack channel: its id (C0123ABCD) or #name, comma-separated"
+                    )
+        return value
+
+    @field_validator("mattermost_channel_ids", mode="before")
+    @classmethod
+    def _mattermost_channels(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = tuple(part.strip() for part in value.replace(";", ",").split(",") if part.strip())
+        if isinstance(value, tuple | list):
+            for one in value:
+                if not _MATTERMOST_ID.fullmatch(str(one)):
+                    raise ValueError(
+                        f"{str(one)[:40]!r} is not a Mattermost channel id (26 lower-case letters and digits, from"
+                        " the channel's View Info), comma-separated"
+                    )
+        return value
+
+    @field_validator("mattermost_url")
+    @classmethod
+    def _mattermost_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_url(value)
+
+    @field_validator("mattermost_webhook_urls")
+    @classmethod
+    def _mattermost_webhook_urls(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            webhook_endpoints(value.get_secret_value())
+        return value
+
+    @field_validator("slack_webhook_urls")
+    @classmethod
+    def _slack_webhook_urls(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            webhook_endpoints(value.get_secret_value())
+        return value
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _slack_api_url(cls, value: str) -> str:
+        return _check_url(value)
 
     @field_validator("webhook_urls")
     @classmethod
@@ -461,14 +528,15 @@ class Settings(BaseSettings):
                 raise ValueError(f"{ENV_PREFIX}{name.upper()}_FILE: cannot read {path} (not UTF-8 text)") from None
             # The model is frozen; setting the resolved secret once here is the only mutation.
             object.__setattr__(self, name, SecretStr(secret))
-            if name == "webhook_urls":
+            if name in ("webhook_urls", "slack_webhook_urls", "mattermost_webhook_urls"):
                 try:
                     webhook_endpoints(secret)
                 except ValueError as exc:
-                    raise ValueError(f"{ENV_PREFIX}WEBHOOK_URLS_FILE: {exc}") from None
+                    raise ValueError(f"{ENV_PREFIX}{name.upper()}_FILE: {exc}") from None
         # Tokens travel in a URL path or a header, where a newline or a space breaks the request deep inside the
         # HTTP stack; the reason never shows the token, nor where it differs.
-        for name in ("vm_bearer_token", "vl_bearer_token", "loki_bearer_token", "telegram_token"):
+        tokens = ("vm_bearer_token", "vl_bearer_token", "loki_bearer_token", "telegram_token", "slack_token")
+        for name in (*tokens, "mattermost_token"):
             held: SecretStr | None = getattr(self, name)
             token = held.get_secret_value() if held is not None else ""
             variable = f"{ENV_PREFIX}{name.upper()}{'_FILE' if getattr(self, f'{name}_file') is not None else ''}"
@@ -516,6 +584,10 @@ class Settings(BaseSettings):
             self.heartbeat_url,
             self.webhook_urls,
             self.webhook_secret,
+            self.slack_token,
+            self.slack_webhook_urls,
+            self.mattermost_token,
+            self.mattermost_webhook_urls,
         ]
         secrets = [value.get_secret_value() for value in values if value is not None]
         for url in (self.vm_url, self.vl_url, self.loki_url, self.telegram_api_url, self.telegram_webhook_url):
@@ -531,7 +603,8 @@ class Settings(BaseSettings):
         headers = {**self.vm_headers, **self.vl_headers, **self.loki_headers}
         secrets.extend(value for value in headers.values() if value)
         # A webhook URL is its receiver's credential: the URL, its path and query as written and as httpx logs them.
-        for url in self.webhook_endpoints().values():
+        hooks = (self.webhook_endpoints(), self.slack_webhook_endpoints(), self.mattermost_webhook_endpoints())
+        for url in (url for endpoints in hooks for url in endpoints.values()):
             secrets.append(url)
             secrets.extend(url_secrets(url))
             path = urlsplit(url)._replace(scheme="", netloc="").geturl()
@@ -543,6 +616,57 @@ class Settings(BaseSettings):
     def webhook_endpoints(self) -> dict[str, str]:
         """The webhook recipients: name → URL (empty when DIGEST_WEBHOOK_URLS is not set)."""
         return {} if self.webhook_urls is None else webhook_endpoints(self.webhook_urls.get_secret_value())
+
+    def slack_webhook_endpoints(self) -> dict[str, str]:
+        """Slack's incoming webhooks: name → URL (empty when DIGEST_SLACK_WEBHOOK_URLS is not set)."""
+        return {} if self.slack_webhook_urls is None else webhook_endpoints(self.slack_webhook_urls.get_secret_value())
+
+    def require_slack(self) -> str | None:
+        """The Slack bot token (None: incoming webhooks); `ConfigError` naming what is missing or set twice."""
+        token = self.slack_token.get_secret_value() if self.slack_token is not None else ""
+        hooks = self.slack_webhook_endpoints()
+        if token and hooks:
+            raise ConfigError(
+                f"{ENV_PREFIX}SLACK_TOKEN and {ENV_PREFIX}SLACK_WEBHOOK_URLS are both set: post with the bot token"
+                " (and the chart) or with incoming webhooks (text only), not both"
+            )
+        if hooks:
+            return None
+        if not token:
+            raise ConfigError(
+                f"{ENV_PREFIX}SLACK_TOKEN: not set (a bot token, xoxb-…; or {ENV_PREFIX}SLACK_TOKEN_FILE;"
+                f" or {ENV_PREFIX}SLACK_WEBHOOK_URLS for incoming webhooks)"
+            )
+        if not self.slack_channel_ids:
+            raise ConfigError(f"{ENV_PREFIX}SLACK_CHANNEL_IDS: not set (the channels to post to, e.g. C0123ABCD)")
+        return token
+
+    def mattermost_webhook_endpoints(self) -> dict[str, str]:
+        """Mattermost's incoming webhooks: name → URL (empty when DIGEST_MATTERMOST_WEBHOOK_URLS is not set)."""
+        given = self.mattermost_webhook_urls
+        return {} if given is None else webhook_endpoints(given.get_secret_value())
+
+    def require_mattermost(self) -> tuple[str, str] | None:
+        """The server URL and bot token (None: incoming webhooks); `ConfigError` naming what is missing or doubled."""
+        token = self.mattermost_token.get_secret_value() if self.mattermost_token is not None else ""
+        hooks = self.mattermost_webhook_endpoints()
+        if token and hooks:
+            raise ConfigError(
+                f"{ENV_PREFIX}MATTERMOST_TOKEN and {ENV_PREFIX}MATTERMOST_WEBHOOK_URLS are both set: post with the"
+                " bot's token (and the chart) or with incoming webhooks (text only), not both"
+            )
+        if hooks:
+            return None
+        if not token:
+            raise ConfigError(
+                f"{ENV_PREFIX}MATTERMOST_TOKEN: not set (a bot account's access token; or"
+                f" {ENV_PREFIX}MATTERMOST_TOKEN_FILE; or {ENV_PREFIX}MATTERMOST_WEBHOOK_URLS for incoming webhooks)"
+            )
+        if self.mattermost_url is None:
+            raise ConfigError(f"{ENV_PREFIX}MATTERMOST_URL: not set (the server, e.g. https://chat.example.org)")
+        if not self.mattermost_channel_ids:
+            raise ConfigError(f"{ENV_PREFIX}MATTERMOST_CHANNEL_IDS: not set (the channels' ids to post to)")
+        return self.mattermost_url, token
 
     def require_webhook(self) -> tuple[dict[str, str], bytes]:
         """The webhook's URLs and signing key; `ConfigError` naming the variable when one is missing."""
@@ -678,10 +802,17 @@ _SECRET_FILES = (
     "telegram_token",
     "webhook_urls",
     "webhook_secret",
+    "slack_token",
+    "slack_webhook_urls",
+    "mattermost_token",
+    "mattermost_webhook_urls",
 )
 
 # The channels DIGEST_CHANNELS may name (digest.app.channels builds each; a test holds the two lists equal).
-CHANNEL_NAMES = ("telegram", "webhook")
+CHANNEL_NAMES = ("telegram", "slack", "mattermost", "webhook")
+_MATTERMOST_ID = re.compile(r"[a-z0-9]{26}")
+# A Slack conversation as chat.postMessage takes it: an id (C…, G…, D…) or a #name.
+_SLACK_CHANNEL = re.compile(r"[CGD][A-Z0-9]{6,}|#[a-z0-9][a-z0-9_.-]{0,79}")
 _RECIPIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from digest.pipeline.state import DeliveryState
+from digest.channels.state import DeliveryState
 
 
 class Outcome(StrEnum):

@@ -29,8 +29,9 @@ from typing import Protocol
 
 from digest.channels.channel import Channel, Outcome, Photo, PostResult
 from digest.channels.schedule import Schedule
+from digest.channels.state import Delivery
 from digest.checks.contract import Window
-from digest.pipeline.state import Delivery, StateError
+from digest.pipeline.state import StateError
 
 log = logging.getLogger(__name__)
 

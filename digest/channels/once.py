@@ -1,6 +1,6 @@
 """Exactly once, whatever the channel: claim a (recipient, key) delivery, store its parts, send those still owed.
 
-Every channel posts through `ExactlyOnce` over the delivery state (`digest.pipeline.state`, one file for all
+Every channel posts through `ExactlyOnce` over the delivery state (`digest.channels.state`, one file for all
 channels, rows keyed by channel, recipient and key); what differs between channels is only how one part is written
 to one recipient — a `PartWriter` (Telegram's Bot API client, Slack's chat.postMessage, a signed webhook). So the
 protocol that makes a day one post per recipient through retries, restarts and a second instance is written once:
@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from digest.channels.channel import DeliveryError, Outcome, Photo, PostResult
-from digest.pipeline.state import DeliveryState, DeliveryStatus, Part, PartKind, StateError
+from digest.channels.state import DeliveryState, DeliveryStatus, Part, PartKind
+from digest.pipeline.state import StateError
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ over, and short enough that a stop (SIGTERM, 30 s before Kubernetes' SIGKILL) ne
 
 from __future__ import annotations
 
+import email.utils
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -72,3 +73,17 @@ class Attempts:
         log.info("%s: %s; retrying in %.1f s", what, reason, delay)
         self.waited += delay
         await self.sleep(delay)
+
+
+def retry_after(value: str | None, now: float) -> float | None:
+    """A ``Retry-After`` header in seconds (delta seconds or an HTTP date); None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now)

@@ -54,6 +54,7 @@ from telegram.ext import (
 from digest.channels.channel import Channel, PostResult
 from digest.channels.dispatch import DeliveryHooks, Digests, Dispatch, NoDeliveryHooks
 from digest.channels.schedule import Schedule
+from digest.channels.state import TELEGRAM, DeliveryState
 from digest.channels.telegram.allowance import CommandAllowance
 from digest.channels.telegram.channel import TelegramChannel
 from digest.channels.telegram.polling import PollHealth, PollingRequest
@@ -68,7 +69,7 @@ from digest.channels.telegram.sender import (
 )
 from digest.channels.telegram.text import MAX_TEXT, fit_utf16
 from digest.checks.contract import Window
-from digest.pipeline.state import TELEGRAM, DeliveryState, StateError
+from digest.pipeline.state import StateError
 from digest.pipeline.week import iso_week, last_complete_week, parse_iso_week, week_days
 from digest.pipeline.window import (
     WindowError,

@@ -6,8 +6,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from digest.channels.channel import Photo, PostResult
+from digest.channels.state import TELEGRAM, DeliveryState
 from digest.channels.telegram.sender import ChatId, Poster, chat_of, recipient
-from digest.pipeline.state import TELEGRAM, DeliveryState
 
 
 @dataclass(frozen=True)

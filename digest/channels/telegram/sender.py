@@ -55,8 +55,8 @@ from telegram.request import HTTPXRequest
 from digest.channels.channel import DeliveryError, Photo, PostResult
 from digest.channels.once import ExactlyOnce, SendGuard
 from digest.channels.retry import Attempts, RetryPolicy, seconds, short
+from digest.channels.state import DeliveryState, Part, PartKind
 from digest.channels.telegram.text import MAX_CAPTION, fit_utf16, plain_from_html, split_html
-from digest.pipeline.state import DeliveryState, Part, PartKind
 
 log = logging.getLogger(__name__)
 

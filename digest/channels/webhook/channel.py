@@ -21,7 +21,6 @@ mid-answer) may have arrived: the once-protocol's guard lets it go once more at 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
 import random
 import time
@@ -32,9 +31,9 @@ import httpx
 
 from digest.channels.channel import DeliveryError, Photo, PostResult
 from digest.channels.once import ExactlyOnce, SendGuard
-from digest.channels.retry import Attempts, RetryPolicy, short
+from digest.channels.retry import Attempts, RetryPolicy, retry_after, short
+from digest.channels.state import DeliveryState, Part, PartKind
 from digest.channels.webhook.signature import SIGNATURE_HEADER, sign
-from digest.pipeline.state import DeliveryState, Part, PartKind
 
 log = logging.getLogger(__name__)
 
@@ -44,20 +43,6 @@ DELIVERY_HEADER = "X-Digest-Delivery"
 _MAX_ERROR_BODY = 4096
 # The message id recorded for a post: a webhook answers none.
 NO_MESSAGE_ID = 0
-
-
-def retry_after(value: str | None, now: float) -> float | None:
-    """A ``Retry-After`` header in seconds (delta seconds or an HTTP date); None when absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - now)
 
 
 @dataclass
@@ -124,7 +109,7 @@ class WebhookSender:
 async def _start_of(response: httpx.Response) -> str:
     """The start of an error answer's body, on one line (never more than `_MAX_ERROR_BODY` bytes read)."""
     kept = b""
-    async for chunk in response.aiter_raw():
+    async for chunk in response.aiter_bytes():
         kept += chunk[: _MAX_ERROR_BODY - len(kept)]
         if len(kept) >= _MAX_ERROR_BODY:
             break
