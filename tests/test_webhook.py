@@ -176,7 +176,7 @@ def test_retry_after_reads_seconds_and_http_dates() -> None:
 
 
 def test_every_channel_the_settings_may_name_is_built_by_the_registry() -> None:
-    """DIGEST_CHANNELS' names and the registry's entries are the same list: a channel is one line away."""
+    """DIGEST_CHANNELS' names and the registry's entries are the same list: a channel is one entry away."""
     assert tuple(REGISTRY) == CHANNEL_NAMES
 
 

@@ -19,19 +19,15 @@ from datetime import datetime
 
 import httpx
 
-from digest.app.channels import chat_topics, open_channels
+from digest.app.channels import REGISTRY, chat_topics, open_channels
 from digest.app.engine import Config
 from digest.app.health import HealthServer
 from digest.app.service import DigestService, source_status
 from digest.app.settings import Settings
 from digest.channels.channel import Outcome, PostResult
-from digest.channels.mattermost.channel import MATTERMOST
-from digest.channels.slack.channel import SLACK
 from digest.channels.state import TELEGRAM, DeliveryState
 from digest.channels.telegram.bot import BotSettings, Clock, DigestBot, utc_now
 from digest.channels.telegram.polling import PollHealth
-from digest.channels.telegram.sender import recipient
-from digest.channels.webhook.channel import WEBHOOK
 from digest.pipeline.state import StateError
 
 log = logging.getLogger(__name__)
@@ -134,13 +130,10 @@ class AppHooks:
         except StateError as exc:
             log.error("cannot read the state file: %s", exc)
         settings = self.config.settings
-        if TELEGRAM in settings.channels:
-            self._seed(self.state, TELEGRAM, [recipient(chat_id) for chat_id in settings.telegram_chat_ids])
-        others = {SLACK: [*settings.slack_channel_ids, *settings.slack_webhook_endpoints()]}
-        others[MATTERMOST] = [*settings.mattermost_channel_ids, *settings.mattermost_webhook_endpoints()]
-        others[WEBHOOK] = list(settings.webhook_endpoints())
-        for channel, recipients in others.items():
-            if channel not in settings.channels:
+        for channel in settings.channels:
+            recipients = REGISTRY[channel].recipients(settings)
+            if channel == TELEGRAM:
+                self._seed(self.state, channel, recipients)
                 continue
             try:
                 state = DeliveryState(settings.state_path, "metrics", channel=channel)  # read only: no claim

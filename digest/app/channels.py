@@ -1,6 +1,6 @@
-"""The channels the digest posts to, built from the settings: one line per channel in `REGISTRY`.
+"""The channels the digest posts to, built from the settings: one entry per channel in `REGISTRY`.
 
-``DIGEST_CHANNELS`` names the channels (``telegram`` by default; ``telegram,webhook``; ``webhook``); each is opened
+``DIGEST_CHANNELS`` names the channels (``telegram`` by default; ``telegram,slack``; ``webhook``); each is opened
 by its entry here with its own settings group and its own rows in the one delivery state file, and every post —
 `digest serve`'s schedule, `digest run --post`, the CronJob, `digest replay --post` — goes to each of its recipients
 once per delivery key.
@@ -8,14 +8,16 @@ once per delivery key.
 Adding a channel: a package under ``digest/channels/<name>/`` with its `digest.channels.channel.Channel` (posting
 through `digest.channels.once.ExactlyOnce` with its own `PartWriter`), a settings group in
 `digest.app.settings.Settings` (its recipients and credentials, secrets with a ``_FILE`` variant) with its name in
-``CHANNEL_NAMES``, and one line in `REGISTRY`. `digest serve` then gives it the scheduled posts through
-`digest.channels.dispatch.Dispatch`.
+``CHANNEL_NAMES``, and one entry in `REGISTRY`: how it opens, how its settings are checked at start, who its
+recipients are. `digest serve`, `run --post` and `replay --post` then post to it (through
+`digest.channels.dispatch.Dispatch` on the schedule), the start-up check and the metrics know it.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 
 import httpx
 
@@ -113,12 +115,44 @@ async def open_mattermost(settings: Settings, owner: str) -> AsyncIterator[Chann
         state.close()
 
 
-REGISTRY: dict[str, ChannelOpener] = {
-    TELEGRAM: open_telegram,
-    SLACK: open_slack,
-    MATTERMOST: open_mattermost,
-    WEBHOOK: open_webhook,
+@dataclass(frozen=True)
+class ChannelEntry:
+    """How the app knows one channel: its settings checked at start, its recipients as the state keys them, opened."""
+
+    open: ChannelOpener
+    # Raises `ConfigError` naming the variable when the channel's settings cannot post (checked before anything runs).
+    check: Callable[[Settings], object]
+    recipients: Callable[[Settings], list[str]]
+
+
+REGISTRY: dict[str, ChannelEntry] = {
+    TELEGRAM: ChannelEntry(
+        open_telegram,
+        lambda settings: settings.require_telegram(),
+        lambda settings: [str(chat) for chat in settings.telegram_chat_ids],
+    ),
+    SLACK: ChannelEntry(
+        open_slack,
+        lambda settings: settings.require_slack(),
+        lambda settings: [*settings.slack_channel_ids, *settings.slack_webhook_endpoints()],
+    ),
+    MATTERMOST: ChannelEntry(
+        open_mattermost,
+        lambda settings: settings.require_mattermost(),
+        lambda settings: [*settings.mattermost_channel_ids, *settings.mattermost_webhook_endpoints()],
+    ),
+    WEBHOOK: ChannelEntry(
+        open_webhook,
+        lambda settings: settings.require_webhook(),
+        lambda settings: list(settings.webhook_endpoints()),
+    ),
 }
+
+
+def check_channels(settings: Settings) -> None:
+    """`ConfigError` for the first channel of DIGEST_CHANNELS whose settings cannot post (one line, naming them)."""
+    for name in settings.channels:
+        REGISTRY[name].check(settings)
 
 
 @asynccontextmanager
@@ -128,7 +162,7 @@ async def open_channels(
     """Every channel of DIGEST_CHANNELS but ``skip`` (the bot's own Telegram in `digest serve`), open, in order."""
     async with AsyncExitStack() as stack:
         channels = [
-            await stack.enter_async_context(REGISTRY[name](settings, owner))
+            await stack.enter_async_context(REGISTRY[name].open(settings, owner))
             for name in settings.channels
             if name not in skip
         ]

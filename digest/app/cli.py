@@ -223,12 +223,10 @@ def main(argv: Sequence[str] | None = None, exit_when_done: Callable[[int], NoRe
         delivers = args.command == "serve" or getattr(args, "post", False)
         # Each channel's settings are checked before anything runs: a missing token or URL is one line, exit 2.
         token = config.settings.require_telegram() if delivers and "telegram" in config.settings.channels else None
-        if delivers and "webhook" in config.settings.channels:
-            config.settings.require_webhook()
-        if delivers and "slack" in config.settings.channels:
-            config.settings.require_slack()
-        if delivers and "mattermost" in config.settings.channels:
-            config.settings.require_mattermost()
+        if delivers:
+            from digest.app.channels import check_channels
+
+            check_channels(config.settings)
     except ConfigError as exc:
         return _fail(str(exc))
     # Secrets are known now: every later log line goes through the redacting formatter.

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 RECHECK_EVERY_SECONDS = 300.0
 _RETRY_JOB = "claim-retry"
+# How long a stop waits for the rounds under way to end (Kubernetes gives the pod 30 s before SIGKILL).
+_STOP_GRACE_SECONDS = 10.0
 # A late post is still owed: APScheduler must never drop a run that starts late, and runs that piled up are one.
 _LATE_OK = {"misfire_grace_time": None, "coalesce": True, "max_instances": 1}
 
@@ -70,15 +72,27 @@ async def _serve(config: Config, owner: str, sockets: list[socket.socket]) -> in
     schedule = Schedule(settings.zone, wall, timedelta(hours=settings.late_grace_hours), settings.weekly_post_day)
     scheduler = AsyncIOScheduler(timezone=settings.zone)
     stopped = asyncio.Event()
+    # The rounds running now: a stop lets them end (their deliveries cancelled, claims released) before the loop does.
+    rounds: set[asyncio.Task[object]] = set()
     try:
         async with open_channels(settings, owner) as channels:
             dispatch = Dispatch(schedule=schedule, digests=service, channels=channels, hooks=hooks)
 
             async def round_of_posts() -> None:
+                task = asyncio.current_task()
+                if task is not None:
+                    rounds.add(task)
                 try:
                     await dispatch.post_all_due()
+                except asyncio.CancelledError:
+                    # The stop ended it (what was not posted is posted by the next run): one line, no traceback
+                    # from the scheduler's executor, and the job ends here rather than re-raising into it.
+                    log.info("a scheduled round was interrupted by the stop")
                 except Exception:  # one round's failure is logged; the next round (5 min) tries again
                     log.exception("a scheduled round failed")
+                finally:
+                    if task is not None:
+                        rounds.discard(task)
 
             def look_again(delay: float) -> None:
                 when = datetime.now(UTC) + timedelta(seconds=delay)
@@ -114,8 +128,13 @@ async def _serve(config: Config, owner: str, sockets: list[socket.socket]) -> in
             log.info("scheduler ready; posting at %s %s to %s", settings.post_at, settings.zone, recipients)
             await stopped.wait()
             scheduler.shutdown(wait=False)
-            # The round cancelled by the stop ends on its own ("interrupted"); give it the moment it needs.
-            await asyncio.sleep(0)
+            # The rounds under way end on their own once their deliveries are cancelled ("interrupted"); a round
+            # still computing its digest is given a few seconds, then cancelled too.
+            if rounds:
+                _, pending = await asyncio.wait(set(rounds), timeout=_STOP_GRACE_SECONDS)
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
             await hooks.stopped()
     finally:
         state.close()

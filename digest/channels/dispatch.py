@@ -232,9 +232,10 @@ class Dispatch:
     def stop(self) -> int:
         """No new rounds; the deliveries in flight are cancelled (their claims released). How many there were."""
         self.stopping = True
-        for task in self._deliveries:
+        running = [task for task in self._deliveries if not task.done()]
+        for task in running:
             task.cancel()
-        return len(self._deliveries)
+        return len(running)
 
     async def status_lines(self, now: datetime) -> list[str]:
         """One line per recipient: its last daily post (sent, late, failed and why), or what is sending now."""
