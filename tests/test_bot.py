@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import logging
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -556,7 +557,7 @@ async def test_query_errors_are_counted_by_source_and_check(tg: FakeTelegram, tm
 async def test_noon_post_attaches_the_chart(
     corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
 ) -> None:
-    """The daily post is the digest text then its chart, sent with sendPhoto and a caption within 1,024 characters."""
+    """The daily post is the digest text then its chart, a reply to the text, with a caption within 1,024 characters."""
     config = make_config(corpus_backends, tg, tmp_path / "state.sqlite", telegram_chart=True)
     async with running(config, Clock(datetime(2026, 7, 20, 12, 0, 5, tzinfo=UTC))) as bot:
         await wait_until(lambda: ALLOWED in bot.last_results, within=60)
@@ -569,6 +570,7 @@ async def test_noon_post_attaches_the_chart(
     assert len(photo.caption) <= 1024
     assert photo.caption.startswith("CRITICAL 8/10 · homelab · 24h to 2026-07-20 12:00")
     assert bot.last_results[ALLOWED].message_ids == (text.message_id, photo.message_id)
+    assert json.loads(photo.params["reply_parameters"])["message_id"] == text.message_id
 
 
 def test_serve_in_webhook_mode(corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path) -> None:

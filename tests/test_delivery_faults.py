@@ -6,6 +6,7 @@ Against the project's Bot-API-shaped server (`tests.fake_telegram`) and the `dig
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import socket
 import sqlite3
@@ -611,6 +612,46 @@ async def test_a_slow_digest_shows_typing_and_a_notice_then_replies_to_its_reque
     assert visible(digest).startswith("CRITICAL 8/10 · homelab · 2026-07-20")
     [answer] = [call for call in chat_tg.calls if call.method == "sendMessage" and "CRITICAL" in call.params["text"]]
     assert str(asked["message"]["message_id"]) in answer.params["reply_parameters"]
+
+
+@dataclass
+class _SlowCharts:
+    """The bot's digests, their charts 3 s late (a chart drawn on a busy machine)."""
+
+    inner: Digests
+
+    async def text(self, window: Window, fmt: str) -> str:
+        return await self.inner.text(window, fmt)
+
+    async def photo(self, window: Window) -> Photo | None:
+        await asyncio.sleep(3)
+        return await self.inner.photo(window)
+
+    async def week_text(self, year: int, week: int, fmt: str) -> str:
+        return await self.inner.week_text(year, week, fmt)
+
+    async def week_photo(self, year: int, week: int) -> Photo | None:
+        return await self.inner.week_photo(year, week)
+
+
+async def test_a_digests_chart_replies_to_its_text_and_no_answer_comes_between_them(
+    corpus_backends: EmbeddedBackends, chat_tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """/digest, then /status while the chart is drawn: the text, the chart (a reply to it), then the status."""
+    config = _bot_config(corpus_backends, chat_tg, tmp_path)
+    settings = config.settings.model_copy(update={"telegram_chart": True})
+    async with running(Config(settings=settings, policy=config.policy), QUIET) as bot:
+        bot.digests = _SlowCharts(bot.digests)
+        await chat_tg.wait_for_poller_async()
+        chat_tg.push_message(HEALTHY, "/digest 2026-07-20")
+        await wait_until(lambda: any("CRITICAL" in visible(call) for call in chat_tg.sent_to(HEALTHY)), within=60)
+        chat_tg.push_message(HEALTHY, "/status")
+        await wait_until(lambda: len(chat_tg.sent_to(HEALTHY)) == 3, within=60)
+    text, chart, status = chat_tg.sent_to(HEALTHY)
+    assert visible(text).startswith("CRITICAL 8/10 · homelab · 2026-07-20")
+    assert chart.method == "sendPhoto"
+    assert json.loads(chart.params["reply_parameters"])["message_id"] == text.message_id
+    assert visible(status).startswith("digest status · homelab")
 
 
 async def test_help_explains_the_score_statuses_and_terms(

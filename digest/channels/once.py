@@ -53,9 +53,11 @@ class PartWriter(Protocol):
         """``message`` cut into the parts the service takes (each within its limits), in reading order."""
         ...
 
-    async def send(self, address: str, part: Part, guard: SendGuard) -> tuple[str, int]:
+    async def send(self, address: str, part: Part, guard: SendGuard, reply_to: int | None = None) -> tuple[str, int]:
         """Send one stored part to ``address``: where it went (a recipient that moved: its new address) and its id.
 
+        ``reply_to``: for the chart, the id of the delivery's first message, so that a service with replies shows the
+        chart attached to its text (Telegram) whatever lands in the chat between them; others may ignore it.
         Raises `DeliveryError` (``permanent``, ``unconfirmed``) for a part that was not delivered.
         """
         ...
@@ -208,13 +210,18 @@ class ExactlyOnce:
         message_ids: list[int] = []
         notes: list[str] = []
         state = self.state
+        # The first message's id, once known (sent now or by an earlier attempt): the chart replies to it.
+        first: int | None = None
         for part in parts:
             if part.message_id is not None:
                 message_ids.append(part.message_id)
+                if first is None and part.kind is PartKind.TEXT and part.message_id:
+                    first = part.message_id
                 continue
             label = part_label(part, texts)
+            reply_to = first if part.kind is PartKind.PHOTO else None
             try:
-                current, message_id = await writer.send(current, part, PartSends(state, address, key, part))
+                current, message_id = await writer.send(current, part, PartSends(state, address, key, part), reply_to)
             except DeliveryError as exc:
                 if exc.unconfirmed:
                     log.warning("%s of %s for %s %s", label, key, address, exc)
@@ -245,6 +252,8 @@ class ExactlyOnce:
                 await asyncio.to_thread(state.mark_failed, address, key, error, False)
                 return PostResult(Outcome.FAILED, address, tuple(message_ids), error=error)
             message_ids.append(message_id)
+            if first is None and part.kind is PartKind.TEXT and message_id:
+                first = message_id
             try:
                 await asyncio.to_thread(state.mark_part_sent, address, key, part.index, message_id)
             except StateError as exc:

@@ -100,7 +100,7 @@ class MattermostParts:
     def texts(self, message: str) -> list[str]:
         return posts_of(from_html(message))
 
-    async def send(self, address: str, part: Part, guard: SendGuard) -> tuple[str, int]:
+    async def send(self, address: str, part: Part, guard: SendGuard, reply_to: int | None = None) -> tuple[str, int]:
         if part.kind is PartKind.TEXT:
             await self.api.post(address, part.text, guard)
             return address, 0
@@ -122,7 +122,7 @@ class MattermostWebhookParts:
     def texts(self, message: str) -> list[str]:
         return posts_of(from_html(message))
 
-    async def send(self, address: str, part: Part, guard: SendGuard) -> tuple[str, int]:
+    async def send(self, address: str, part: Part, guard: SendGuard, reply_to: int | None = None) -> tuple[str, int]:
         if part.kind is not PartKind.TEXT:
             raise DeliveryError("an incoming webhook cannot post a chart", permanent=True)
         url = self.endpoints.get(address)

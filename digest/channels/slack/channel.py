@@ -61,7 +61,7 @@ class SlackParts:
     def texts(self, message: str) -> list[str]:
         return parts_of(from_html(message))
 
-    async def send(self, address: str, part: Part, guard: SendGuard) -> tuple[str, int]:
+    async def send(self, address: str, part: Part, guard: SendGuard, reply_to: int | None = None) -> tuple[str, int]:
         if part.kind is PartKind.TEXT:
             return address, await self._message(address, part.text, guard)
         if part.data is None:
@@ -124,7 +124,7 @@ class SlackWebhookParts:
     def texts(self, message: str) -> list[str]:
         return parts_of(from_html(message))
 
-    async def send(self, address: str, part: Part, guard: SendGuard) -> tuple[str, int]:
+    async def send(self, address: str, part: Part, guard: SendGuard, reply_to: int | None = None) -> tuple[str, int]:
         if part.kind is not PartKind.TEXT:
             raise DeliveryError("an incoming webhook cannot post a chart", permanent=True)
         url = self.endpoints.get(address)

@@ -51,7 +51,7 @@ from telegram.ext import (
     filters,
 )
 
-from digest.channels.channel import Channel, PostResult
+from digest.channels.channel import Channel, Photo, PostResult
 from digest.channels.dispatch import DeliveryHooks, Digests, Dispatch, NoDeliveryHooks
 from digest.channels.schedule import Schedule
 from digest.channels.state import TELEGRAM, DeliveryState
@@ -236,6 +236,7 @@ class DigestBot:
     _refused_at: dict[int, float] = field(default_factory=dict)
     _queued: set[asyncio.Task[None]] = field(default_factory=set)
     _answer_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
+    _send_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
     # The ids configured chats have now (a group that became a supergroup), read from the delivery state's moves.
     _followed: frozenset[int] = frozenset()
     # What the long poll says (getUpdates' own answers).
@@ -418,7 +419,7 @@ class DigestBot:
             else:
                 asked = parse_digest_arguments(arguments, self.clock(), self.settings.zone)
         except WindowError as exc:
-            await _reply(message, f"{exc}. {USAGE}")
+            await self._reply_in_order(update, f"{exc}. {USAGE}")
             return
         allowance = self._allowance
         delay = allowance.reserve(chat.id)
@@ -464,13 +465,15 @@ class DigestBot:
         """Compute (or join) the digest of a window or a week and send it, then its chart, to ``chat_id``.
 
         The chat sees "typing…" at once and, when the digest takes longer than a few seconds, a short "computing"
-        reply, removed once the digest is there. The digest replies to its request, and its chart follows it: one
-        answer at a time per chat, so two requests' texts and charts never interleave.
+        reply, removed once the digest is there. The digest replies to its request, and its chart follows it as a reply
+        to it, drawn while the text goes out; no other answer in the chat (a /status, another digest) comes between
+        the two.
         """
         sender = self._poster.sender
         lock = self._answer_locks.setdefault(chat_id, asyncio.Lock())
         async with lock:
             notice: int | None = None
+            drawing: asyncio.Future[Photo | None] | None = None
             try:
                 await _quietly(sender.bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=topic))
                 if isinstance(asked, Window):
@@ -491,18 +494,41 @@ class DigestBot:
                     )
                     notice = said.message_id if said is not None else None
                 html = await computing
-                final_chat, _ = await sender.send(chat_id, html, reply_to=reply_to, topic=topic)
+                # The chart is drawn while the text goes out, so that it follows it closely.
                 if isinstance(asked, Window):
-                    photo = await self.digests.photo(asked)
+                    drawing = asyncio.ensure_future(self.digests.photo(asked))
                 else:
-                    photo = await self.digests.week_photo(*asked)
-                if photo is not None:
-                    await sender.send_photo(final_chat, photo, topic=topic)
+                    drawing = asyncio.ensure_future(self.digests.week_photo(*asked))
+                # The text and its chart go out together: no other answer in this chat comes between them.
+                async with self._sending(chat_id):
+                    final_chat, message_ids = await sender.send(chat_id, html, reply_to=reply_to, topic=topic)
+                    photo = await drawing
+                    if photo is not None:
+                        first = message_ids[0] if message_ids and message_ids[0] else None
+                        await sender.send_photo(final_chat, photo, topic=topic, reply_to=first)
             except Exception as exc:  # a failed answer is logged; the user sees nothing to retry on
                 log.error("answer to /digest in chat %s failed: %s", chat_id, exc)
             finally:
+                if drawing is not None and not drawing.done():
+                    drawing.cancel()
                 if notice is not None:
                     await _quietly(sender.bot.delete_message(chat_id, notice))
+
+    def _sending(self, chat_id: int) -> asyncio.Lock:
+        """The lock every answer in ``chat_id`` is sent under: a digest's text and chart are never split by another."""
+        return self._send_locks.setdefault(chat_id, asyncio.Lock())
+
+    async def _reply_in_order(self, update: Update, text: str) -> None:
+        """Reply with ``text`` once no digest's text and chart are being sent in the chat."""
+        message = update.effective_message
+        if message is None:
+            return
+        chat = update.effective_chat
+        if chat is None:
+            await _reply(message, text)
+            return
+        async with self._sending(chat.id):
+            await _reply(message, text)
 
     async def cancel_queued(self) -> None:
         """Cancel the digests still waiting for the allowance (at shutdown), and wait until they are gone."""
@@ -521,14 +547,13 @@ class DigestBot:
         if update.effective_message is None:
             return
         text = await self.status_text(context.application if context else None)
-        await _reply(update.effective_message, text)
+        await self._reply_in_order(update, text)
 
     async def on_help(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         if not self.allowed(update):
             await self.refuse(update)
             return
-        if update.effective_message is not None:
-            await update.effective_message.reply_text(HELP)
+        await self._reply_in_order(update, HELP)
 
     async def on_other(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Any other command: refusal for strangers, usage for the allowed chats; another bot's command: nothing."""
@@ -537,8 +562,7 @@ class DigestBot:
         if not self.allowed(update):
             await self.refuse(update)
             return
-        if update.effective_message is not None:
-            await _reply(update.effective_message, f"Unknown command. {USAGE}")
+        await self._reply_in_order(update, f"Unknown command. {USAGE}")
 
     # Scheduled posts ----------------------------------------------------------------------------------------------
 

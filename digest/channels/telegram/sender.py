@@ -406,14 +406,28 @@ class Sender:
         return await self._with_retries(chat_id, text, guard)
 
     async def send_photo(
-        self, chat_id: ChatId, photo: Photo, guard: SendGuard | None = None, topic: int | None = None
+        self,
+        chat_id: ChatId,
+        photo: Photo,
+        guard: SendGuard | None = None,
+        topic: int | None = None,
+        reply_to: int | None = None,
     ) -> tuple[ChatId, int]:
-        """Send a PNG with its caption (cut to Telegram's 1,024 UTF-16 units), with the same retries."""
+        """Send a PNG with its caption (cut to Telegram's 1,024 UTF-16 units), with the same retries.
+
+        ``reply_to``: the digest's message the chart belongs to (a reply stays attached to it in the chat).
+        """
         caption = fit_utf16(photo.caption, MAX_CAPTION)
+        replying = reply_parameters(reply_to)
 
         async def upload(chat: ChatId, _as_html: bool) -> Message:
             return await self.bot.send_photo(
-                chat_id=chat, photo=photo.png, caption=caption, filename=photo.filename, message_thread_id=topic
+                chat_id=chat,
+                photo=photo.png,
+                caption=caption,
+                filename=photo.filename,
+                message_thread_id=topic,
+                reply_parameters=replying,
             )
 
         return await self._with_retries(chat_id, upload, guard)
@@ -554,7 +568,7 @@ class TelegramParts:
     def texts(self, message: str) -> list[str]:
         return split_html(message)
 
-    async def send(self, address: str, part: Part, guard: SendGuard) -> tuple[str, int]:
+    async def send(self, address: str, part: Part, guard: SendGuard, reply_to: int | None = None) -> tuple[str, int]:
         chat = chat_of(address)
         if part.kind is PartKind.TEXT:
             moved, message_id = await self.sender.send_text(chat, part.text, guard, topic=self.topic)
@@ -562,7 +576,7 @@ class TelegramParts:
         if part.data is None:  # the PNG is dropped only when the chart is accepted; a file edited by hand, then
             raise DeliveryError("the stored chart has no image", permanent=True)
         photo = Photo(png=part.data, caption=part.text, filename=part.filename or "digest.png")
-        moved, message_id = await self.sender.send_photo(chat, photo, guard, topic=self.topic)
+        moved, message_id = await self.sender.send_photo(chat, photo, guard, topic=self.topic, reply_to=reply_to)
         return recipient(moved), message_id
 
 

@@ -127,7 +127,7 @@ class WebhookParts:
     def texts(self, message: str) -> list[str]:
         return [message]
 
-    async def send(self, address: str, part: Part, guard: SendGuard) -> tuple[str, int]:
+    async def send(self, address: str, part: Part, guard: SendGuard, reply_to: int | None = None) -> tuple[str, int]:
         if part.kind is not PartKind.TEXT:
             raise DeliveryError("a webhook post carries no chart", permanent=True)
         url = self.endpoints.get(address)
