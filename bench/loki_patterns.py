@@ -99,7 +99,9 @@ def sample_every(lines: int, asked: int) -> int:
     return asked if asked > 0 else max(2, ErrorLinesCheck(ErrorLinesPolicy()).sample_every(lines))
 
 
-async def measure(url: str, pid: int, window: Window, every: int) -> list[tuple[str, float, int, float, str]]:
+async def measure(
+    url: str, pid: int, window: Window, every: int, rounds: int = ROUNDS
+) -> list[tuple[str, float, int, float, str]]:
     """(what, median seconds, requests, Loki CPU seconds per round, answer) for the count and the shapes."""
     check = ErrorLinesCheck(ErrorLinesPolicy())
     rule = check.shape_question(window, NAMESPACE, {POD})
@@ -109,7 +111,7 @@ async def measure(url: str, pid: int, window: Window, every: int) -> list[tuple[
     try:
         for what in ("count", "shapes", "shapes sampled", "whole-window first and last lines"):
             times, cpu, sent, answer = [], [], 0, ""
-            for _ in range(ROUNDS):
+            for _ in range(rounds):
                 before_cpu, before_sent, started = process_cpu(pid), source.queries_sent, time.perf_counter()
                 if what == "count":
                     answer = f"{await source.total(window, rule.lines):,.0f} error lines"
@@ -152,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="the sampled shapes read 1 minute in N (default: error_lines' N for these lines, at least 2)",
     )
+    parser.add_argument(
+        "--rounds", type=int, default=ROUNDS, help=f"times each question is asked, the median kept (default {ROUNDS})"
+    )
     args = parser.parse_args(argv)
     every = sample_every(args.lines, args.sample_every)
     with LokiServer(extra_args=PATTERN_FLAGS) as server:
@@ -170,12 +175,12 @@ def main(argv: list[str] | None = None) -> int:
                 say("the pattern ingester mined fewer than 5 patterns in 600 s")
                 return 1
             time.sleep(1)
-        rows = asyncio.run(measure(server.url, server.pid, window, every))
+        rows = asyncio.run(measure(server.url, server.pid, window, every, args.rounds))
     print(
         f"Loki patterns at {revision()}: {args.lines:,} error lines (+ as many info), tail of {args.tail} shapes, "
         f"the sample asked 1 minute in {every} of the 3-hour window (the row says what Loki read)"
     )
-    print("| question | median of 3 | requests | Loki CPU s | answer |")
+    print(f"| question | median of {args.rounds} | requests | Loki CPU s | answer |")
     print("|---|---|---|---|---|")
     for what, seconds, sent, cpu, answer in rows:
         print(f"| {what} | {seconds:.2f} s | {sent} | {cpu:.1f} | {answer} |")
