@@ -386,7 +386,7 @@ def cronjob_env(backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path) ->
 def test_run_post_cronjob_path_posts_once_and_keeps_the_token_out_of_logs(
     corpus_backends: EmbeddedBackends, tg: FakeTelegram, tmp_path: Path
 ) -> None:
-    """`digest run --post` posts the window's digest once per chat; a second run posts nothing; stderr has no token."""
+    """`digest run --post` posts the digest and its chart (a reply to it) once; a second run posts nothing; no token."""
     env = cronjob_env(corpus_backends, tg, tmp_path)
     command = ("-v", "run", "--date", "2026-07-20", "--post")
     first = run_digest(*command, env=env)
@@ -395,7 +395,9 @@ def test_run_post_cronjob_path_posts_once_and_keeps_the_token_out_of_logs(
     assert second.returncode == 0, second.stderr
     assert "chat -1001234567890: sent" in first.stderr
     assert "chat -1001234567890: already_sent" in second.stderr
-    assert len(tg.sent_to(ALLOWED)) == 1
+    text, chart = tg.sent_to(ALLOWED)
+    assert chart.method == "sendPhoto"
+    assert json.loads(chart.params["reply_parameters"])["message_id"] == text.message_id
     assert TOKEN not in first.stderr + second.stderr + first.stdout
     assert "HTTP Request" in first.stderr  # verbose logging ran, with the token masked
 

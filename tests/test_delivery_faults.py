@@ -79,8 +79,7 @@ def test_a_retried_cronjob_posts_the_scheduled_day_once_to_the_healthy_chat(
     assert all(f"chat {HEALTHY}: already_sent" in run.stderr for run in runs[1:])
     assert all(f"chat {GONE}: failed_permanent" in run.stderr for run in runs)
     first = tg.sent_to(HEALTHY)
-    assert first
-    assert all(call.method == "sendMessage" for call in first)
+    assert [call.method for call in first] == ["sendMessage", "sendPhoto"]  # the digest, then its chart
     # Every retry found the same delivery: nothing more reached the healthy chat, nothing at all the gone one.
     assert len(tg.sent) == len(first)
 
@@ -657,12 +656,18 @@ async def test_a_digests_chart_replies_to_its_text_and_no_answer_comes_between_t
 async def test_help_explains_the_score_statuses_and_terms(
     corpus_backends: EmbeddedBackends, chat_tg: FakeTelegram, tmp_path: Path
 ) -> None:
-    """/help (and /start) say what the score and each status mean, and what UH, UC and "not seen" are."""
+    """/help says what the score and each status mean; /start says, in three lines, what the bot does in this chat."""
     async with running(_bot_config(corpus_backends, chat_tg, tmp_path), QUIET):
         await chat_tg.wait_for_poller_async()
-        chat_tg.push_message(HEALTHY, "/start")
+        chat_tg.push_message(HEALTHY, "/help")
         await wait_until(lambda: len(chat_tg.sent_to(HEALTHY)) == 1)
-    [help_text] = [visible(call) for call in chat_tg.sent_to(HEALTHY)]
+        chat_tg.push_message(HEALTHY, "/start")
+        await wait_until(lambda: len(chat_tg.sent_to(HEALTHY)) == 2)
+    help_text, greeting = [visible(call) for call in chat_tg.sent_to(HEALTHY)]
+    # /start is not the manual: what the bot does here, when it posts next, how to ask — three lines.
+    assert greeting.startswith("I post the health digest of homelab here every day at ")
+    assert "(next: " in greeting
+    assert len(greeting.splitlines()) == 3
     for said in ("score starts at 10", "UNKNOWN", "not seen", "UH —", "UC —", "OOM —", "/digest 2026-07-20"):
         assert said in help_text
     assert len(help_text) < 1_500

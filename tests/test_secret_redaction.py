@@ -103,7 +103,7 @@ def test_verbose_runs_print_no_secret(corpus_backends: EmbeddedBackends, tmp_pat
         # The same, as JSON, with VictoriaLogs' URL (credentials and all) pointing at a closed port: the error path.
         env["DIGEST_VL_URL"] = with_userinfo(closed, VL_USER, VL_PASSWORD)
         failed = run_digest("-v", "run", "--date", "2026-07-20", "--format", "json", env=env, cwd=tmp_path)
-        assert len(telegram.sent_to(CHAT)) == 1
+        assert [call.method for call in telegram.sent_to(CHAT)] == ["sendMessage", "sendPhoto"]
     assert posted.returncode == 0, posted.stderr
     assert failed.returncode == 0, failed.stderr
     output = "\n".join((posted.stdout, posted.stderr, failed.stdout, failed.stderr))

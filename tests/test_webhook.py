@@ -244,7 +244,7 @@ def test_run_post_posts_once_to_telegram_and_the_webhook_and_a_rerun_posts_nothi
     assert f"chat {ALLOWED}: sent" in first.stderr
     assert "webhook ops: sent" in first.stderr
     assert "webhook ops: already_sent" in second.stderr
-    assert len(telegram_posts) == 1
+    assert [call.method for call in telegram_posts] == ["sendMessage", "sendPhoto"]  # the webhook takes no chart
     posted = json.loads(request.body)
     assert posted["schema_version"] >= 1
     assert posted["window"]["start"].startswith("2026-07-20")

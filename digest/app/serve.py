@@ -10,6 +10,7 @@ import logging
 import signal
 import socket
 import sys
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -42,6 +43,10 @@ log = logging.getLogger(__name__)
 def owner() -> str:
     """Who holds a delivery lease: host, process and a random part (two instances never share one)."""
     return f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}"
+
+
+# Draws a chart when called (None when it could not be drawn).
+Drawing = Callable[[], Awaitable[Photo | None]]
 
 
 def window_key(window: Window) -> str:
@@ -128,19 +133,30 @@ class ChannelPoster:
     failures: int = 0
     permanent_failures: int = 0
 
-    async def __call__(self, digest: Digest, photo: Photo | None = None, key: str | None = None) -> str:
+    async def __call__(
+        self, digest: Digest, photo: Photo | None = None, key: str | None = None, draw: Drawing | None = None
+    ) -> str:
         """Post ``digest`` (and ``photo``) under ``key`` (by default the window's); an account of each recipient."""
         return await self.post_text(
             key or window_key(digest.window),
             digest.window.label,
             lambda fmt: self.renderer.render(digest, fmt),
             photo,
+            draw,
         )
 
-    async def post_text(self, key: str, label: str, text: Callable[[str], str], photo: Photo | None = None) -> str:
+    async def post_text(
+        self,
+        key: str,
+        label: str,
+        text: Callable[[str], str],
+        photo: Photo | None = None,
+        draw: Drawing | None = None,
+    ) -> str:
         """Post ``text(format)`` (and ``photo``) once per recipient under the delivery ``key``; the account as above.
 
-        Each channel's text is rendered once, in its format, whatever its number of recipients.
+        Each channel's text is rendered once, in its format, whatever its number of recipients. ``draw``: the chart,
+        drawn only if a recipient still needs it (a rerun that finds every post made draws nothing), and once.
         """
         rendered: dict[str, str] = {}
 
@@ -152,8 +168,15 @@ class ChannelPoster:
 
             return render
 
+        drawn: asyncio.Future[Photo | None] | None = None
+
         async def attachment() -> Photo | None:
-            return photo
+            nonlocal drawn
+            if photo is not None or draw is None:
+                return photo
+            if drawn is None:
+                drawn = asyncio.ensure_future(draw())
+            return await asyncio.shield(drawn)
 
         addresses = [(channel, recipient) for channel in self.channels for recipient in channel.recipients]
         # Each recipient on its own: one whose sends stall never holds another's post.
@@ -209,9 +232,25 @@ async def post_window(
             config, window, chart, headline(digest), unseen=unseen_spans(digest), said=most_said(digest)
         )
         photo = Photo(png=await asyncio.to_thread(chart.read_bytes), caption=caption)
+
+    async def draw() -> Photo | None:
+        """The chart the bot attaches, for the posts of this run (drawn only when one is still owed)."""
+        try:
+            with tempfile.TemporaryDirectory(prefix="digest-chart-") as folder:
+                path = Path(folder) / "digest.png"
+                caption = await make_chart(
+                    config, window, path, headline(digest), unseen=unseen_spans(digest), said=most_said(digest)
+                )
+                return Photo(png=await asyncio.to_thread(path.read_bytes), caption=caption)
+        except Exception:  # a chart is a bonus: the digest goes out without it rather than not at all
+            log.exception("could not draw the chart of %s; posting without it", window.label)
+            return None
+
+    # As the bot's posts: the chart follows the text unless DIGEST_TELEGRAM_CHART is off (or --chart drew it).
+    drawing = draw if photo is None and config.settings.telegram_chart else None
     return await _post_and_print(
         config,
-        lambda post: post(digest, photo, key),
+        lambda post: post(digest, photo, key, drawing),
         printed=Renderer(config.settings.links()).render(digest, fmt),
     )
 
@@ -267,9 +306,22 @@ async def post_week(config: Config, year: int, week: int, fmt: str, chart: Path 
         await asyncio.to_thread(render_week_chart, summary, chart)
         photo = Photo(png=await asyncio.to_thread(chart.read_bytes), caption=week_caption(summary))
 
+    async def draw() -> Photo | None:
+        """The week's chart, for the posts of this run (drawn only when one is still owed)."""
+        try:
+            with tempfile.TemporaryDirectory(prefix="digest-chart-") as folder:
+                path = Path(folder) / "week.png"
+                await asyncio.to_thread(render_week_chart, summary, path)
+                return Photo(png=await asyncio.to_thread(path.read_bytes), caption=week_caption(summary))
+        except Exception:  # a chart is a bonus: the week goes out without it rather than not at all
+            log.exception("could not draw the chart of %s; posting without it", summary.label)
+            return None
+
+    drawing = draw if photo is None and config.settings.telegram_chart else None
+
     async def deliver(post: ChannelPoster) -> str:
         return await post.post_text(
-            weekly_key(year, week), summary.label, lambda fmt: post.renderer.render_week(summary, fmt), photo
+            weekly_key(year, week), summary.label, lambda fmt: post.renderer.render_week(summary, fmt), photo, drawing
         )
 
     return await _post_and_print(config, deliver, printed=Renderer().render_week(summary, fmt))

@@ -549,6 +549,24 @@ class DigestBot:
         text = await self.status_text(context.application if context else None)
         await self._reply_in_order(update, text)
 
+    async def on_start(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/start: what this bot does for this chat — when it posts, how to ask — in three lines, not the manual."""
+        if not self.allowed(update):
+            await self.refuse(update)
+            return
+        settings = self.settings
+        nxt = self.next_post(self.clock()).astimezone(settings.zone)
+        chat = update.effective_chat
+        where = "here" if chat is not None and self.digest_chat(chat.id) else "in the configured chats"
+        await self._reply_in_order(
+            update,
+            f"I post the health digest of {settings.cluster} {where} every day at {settings.post_at} {settings.zone} "
+            f"(next: {nxt:%a %d %b %H:%M}).\n"
+            "Ask /digest for the last 24 h, /digest yesterday, /digest 2026-07-20 or /digest week; /status for the "
+            "last posts.\n"
+            "/help says what the score and each status mean.",
+        )
+
     async def on_help(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         if not self.allowed(update):
             await self.refuse(update)
@@ -679,7 +697,8 @@ def build_application(
     application.add_handler(MessageHandler(filters.StatusUpdate.MIGRATE, bot.on_migration))
     application.add_handler(CommandHandler("digest", bot.on_digest, filters=fresh))
     application.add_handler(CommandHandler("status", bot.on_status, filters=fresh))
-    application.add_handler(CommandHandler(["help", "start"], bot.on_help, filters=fresh))
+    application.add_handler(CommandHandler("help", bot.on_help, filters=fresh))
+    application.add_handler(CommandHandler("start", bot.on_start, filters=fresh))
     application.add_handler(MessageHandler(filters.COMMAND & fresh, bot.on_other))
     application.add_error_handler(_on_error)
     job_queue = application.job_queue
