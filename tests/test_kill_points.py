@@ -7,14 +7,18 @@ post per chat; the one window that cannot be closed without an idempotency key f
 but not yet recorded, costs at most one repeat of that message, and never of the chart.
 
 The clock: a bot whose wall clock steps forward over the post time (a VM resumed, NTP), backward after it, and over a
-whole day posts each day once, late when late, and nothing for a day past its grace.
+whole day posts each day once, late when late, and nothing for a day past its grace; and a real `digest serve`
+frozen (SIGSTOP) over its post time posts once per chat when it wakes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -25,6 +29,8 @@ from digest.channels.state import DeliveryState, Part, PartKind
 from digest.channels.telegram.bot import DigestBot, build_application
 from digest.channels.telegram.sender import open_bot
 from digest.channels.telegram.text import split_html
+from digest.testbed.embedded import free_port
+from tests.command import DIGEST, clean_env, stop_process
 from tests.fake_telegram import FakeTelegram
 from tests.test_channels import CannedDigests, noon_settings
 from tests.test_delivery_parts import Calls, poster
@@ -157,3 +163,62 @@ async def test_a_clock_that_steps_forward_back_and_a_day_on_posts_each_day_once(
     assert sent is not None
     assert sent.late  # posted two hours after its moment, and said so
     assert [window.end for window in digests.asked] == [datetime(2026, 7, 20, 12, tzinfo=UTC)]
+
+
+def _until(moment: datetime) -> None:
+    """Wait until the wall clock reaches ``moment`` (bounded: at most the 75 s a post time is ahead in these tests)."""
+    deadline = time.monotonic() + 75
+    while datetime.now(UTC) < moment:
+        assert time.monotonic() < deadline, f"{moment} never came"
+        time.sleep(min(0.2, max(0.0, (moment - datetime.now(UTC)).total_seconds())))
+
+
+def test_a_bot_frozen_over_its_post_time_posts_once_per_chat_when_it_wakes(tmp_path: Path) -> None:
+    """`digest serve` SIGSTOPped from 3 s before its post time to 5 s after (a VM pause): one post per chat."""
+    second = -1002222222222
+    now = datetime.now(UTC)
+    moment = (now + timedelta(minutes=1)).replace(second=0, microsecond=0)
+    if moment - now < timedelta(seconds=15):  # time to start and poll before the freeze
+        moment += timedelta(minutes=1)
+    with FakeTelegram(TOKEN, known_chats={CHAT, second}) as tg:
+        env = clean_env(
+            # Backends nobody answers on: the digest is UNKNOWN at once; the delivery is what is tested.
+            DIGEST_VM_URL=f"http://127.0.0.1:{free_port()}",
+            DIGEST_VL_URL=f"http://127.0.0.1:{free_port()}",
+            DIGEST_CLUSTER="lab",
+            DIGEST_TIMEZONE="UTC",
+            DIGEST_POST_AT=f"{moment:%H:%M}",
+            DIGEST_LATE_GRACE_HOURS="1",  # yesterday's post is past its grace: nothing is due at start
+            DIGEST_WEEKLY_POST="off",
+            DIGEST_TELEGRAM_CHART="false",
+            DIGEST_TELEGRAM_TOKEN=TOKEN,
+            DIGEST_TELEGRAM_API_URL=tg.root,
+            DIGEST_TELEGRAM_CHAT_IDS=f"{CHAT},{second}",
+            DIGEST_STATE_PATH=str(tmp_path / "state.sqlite"),
+            DIGEST_HEALTH_PORT="0",
+        )
+        log_path = tmp_path / "serve.log"
+        with log_path.open("w") as log_file:
+            process = subprocess.Popen([*DIGEST, "serve"], env=env, stdout=log_file, stderr=subprocess.STDOUT)
+            try:
+                tg.wait_for_poller(timeout=30)
+                _until(moment - timedelta(seconds=3))
+                process.send_signal(signal.SIGSTOP)
+                _until(moment + timedelta(seconds=5))
+                process.send_signal(signal.SIGCONT)
+                deadline = time.monotonic() + 60
+                while not (tg.sent_to(CHAT) and tg.sent_to(second)):
+                    assert process.poll() is None, log_path.read_text()
+                    assert time.monotonic() < deadline, log_path.read_text()
+                    time.sleep(0.2)
+                # A second post, if any, would follow within a second of the first (the bug this guards against).
+                watched_until = time.monotonic() + 3
+                while time.monotonic() < watched_until:
+                    assert len(tg.sent_to(CHAT)) == 1, log_path.read_text()
+                    assert len(tg.sent_to(second)) == 1, log_path.read_text()
+                    time.sleep(0.2)
+            finally:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGCONT)
+                stop_process(process, grace_seconds=30)
+    assert "Traceback" not in log_path.read_text()
