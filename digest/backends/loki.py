@@ -92,7 +92,8 @@ import itertools
 import logging
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -523,11 +524,9 @@ class LogqlWriter:
         planned = fold_plan(columns, every(question.scope)) if isinstance(question, LineCount) else None
         asked: list[tuple[Filter, Fold | None]] = []
         for index, column in enumerate(columns):
-            if planned is None:
-                asked.extend((term, None) for _, term in counted_terms(column))
-            elif index == planned.base:
+            if planned is not None and index == planned.base:
                 asked.append((column, planned.fold))
-            elif index == planned.column:
+            elif planned is not None and index == planned.column:
                 asked.extend((term, None) for _, term in planned.rest)
             else:
                 asked.extend((term, None) for _, term in counted_terms(column))
@@ -890,15 +889,21 @@ class LokiSource(HttpSource):
                 counts[name] += value
         return [CountRow(group=group, counts=counts, bucket=bucket) for (_, bucket), (group, counts) in folded.items()]
 
+    @contextmanager
+    def _askable(self) -> Iterator[None]:
+        """Writing a question's LogQL: one that Loki cannot be asked (`UnplaceableFilterError`) is a query error."""
+        try:
+            yield
+        except UnplaceableFilterError as problem:
+            raise self._error(SourceErrorKind.QUERY, f"cannot ask Loki this question: {problem}") from None
+
     async def _folded(self, question: LineCount, columns: Sequence[Filter], planned: FoldPlan) -> list[_Counted]:
         """Each column's counts, the base column and the folded term from one pass (`Fold`), the rest apart."""
         window, by = question.window, question.by
         bucket, offset = question.bucket_seconds, question.bucket_offset_seconds
         base = columns[planned.base]
-        try:
+        with self._askable():
             asked = self.writer.column_requests(window, base, by, bucket, offset, fold=planned.fold)
-        except UnplaceableFilterError as problem:
-            raise self._error(SourceErrorKind.QUERY, f"cannot ask Loki this question: {problem}") from None
         aliases = self.writer.fold_aliases(base, by, planned.fold)
         await self._ensure_ready()
         others = [
@@ -1183,7 +1188,7 @@ class LokiSource(HttpSource):
         if not signed:
             return []
         # Every query is written before any is sent: a question Loki cannot be asked is refused whole.
-        try:
+        with self._askable():
             terms = [
                 (
                     sign,
@@ -1192,8 +1197,6 @@ class LokiSource(HttpSource):
                 )
                 for sign, term in signed
             ]
-        except UnplaceableFilterError as problem:
-            raise self._error(SourceErrorKind.QUERY, f"cannot ask Loki this question: {problem}") from None
         await self._ensure_ready()
         signs = [sign for sign, _, asked in terms for _ in asked]
         answers = await asyncio.gather(
