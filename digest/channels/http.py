@@ -60,12 +60,24 @@ class HttpSender:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     random_unit: Callable[[], float] = random.random
     wall_clock: Callable[[], float] = time.time
-    # The wait after a 429 that says no Retry-After.
-    default_retry_after: float = 30.0
+    # The wait after a 429 that says no Retry-After (None: the backoff).
+    default_retry_after: float | None = 30.0
 
-    async def post(self, url: str, what: str, guard: SendGuard | None, read: Reader, **request: Any) -> dict[str, Any]:
-        """POST ``request`` (httpx's ``json``, ``data``, ``content``, ``files``, ``headers``) until it is taken."""
+    async def post(
+        self,
+        url: str,
+        what: str,
+        guard: SendGuard | None,
+        read: Reader,
+        fresh_headers: Callable[[], dict[str, str]] | None = None,
+        **request: Any,
+    ) -> dict[str, Any]:
+        """POST ``request`` (httpx's ``json``, ``data``, ``content``, ``files``, ``headers``) until it is taken.
+
+        ``fresh_headers``: headers made again for each attempt (a signature over its own timestamp).
+        """
         attempts = Attempts(self.retry, self.sleep, self.random_unit)
+        fixed = dict(request.pop("headers", None) or {})
         while True:
             if guard is not None and not await guard.begin():
                 raise DeliveryError(
@@ -74,8 +86,9 @@ class HttpSender:
                     permanent=False,
                     unconfirmed=True,
                 )
+            headers = {**fixed, **(fresh_headers() if fresh_headers is not None else {})}
             try:
-                async with self.client.stream("POST", url, **request) as response:
+                async with self.client.stream("POST", url, headers=headers, **request) as response:
                     status = response.status_code
                     body = await _read(response)
                     wait = retry_after(response.headers.get("Retry-After"), self.wall_clock())
@@ -94,8 +107,10 @@ class HttpSender:
                 permanent, reason = answer
                 if permanent:
                     raise DeliveryError(reason, permanent=True)
-                if status == 429:
-                    delay = wait if wait is not None else self.default_retry_after
+                if status == 429 and wait is None and self.default_retry_after is not None:
+                    delay = self.default_retry_after
+                elif status == 429:
+                    delay = wait if wait is not None else attempts.backoff()
                 else:
                     delay = wait if wait is not None and status == 503 else attempts.backoff()
             await attempts.wait(delay, reason, f"{self.service} {what}")

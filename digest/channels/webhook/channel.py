@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 import httpx
 
 from digest.channels.channel import DeliveryError, Photo, PostResult
+from digest.channels.http import Answer, HttpSender
 from digest.channels.once import ExactlyOnce, SendGuard
-from digest.channels.retry import Attempts, RetryPolicy, retry_after, short
+from digest.channels.retry import RetryPolicy, short
 from digest.channels.state import DeliveryState, Part, PartKind
 from digest.channels.webhook.signature import SIGNATURE_HEADER, sign
 
@@ -57,63 +58,34 @@ class WebhookSender:
     wall_clock: Callable[[], float] = time.time
 
     async def post(self, name: str, url: str, key: str, body: bytes, guard: SendGuard | None = None) -> int:
-        """POST ``body`` to ``url`` (the recipient ``name``) until it is taken; the answer's status."""
-        attempts = Attempts(self.retry, self.sleep, self.random_unit)
-        while True:
-            if guard is not None and not await guard.begin():
-                raise DeliveryError(
-                    "may have arrived: an earlier post went unanswered (answer lost, or the process stopped while "
-                    "waiting); not sent again, so that it is not repeated",
-                    permanent=False,
-                    unconfirmed=True,
-                )
-            timestamp = int(self.wall_clock())
-            headers = {
-                "Content-Type": "application/json",
-                SIGNATURE_HEADER: sign(self.secret, timestamp, body),
-                DELIVERY_HEADER: key,
-            }
-            try:
-                async with self.client.stream("POST", url, content=body, headers=headers) as response:
-                    status = response.status_code
-                    said = await _start_of(response) if status >= 300 else ""
-                    wait = retry_after(response.headers.get("Retry-After"), self.wall_clock())
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.WriteTimeout) as exc:
-                # Nothing reached the receiver: the post was not taken.
-                if guard is not None:
-                    await guard.refused()
-                delay, reason = attempts.backoff(), f"{type(exc).__name__}: {short(str(exc)) or 'no answer'}"
-            except httpx.TransportError as exc:
-                # The post left and its answer did not come back whole: it may have arrived (the guard counts it).
-                delay, reason = attempts.backoff(), f"{type(exc).__name__}: {short(str(exc)) or 'answer lost'}"
-            else:
-                if 200 <= status < 300:
-                    return status
-                if guard is not None:
-                    await guard.refused()  # an answer that is not 2xx: the receiver did not take it
-                reason = f"HTTP {status}{f': {said}' if said else ''}"
-                if 300 <= status < 400:
-                    raise DeliveryError(
-                        f"redirected ({reason}): a signed post is not re-sent elsewhere; set the final URL",
-                        permanent=True,
-                    )
-                if status in (429, 503) and wait is not None:
-                    delay = wait
-                elif status >= 500 or status in (408, 429):
-                    delay = attempts.backoff()
-                else:
-                    raise DeliveryError(f"refused by the receiver: {reason}", permanent=True)
-            await attempts.wait(delay, reason, f"webhook {name}")
+        """POST ``body`` to ``url`` (the recipient ``name``) until it is taken; the answer's status.
+
+        The retry loop is `digest.channels.http.HttpSender`'s; what is the webhook's is the signature, made again for
+        each attempt over its own timestamp, and what an answer means (`_receiver_answer`).
+        """
+        http = HttpSender(
+            self.client, "webhook", self.retry, self.sleep, self.random_unit, self.wall_clock, default_retry_after=None
+        )
+
+        def signed() -> dict[str, str]:
+            return {SIGNATURE_HEADER: sign(self.secret, int(self.wall_clock()), body)}
+
+        headers = {"Content-Type": "application/json", DELIVERY_HEADER: key}
+        answer = await http.post(url, name, guard, _receiver_answer, signed, content=body, headers=headers)
+        return int(answer["status"])
 
 
-async def _start_of(response: httpx.Response) -> str:
-    """The start of an error answer's body, on one line (never more than `_MAX_ERROR_BODY` bytes read)."""
-    kept = b""
-    async for chunk in response.aiter_bytes():
-        kept += chunk[: _MAX_ERROR_BODY - len(kept)]
-        if len(kept) >= _MAX_ERROR_BODY:
-            break
-    return short(kept.decode("utf-8", "replace"))
+def _receiver_answer(status: int, body: bytes) -> Answer:
+    """A receiver's answer: 2xx taken; 429, 408 and 5xx not yet; a redirect or any other 4xx refused for good."""
+    if 200 <= status < 300:
+        return {"status": status}
+    said = short(body[:_MAX_ERROR_BODY].decode("utf-8", "replace"))
+    reason = f"HTTP {status}{f': {said}' if said else ''}"
+    if status == 429 or status == 408 or status >= 500:
+        return False, reason
+    if 300 <= status < 400:
+        return True, f"redirected ({reason}): a signed post is not re-sent elsewhere; set the final URL"
+    return True, f"refused by the receiver: {reason}"
 
 
 @dataclass(frozen=True)
