@@ -509,7 +509,7 @@ class ErrorLinesCheck:
             if answer.unshaped > 0:
                 # A sample's unshaped lines are an estimate too, said as one (Loki samples and names only some).
                 unshaped = fmt_int(answer.unshaped) if every == 1 else f"≈{fmt_int(answer.unshaped * every)}"
-                sample = "" if every == 1 else f" (read from 1 minute in {every})"
+                sample = "" if every == 1 else " (sampled)"
                 notes.append(
                     f"what the errors said: {unshaped} of {key[0]}/{key[1]}'s {fmt_int(errors[key])} error lines"
                     f"{sample} are of no shape named here ({answer.unshaped_why or 'the backend named only some'})"

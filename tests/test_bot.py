@@ -146,7 +146,7 @@ async def test_digest_command_from_allowed_chat(
     assert reply.parse_mode == "HTML"
     assert visible(reply).splitlines()[0] == "CRITICAL 8/10 · homelab · 2026-07-20"
     assert "4,539,734 error lines" in visible(reply)
-    assert {command["command"] for command in tg.commands} == {"digest", "status", "help"}
+    assert {command["command"] for command in tg.commands} == {"digest", "status", "ack", "acks", "help"}
 
 
 async def test_a_digest_asked_in_a_forum_topic_is_answered_in_that_topic(

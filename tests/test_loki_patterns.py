@@ -344,10 +344,7 @@ async def test_a_flood_s_signatures_on_loki_are_estimates_from_the_sample(pushed
         3 * _in_sample(_spread(pushed.start, count, offset), minutes) for count, offset in ((400, 1), (60, 2), (50, 3))
     ]
     rare = _in_sample(_spread(pushed.start, 5, 4), minutes)
-    said = (
-        f"what the errors said: ≈{3 * rare} of feeds/relay's 515 error lines (read from 1 minute in 3) are of no shape "
-        "named here"
-    )
+    said = f"what the errors said: ≈{3 * rare} of feeds/relay's 515 error lines (sampled) are of no shape named here"
     assert (said in finding.signatures_note) == (rare > 0)
 
 

@@ -19,6 +19,7 @@ from datetime import datetime
 
 import httpx
 
+from digest.app.acks import AckDesk
 from digest.app.channels import REGISTRY, chat_topics, open_channels
 from digest.app.engine import Config
 from digest.app.health import HealthServer
@@ -178,4 +179,5 @@ def make_bot(
         clock=clock,
         polling=polling,
         more_channels=lambda: open_channels(config.settings, owner, skip=frozenset({TELEGRAM})),
+        acks=AckDesk(config, service.digest),
     )

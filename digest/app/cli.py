@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -30,6 +31,7 @@ from digest.channels.schedule import last_scheduled_day
 from digest.checks.contract import Window
 from digest.output.render import FORMATS, Renderer, headline, most_said, unseen_spans
 from digest.pipeline.policy import Policy
+from digest.pipeline.score import Digest
 from digest.pipeline.window import (
     WindowError,
     as_asked,
@@ -147,6 +149,20 @@ def _parser() -> argparse.ArgumentParser:
         help="vmalert only: the rules for `vmalert -replay` over past days (their minutes stamped at the start)",
     )
 
+    ack = commands.add_parser(
+        "ack",
+        help="ack a finding you own (it shows on one line and costs no point until it expires or gets worse), "
+        "or list the acks",
+        parents=[verbose],
+    )
+    ack.add_argument("target", nargs="?", metavar="CHECK[:SUBJECT]", help="e.g. error_lines:feeds/feed-aggregator")
+    ack.add_argument("--for", dest="duration", default="7d", metavar="DURATION", help="12h, 7d, 2w (default 7d)")
+    ack.add_argument("--reason", default="", help="why it is known and owned, shown beside it")
+    ack.add_argument("--by", default="", help="who acks (default: $USER)")
+    ack.add_argument("--list", action="store_true", help="list the acks that hold now")
+    unack = commands.add_parser("unack", help="end an ack now", parents=[verbose])
+    unack.add_argument("target", metavar="CHECK[:SUBJECT]")
+
     demo = commands.add_parser(
         "demo", help=f"load {DEMO_DAY} into embedded backends and print its digest", parents=[verbose]
     )
@@ -243,6 +259,8 @@ def main(argv: Sequence[str] | None = None, exit_when_done: Callable[[int], NoRe
         return _replay(args, config)
     if args.command == "rules":
         return _rules(args, config)
+    if args.command in ("ack", "unack"):
+        return _ack(args, config)
     if args.command == "doctor":
         from digest.app.doctor import doctor
 
@@ -292,6 +310,36 @@ def main(argv: Sequence[str] | None = None, exit_when_done: Callable[[int], NoRe
         )
     sys.stdout.write(Renderer(config.settings.links()).render(digest, args.format))
     return done(EXIT_OK)
+
+
+def _ack(args: argparse.Namespace, config: Config) -> int:
+    """`digest ack TARGET` / `--list` / `digest unack TARGET`: the bot's /ack, /acks and /unack, from a shell."""
+    from digest.app.acks import AckDesk
+
+    problem = _state_problem(config.settings)
+    if problem is not None:
+        return problem
+    now = datetime.now(UTC)
+
+    async def digest_of(window: Window) -> Digest:
+        return await make_digest(config, window)
+
+    desk = AckDesk(config, digest_of)
+    if args.command == "unack":
+        print(asyncio.run(desk.unack([args.target], now)))
+        return EXIT_OK
+    if args.list:
+        if args.target:
+            return _fail("ack --list takes no CHECK")
+        print(asyncio.run(desk.listing(now)))
+        return EXIT_OK
+    if not args.target:
+        return _fail("ack needs CHECK[:SUBJECT] (or --list)")
+    by = args.by or os.environ.get("USER") or "cli"
+    words = [args.target, args.duration, *args.reason.split()]
+    answer = asyncio.run(desk.ack(words, by, now))
+    print(answer)
+    return EXIT_OK if answer.startswith("Acked ") else EXIT_USAGE
 
 
 def _rules(args: argparse.Namespace, config: Config) -> int:

@@ -24,6 +24,8 @@ from digest.backends.victorialogs import VictoriaLogsSource
 from digest.checks.contract import Finding, Sightings, Sources, Window
 from digest.checks.error_lines import ErrorLinesCheck
 from digest.checks.log_questions import LogsSource
+from digest.pipeline.ack_store import AckStore
+from digest.pipeline.acks import Ack, from_policy
 from digest.pipeline.collect import Collected, build_checks, collect
 from digest.pipeline.novelty import Novelty, ShapeHistory, judge
 from digest.pipeline.policy import Policy, PolicyError, load_policy
@@ -74,6 +76,30 @@ def stored_history(config: Config, store: HistoryStore | None) -> History:
     settings = config.settings
     scope = f"{render(settings.metrics_scope)} {render(settings.logs_scope)}".strip()
     return History(store=store, cluster=settings.cluster, policy=config.policy, scope=scope)
+
+
+def load_acks(config: Config) -> list[Ack]:
+    """The policy's exceptions, then the acks in the state file (none from it, logged, when it cannot be read).
+
+    Blocking (SQLite): called off the event loop. An unreadable file costs the acks, which can only make the digest
+    say more, never less.
+    """
+    acks = [from_policy(a.check, a.subject, a.reason, a.until, a.at_most) for a in config.policy.acks]
+    settings = config.settings
+    if not settings.state_path.exists():
+        return acks
+    try:
+        store = AckStore(settings.state_path)
+    except StateError as exc:
+        log.warning("acks not read: %s", exc)
+        return acks
+    try:
+        acks.extend(store.all(settings.cluster))
+    except StateError as exc:
+        log.warning("acks not read: %s", exc)
+    finally:
+        store.close()
+    return acks
 
 
 @asynccontextmanager
@@ -165,7 +191,8 @@ async def _digest(config: Config, window: Window, deadline: float, sources: Sour
         past = await previous_digests(cluster, window, sources, policy, deadline, history)
     # A namespace or a route that logged every earlier day and fell silent today is unseen, not quiet.
     collected = await judge_silent_logs(await today, past, checks, sources, window, policy)
-    digest = grade(cluster, window, collected.findings, collected.disabled, policy, collected.unwatched)
+    acks = await asyncio.to_thread(load_acks, config)
+    digest = grade(cluster, window, collected.findings, collected.disabled, policy, collected.unwatched, acks)
     novelty = await _novelty(policy, sources, window, digest, past, history, deadline)
     digest = replace(
         digest,

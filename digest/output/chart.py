@@ -44,6 +44,7 @@ from digest.checks.contract import (
     fmt_percent,
     local_time,
 )
+from digest.output.brief import zone_name
 from digest.output.chart_data import APP_5XX, CONNTRACK_STEP_SECONDS, ChartData, ConntrackFill, Counts, HourlyPanel
 from digest.output.drawing import (
     GRID_COLOUR,
@@ -161,11 +162,6 @@ _BLIND_FILL, _BLIND_HATCH, _BLIND_SPACING = "#EEEEEE", "#BBBBBB", 18.0
 _UNSEEN_FILL, _UNSEEN_HATCH, _UNSEEN_SPACING = "#F6E0E0", "#C98C8C", 24.0
 _BAR_SHARE = 0.86  # of a bucket's width: the gaps tell the buckets apart
 _MESSAGE_BOX = ("#F4F4F4", "#DDDDDD")  # fill and edge of a "not available" message
-
-
-def _zone_name(window: Window) -> str:
-    key = getattr(window.zone, "key", None)
-    return key if isinstance(key, str) else window.zone.tzname(window.start) or "UTC"
 
 
 def _bucket_edges(data: ChartData) -> list[float]:
@@ -547,7 +543,7 @@ def _time_axis(panels: Sequence[Panel], plans: Sequence[_Plan], data: ChartData)
     left, _, right, _ = bottom_panel.box
     canvas.text(
         ((left + right) / 2, lowest + _LABEL_PAD),
-        f"time ({_zone_name(data.window)})",
+        f"time ({zone_name(data.window)})",
         _LABEL_SIZE,
         MUTED_COLOUR,
         anchor=("m", "t"),

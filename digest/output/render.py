@@ -21,11 +21,23 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from digest import SCHEMA_VERSION, __version__
-from digest.checks.contract import CountedFrom, Coverage, Finding, NodeLacks, Status, fmt_int, fmt_percent, rfc3339
+from digest.checks.contract import (
+    CountedFrom,
+    Coverage,
+    Finding,
+    NodeLacks,
+    Status,
+    Window,
+    fmt_int,
+    fmt_percent,
+    rfc3339,
+)
 from digest.checks.coverage import PARTIAL, phrases
 from digest.checks.error_lines import SAID_KINDS, workload_of
+from digest.output.brief import briefs, causes, look_at_line, next_step, zone_name
 from digest.output.links import Link, LinkMaker
 from digest.output.safe_text import escape_json, finalize
+from digest.pipeline.acks import AckOutcome
 from digest.pipeline.score import Digest, DigestStatus
 from digest.pipeline.week import DayResult, Week, format_value, series_line
 
@@ -67,7 +79,9 @@ class Renderer:
             # Readable UTF-8, except the characters that could deceive a reader or a terminal: \uXXXX escapes.
             return escape_json(json.dumps(to_json(digest), ensure_ascii=False, indent=2))
         links = self._links if fmt == "html" else None
-        return self._template(fmt).render(**_context(digest, links)).strip() + "\n"
+        text = self._template(fmt).render(**_context(digest, links)).strip() + "\n"
+        # A section's quote closes on its last line: a line of its own would show as an empty line inside it.
+        return text.replace("\n</blockquote>", "</blockquote>") if fmt == "html" else text
 
     def render_week(self, week: Week, fmt: str) -> str:
         """The week at a glance in ``fmt`` (text, html or json)."""
@@ -104,6 +118,8 @@ def headline(digest: Digest) -> str:
         line = f"UNKNOWN · {digest.cluster} · {digest.window.label}"
     else:
         line = f"{digest.status.value} {digest.score}/{digest.max_score} · {digest.cluster} · {digest.window.label}"
+    if digest.acked_count:
+        line += f" · {digest.acked_count} acked"
     parts = not_seen(digest)
     if parts:
         shown = parts[:_HEADLINE_PARTS]
@@ -159,6 +175,8 @@ def to_look_at(digest: Digest) -> list[str]:
     said: dict[str, list[str]] = {}
     kinds: dict[str, str] = {}
     for finding in digest.diagnoses:
+        if digest.acked(finding):
+            continue  # seen and owned: on its line, not among the things to look at
         by_subject: dict[str, float] = {}
         troubles: dict[str, list[str]] = {}
         for offender in finding.offenders:
@@ -244,15 +262,25 @@ def _said_once(rows: list[tuple[str, str, str]], first: dict[str, str]) -> list[
     return out
 
 
+def _by_reason(rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """``rows`` with one reason joined into one row: "error_lines, oom_kills not checked · VictoriaMetrics down"."""
+    names: dict[tuple[str, str], list[str]] = {}
+    for name, verb, reason in rows:
+        names.setdefault((verb, reason), []).append(name)
+    return [(", ".join(together), verb, reason) for (verb, reason), together in names.items()]
+
+
 def _context(digest: Digest, links: LinkMaker | None = None) -> dict[str, Any]:
     deductions = digest.deductions
     first: dict[str, str] = {}
-    not_checked = _said_once([_blind(finding, "not checked") for finding in digest.unknown], first)
+    blind = [_blind(finding, "not checked") for finding in digest.unknown]
+    not_checked = _said_once(blind, first)
     unexplained = _said_once([_blind(finding, "could not be checked") for finding in digest.unexplained], first)
-    return {
+    context: dict[str, Any] = {
         "headline": headline(digest),
         "digest": digest,
         "not_checked": not_checked,
+        "not_checked_together": _by_reason(blind),
         "deductions": [_line(finding, digest, links) for finding in deductions],
         "caps": [
             {"checks": " + ".join(cap.checks), "max": cap.max_penalty, "raw": cap.raw_penalty} for cap in digest.caps
@@ -261,7 +289,11 @@ def _context(digest: Digest, links: LinkMaker | None = None) -> dict[str, Any]:
         "unknown": [_line(finding, digest) for finding in digest.unknown],
         "disabled": list(digest.disabled),
         "unwatched": unwatched_line(digest),
-        "hints": [(finding.name, finding.hint) for finding in (*deductions, *digest.unknown) if finding.hint],
+        "hints": [
+            (finding.name, finding.hint)
+            for finding in (*deductions, *digest.unknown)
+            if finding.hint and not digest.acked(finding)
+        ],
         "explanations": [explanation.text for explanation in digest.explanations],
         "trends": list(digest.trends),
         "diagnoses": [_line(finding, digest, links) for finding in digest.diagnoses],
@@ -274,7 +306,35 @@ def _context(digest: Digest, links: LinkMaker | None = None) -> dict[str, Any]:
         + list(digest.novelty.notes if digest.novelty else ()),
         "gone": _gone(digest),
         "compared": _compared(digest),
+        # The first screen (digest.output.brief): in a person's words, every figure kept in the sections below.
+        "briefs": briefs(digest, {name: ack_line(outcome, digest.window) for name, outcome in digest.acks.items()}),
+        "causes": causes(digest),
+        # On an OK or UNKNOWN day the headline names them already.
+        "look_at": look_at_line(to_look_at(digest))
+        if digest.status in (DigestStatus.WARNING, DigestStatus.CRITICAL)
+        else "",
+        "next_step": next_step(digest),
+        "zone": zone_name(digest.window),
     }
+    context["points"] = bool(
+        context["not_checked"]
+        or context["excused"]
+        or deductions
+        or context["healthy"]
+        or context["trends"]
+        or context["disabled"]
+    )
+    context["folded"] = bool(
+        context["points"]
+        or context["explanations"]
+        or context["said"]
+        or context["said_notes"]
+        or context["gone"]
+        or context["diagnoses"]
+        or context["unexplained"]
+        or context["hints"]
+    )
+    return context
 
 
 def unwatched_line(digest: Digest) -> str:
@@ -383,7 +443,7 @@ def _said(digest: Digest) -> list[dict[str, Any]]:
                 count = f"{shown} of its {fmt_int(workload.distinct)}{'+' if workload.capped else ''} error signatures"
             sampled = workload.sampled_every > 1
             if sampled:
-                count += f", read from 1 minute in {workload.sampled_every}"
+                count += ", sampled: the counts are estimates"
             said.append(
                 {
                     "workload": f"{workload.labels.get('namespace', '')}/{workload.labels.get('workload', '')}",
@@ -488,6 +548,8 @@ def _line(finding: Finding, digest: Digest, links: LinkMaker | None = None) -> d
         "summary": finding.summary,
         "evidence": list(finding.evidence),
         "error": finding.error,
+        "ack": ack_line(digest.acks.get(finding.name), digest.window),
+        "acked": digest.acked(finding) is not None,
     }
 
 
@@ -509,6 +571,40 @@ def _link_label(labels: Mapping[str, str]) -> str:
     if labels.get("flag"):
         return f"{labels['flag']} {labels.get('upstream', '')}".strip()
     return subject or "offender"
+
+
+def ack_json(outcome: AckOutcome | None) -> dict[str, Any] | None:
+    """A finding's ack for machines: who, why, until when, and whether it held (or why it was lifted)."""
+    if outcome is None:
+        return None
+    ack = outcome.ack
+    return {
+        "target": ack.target,
+        "by": ack.by,
+        "reason": ack.reason,
+        "since": rfc3339(ack.since) if ack.origin != "policy" else None,
+        "until": rfc3339(ack.until) if ack.until is not None else None,
+        "at_most": ack.at_most,
+        "origin": ack.origin,
+        "held": outcome.held,
+        "lifted_because": outcome.lifted_because or None,
+    }
+
+
+def ack_line(outcome: AckOutcome | None, window: Window) -> str:
+    """``acked by @anna until 12-13: known flood`` (held) or ``ack lifted: worse than acked (…)``; "" without."""
+    if outcome is None:
+        return ""
+    ack = outcome.ack
+    if not outcome.held:
+        return f"ack by {ack.by} lifted: {outcome.lifted_because}"
+    until = ""
+    if ack.until is not None:
+        until = f" until {ack.until.astimezone(window.zone):%m-%d}"
+        if ack.until.astimezone(window.zone).timetz().replace(tzinfo=None) != datetime.min.time():
+            until = f" until {ack.until.astimezone(window.zone):%m-%d %H:%M}"
+    who = "acked in the policy" if ack.origin == "policy" else f"acked by {ack.by}"
+    return f"{who}{until}: {ack.reason}"
 
 
 def coverage_json(coverage: Coverage | None) -> dict[str, Any] | None:
@@ -611,9 +707,11 @@ def to_json(digest: Digest) -> dict[str, Any]:
                 ],
                 "signatures_note": finding.signatures_note or None,
                 "counted_from": counted_json(finding.counted_from),
+                "ack": ack_json(digest.acks.get(finding.name)),
             }
             for finding in digest.findings
         ],
+        "acked": digest.acked_count,
         "coverage": {
             # null when coverage is off in the policy: nothing was measured, so nothing is vouched for.
             "complete": (not digest.partial) if any(f.coverage is not None for f in digest.findings) else None,
@@ -629,7 +727,10 @@ def to_json(digest: Digest) -> dict[str, Any]:
             ],
         },
         "not_checked": [finding.name for finding in (*digest.unknown, *digest.unexplained)],
-        "explanations": [{"rule": e.rule, "cause": e.cause, "text": e.text} for e in digest.explanations],
+        "explanations": [
+            {"rule": e.rule, "cause": e.cause, "text": e.text, "short": e.short, "fix": e.fix}
+            for e in digest.explanations
+        ],
         "trends": list(digest.trends),
         "novelty": novelty_json(digest),
         "disabled": list(digest.disabled),

@@ -49,15 +49,22 @@ from dataclasses import dataclass
 
 from digest.checks.contract import Event, Finding, Offender, Span, Status, fmt_duration, fmt_int, fmt_percent
 from digest.checks.envoy_flags import upstream_namespace, upstream_route
+from digest.checks.error_lines import workload_of
 
 
 @dataclass(frozen=True)
 class Explanation:
-    """One likely cause: the rule that found it, the cause it names ("" when it cannot tell), and the sentence."""
+    """One likely cause: the rule that found it, the cause it names ("" when it cannot tell), and the sentence.
+
+    ``short`` says it in one phone line (the first screen), ``fix`` is the sentence's action alone ("" when the data
+    gives none): the first screen's "where to look". ``text`` keeps every figure.
+    """
 
     rule: str
     text: str
     cause: str = ""
+    short: str = ""
+    fix: str = ""
 
 
 Findings = dict[str, Finding]
@@ -129,8 +136,11 @@ def _strategy(event: Event) -> str:
     return "its strategy not observable"
 
 
-def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offender) -> tuple[str, str, str]:
-    """The cause of one Service's empty episodes, the words that say it and the fix, by the module doc's precedence."""
+def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offender) -> tuple[str, str, str, str]:
+    """The cause of one Service's empty episodes, the words that say it, the fix and the cause in a few words.
+
+    By the module doc's precedence.
+    """
     readiness = findings.get("readiness")
     deployments = findings.get("deployments")
     spans, slack = empty.spans, 2 * _slack(empty)
@@ -144,7 +154,8 @@ def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offend
                 "node_not_ready",
                 f"node {node} was NotReady for {fmt_duration(event.span.seconds)} and {len(on_node)} of the Service's "
                 "pods went unready with it (no restart needed: the node stopped reporting)",
-                _FIXES["node_not_ready"],
+                _FIXES["node_not_ready"].format(node=node),
+                f"node {node} NotReady",
             )
     # 2. A rollout of the Service's Deployment in the episodes.
     rollouts = [
@@ -174,7 +185,8 @@ def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offend
             if event.labels.get("strategy") in ("Recreate", "")
             else ""
         )
-        return "rollout", words, fix
+        short = "a stuck rollout" if state == "stuck" else f"a rollout ({event.labels.get('strategy') or 'strategy ?'})"
+        return "rollout", words, fix, short
     rollouts_seen = _observes(deployments, "kube_replicaset_created") or _observes(
         deployments, "kube_deployment_metadata_generation"
     )
@@ -199,6 +211,7 @@ def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offend
                     "node stopping to report, the data cannot tell which (nodes' condition not observable, and "
                     f"their kubelet not seen answering through the episodes; {no_rollout})",
                     "",
+                    "pods unready, probes or nodes: the data cannot tell",
                 )
             node_words = "; their nodes' kubelet answered throughout (no node condition series)"
         throttled, words = _throttling(findings, namespace, {p.labels.get("pod", "") for p in unready})
@@ -208,6 +221,7 @@ def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offend
             f"{len(unready)} of its pods went unready without a restart{words}{_probes(unready)}{node_words}; "
             f"{no_rollout}",
             fix,
+            "pods unready under CPU throttling" if throttled else "pods unready, probes failing",
         )
     # 4. Pods that restarted.
     listed_pods = set(listed)
@@ -220,7 +234,12 @@ def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offend
     if restarted:
         count = sum(o.fact("restarts") or 0 for o in restarted)
         reasons = restarted[0].labels.get("reasons", "?")
-        return "crash_loop", f"its pods restarted {fmt_int(count)} times meanwhile ({reasons})", _FIXES["crash_loop"]
+        return (
+            "crash_loop",
+            f"its pods restarted {fmt_int(count)} times meanwhile ({reasons})",
+            _FIXES["crash_loop"],
+            "its pods restarting",
+        )
     # 5. What cannot be told.
     missing = []
     if rollouts:
@@ -247,8 +266,13 @@ def _empty_cause(findings: Findings, namespace: str, service: str, empty: Offend
             opening = f"possibly {possible[0]}, the data cannot tell"
         else:
             opening = "the data cannot tell why"
-        return "", f"{opening} — {'; '.join(missing)}", ""
-    return "", "no rollout, no pod seen unready or restarting: the data does not say why", ""
+        return "", f"{opening} — {'; '.join(missing)}", "", "the data cannot tell why"
+    return (
+        "",
+        "no rollout, no pod seen unready or restarting: the data does not say why",
+        "",
+        "the data cannot tell why",
+    )
 
 
 def _node_kept_reporting(pod: Offender) -> bool:
@@ -293,10 +317,12 @@ def _probes(pods: Sequence[Offender]) -> str:
     return f", {fmt_int(sum(v or 0 for v in failures))} readiness probes failed"
 
 
+_ROLL_BACK = "Read the new pods' logs (kubectl logs --previous) and roll back (kubectl rollout undo) or fix forward."
 _FIXES = {
     "readiness": " Remove the CPU limit (keep the request) and give probes a timeout above the worst latency.",
     "probes": " Give the probes a timeout above the worst latency and check what they depend on.",
-    "node_not_ready": " Look at the node's kubelet and container runtime (journalctl -u kubelet) at that time.",
+    # {node}: filled in where the node is known.
+    "node_not_ready": " Read {node}'s kubelet log (journalctl -u kubelet) from when it went NotReady.",
     "crash_loop": " Read the first error after each restart (kubectl logs --previous).",
 }
 
@@ -330,12 +356,15 @@ def no_healthy_upstream(findings: Findings) -> Explanation | None:
         shape = ""
         if episodes is not None and episodes > 1:
             shape = f" in {fmt_int(episodes)} episodes (longest {fmt_duration(match.fact('longest_seconds') or 0)})"
-        cause, words, fix = _empty_cause(findings, namespace, service, match)
+        cause, words, fix, short = _empty_cause(findings, namespace, service, match)
         return Explanation(
             "no_healthy_upstream",
             f"No healthy upstream: {fmt_int(answer.value)} × UH while {namespace}/{service} had no ready endpoint "
             f"for {fmt_duration(match.fact('empty_seconds') or 0)}{shape}: {words}.{fix}",
             cause,
+            short=f"No ready endpoint on {namespace}/{service} for {fmt_duration(match.fact('empty_seconds') or 0)}: "
+            f"{short}",
+            fix=fix.strip(),
         )
     if untied:
         answer, route, same = untied[0]
@@ -346,6 +375,7 @@ def no_healthy_upstream(findings: Findings) -> Explanation | None:
                 f"No healthy upstream: {fmt_int(answer.value)} × UH on {answer.labels['upstream']}; the data cannot "
                 f"tell why — {namespace}/{route} had no ready endpoint only at other times of the day.",
                 "",
+                short=f"No healthy upstream on {namespace}/{route}: the data cannot tell why",
             )
         others = ", ".join(sorted(f"{namespace}/{o.labels.get('service', '?')}" for o in same))
         return Explanation(
@@ -354,6 +384,7 @@ def no_healthy_upstream(findings: Findings) -> Explanation | None:
             f"why — no Service {namespace}/{route} was seen without a ready endpoint, and nothing in the data ties "
             f"the route to {others}, which had none that day.",
             "",
+            short=f"No healthy upstream on {namespace}/{route}: the data cannot tell why",
         )
     return None
 
@@ -391,9 +422,10 @@ def stuck_rollout(findings: Findings) -> Explanation | None:
         return Explanation(
             "stuck_rollout",
             f"Stuck rollout: {namespace}/{event.labels.get('deployment', '?')}'s new ReplicaSet {replicaset} "
-            f"({_strategy(event)}) never became ready — {pods}. Read the new pods' logs (kubectl logs --previous) "
-            "and roll back (kubectl rollout undo) or fix forward.",
+            f"({_strategy(event)}) never became ready — {pods}. {_ROLL_BACK}",
             "stuck_rollout",
+            short=f"Stuck rollout of {namespace}/{event.labels.get('deployment', '?')}: {pods.split(' (')[0]}",
+            fix=_ROLL_BACK,
         )
     return None
 
@@ -413,10 +445,18 @@ def node_not_ready(findings: Findings) -> Explanation | None:
         return Explanation(
             "node_not_ready",
             f"Node {node} was NotReady for {fmt_duration(event.span.seconds)}: {len(pods)} of its pods went unready "
-            "with it, without a restart." + _FIXES["node_not_ready"],
+            "with it, without a restart." + _FIXES["node_not_ready"].format(node=node),
             "node_not_ready",
+            short=f"Node {node} NotReady for {fmt_duration(event.span.seconds)}: {len(pods)} of its pods unready",
+            fix=_FIXES["node_not_ready"].format(node=node).strip(),
         )
     return None
+
+
+def _route_name(upstream: str) -> str:
+    """``httproute/shop/api/rule/0`` → ``shop/api``, as a reader names it; an unparsed upstream as it is."""
+    namespace = upstream_namespace(upstream)
+    return f"{namespace}/{upstream_route(upstream)}" if namespace else upstream
 
 
 def idle_timeout(findings: Findings) -> Explanation | None:
@@ -424,6 +464,7 @@ def idle_timeout(findings: Findings) -> Explanation | None:
     for answer in _flagged(findings, "UC"):
         upstream = answer.labels["upstream"]
         fix = "Set the proxy's idle timeout below the upstream's keep-alive."
+        short = f"Idle timeouts on {_route_name(upstream)}: the upstream closes connections the proxy still uses"
         quiet_ratio, busy_ratio = answer.fact("quiet_hours_ratio"), answer.fact("busy_hours_ratio")
         if quiet_ratio is None or busy_ratio is None:
             return Explanation(
@@ -431,6 +472,8 @@ def idle_timeout(findings: Findings) -> Explanation | None:
                 f"Idle-timeout ordering: {fmt_int(answer.value)} × UC on {upstream} — the upstream closed "
                 f"kept-alive connections the proxy still used. {fix}",
                 "idle_timeout",
+                short=short,
+                fix=fix,
             )
         quiet, busy = quiet_ratio * 100, busy_ratio * 100
         worst = answer.labels.get("worst_hour", "")
@@ -442,6 +485,8 @@ def idle_timeout(findings: Findings) -> Explanation | None:
                 f"{busy:.3g} % in busy ones{at} — the less traffic, the more idle connections the upstream closes "
                 f"under the proxy. {fix}",
                 "idle_timeout",
+                short=short,
+                fix=fix,
             )
         return Explanation(
             "idle_timeout",
@@ -449,6 +494,8 @@ def idle_timeout(findings: Findings) -> Explanation | None:
             f"hours vs {quiet:.3g} % in quiet ones (worst at {worst}) — connections the upstream closed while the "
             f"proxy still pooled them, here under load. {fix}",
             "idle_timeout",
+            short=short,
+            fix=fix,
         )
     return None
 
@@ -475,6 +522,8 @@ def log_storm(findings: Findings) -> Explanation | None:
         f"{fmt_int(count)} times without an OOM kill — read the first error after each restart; a retry loop "
         "without backoff repeats itself in the logs.",
         "crash_loop",
+        short=f"Log storm or crash loop: {namespace}/{workload} restarted {fmt_int(count)} times, no OOM kill",
+        fix="Read the first error after each restart: a retry loop without backoff repeats itself in the logs.",
     )
 
 
@@ -509,20 +558,26 @@ def crash_loop(findings: Findings) -> Explanation | None:
         evidence.append(f"{fmt_int(errors[0].value)} error lines from {namespace}/{errors[0].labels.get('workload')}")
     if known and known[0] == "OOMKilled":
         cause, words = "oom", "the kernel killed it for memory: raise its limit or find what grows"
+        short, fix = "killed for memory", "Raise its memory limit or find what grows."
     elif liveness and (not known or known[0] not in ("Error", "Completed")):
         cause, words = "liveness", "the kubelet killed it on failed liveness probes: the probe, or what makes it slow"
+        short, fix = "killed on failed liveness probes", "Look at its liveness probe, or what makes it slow."
     elif known:
         cause, words = (
             "crash_loop",
             "it exits on its own: read the last lines of its previous run (kubectl logs --previous)",
         )
+        short, fix = "it exits on its own", "Read the last lines of its previous run (kubectl logs --previous)."
     else:
         cause, words = "", "why is not in the data (no exit reason, no probe failure seen): kubectl logs --previous"
+        short, fix = "why is not in the data", "Read its previous run's logs (kubectl logs --previous)."
     return Explanation(
         "crash_loop",
         f"Crash loop: {namespace}/{pod}/{container} restarted {fmt_int(count)} times ({'; '.join(evidence)}) "
         f"— {words}.",
         cause,
+        short=f"Crash loop: {namespace}/{workload_of(pod)} restarted {fmt_int(count)} times, {short}",
+        fix=fix,
     )
 
 
@@ -538,12 +593,15 @@ def blind_spot(findings: Findings) -> Explanation | None:
             "blind_spot",
             f"Blind spot: {names} went critical and no alert fired in the window — nobody was paged. Add alert "
             "rules for these signals.",
+            short=f"No alert fired for {names}: nobody was paged",
+            fix="Add alert rules for these signals.",
         )
     if alerts.status is Status.UNKNOWN:
         return Explanation(
             "blind_spot",
             f"Possible blind spot: {names} went critical and whether an alert fired could not be seen "
             f"({alerts.error or 'alerting not observable'}).",
+            short=f"Whether an alert fired for {names} could not be seen",
         )
     return None
 

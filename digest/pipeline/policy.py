@@ -35,6 +35,7 @@ import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ from digest.checks.oom_kills import OomKillsPolicy
 from digest.checks.readiness import ReadinessPolicy
 from digest.checks.restarts import RestartsPolicy
 from digest.checks.workloads import WorkloadsPolicy
+from digest.pipeline.acks import AckError, parse_target
 
 # Each check's policy section, from the registry (the typed fields of `Policy` below are kept in step by a test).
 CHECK_POLICIES: dict[str, type[Any]] = {entry.name: entry.policy_type for entry in registry.CHECKS}
@@ -71,6 +73,20 @@ class Cap:
 
     checks: tuple[str, ...]
     max_penalty: int
+
+
+@dataclass(frozen=True)
+class PolicyAck:
+    """A known, permanent exception (`digest.pipeline.acks`): a check, or one subject of it, acked for a reason.
+
+    ``until`` (a day, through its end in UTC) ends it; ``at_most`` bounds the value it covers (more lifts it).
+    """
+
+    check: str
+    subject: str
+    reason: str
+    until: date | None = None
+    at_most: float | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +147,7 @@ class Policy:
     trends: TrendsPolicy = field(default_factory=TrendsPolicy)
     coverage: CoveragePolicy = field(default_factory=CoveragePolicy)
     logs: LogsPolicy = field(default_factory=LogsPolicy)
+    acks: tuple[PolicyAck, ...] = ()
 
     def enabled(self, name: str) -> bool:
         """Whether the check called ``name`` runs."""
@@ -231,10 +248,52 @@ def policy_from_mapping(raw: object) -> Policy:
             if not name.strip():
                 raise PolicyError(f"logs.fields.{role}: must name a field or label")
         values["logs"] = logs
+    if "acks" in raw:
+        values["acks"] = _acks(raw["acks"])
     return Policy(**values)
 
 
-_TOP_LEVEL = {"checks", "caps", "grade", "trends", "coverage", "logs"}
+_TOP_LEVEL = {"checks", "caps", "grade", "trends", "coverage", "logs", "acks"}
+_ACK_KEYS = {"finding", "reason", "until", "at_most"}
+
+
+def _acks(raw: object) -> tuple[PolicyAck, ...]:
+    """``acks:`` — each ``{finding: check[:subject], reason: text, until: YYYY-MM-DD, at_most: number}``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise PolicyError("acks: must be a list")
+    acks: list[PolicyAck] = []
+    for index, item in enumerate(raw):
+        where = f"acks[{index}]"
+        if not isinstance(item, Mapping):
+            raise PolicyError(f"{where}: must be a mapping with finding and reason")
+        _reject_unknown(item, _ACK_KEYS, f"{where}.")
+        finding, reason = item.get("finding"), item.get("reason")
+        if not isinstance(finding, str):
+            raise PolicyError(f"{where}.finding: must name a check, or check:subject")
+        try:
+            check, subject = parse_target(finding, CHECK_POLICIES)
+        except AckError as exc:
+            raise PolicyError(f"{where}.finding: {exc}") from None
+        if not isinstance(reason, str) or not reason.strip():
+            raise PolicyError(f"{where}.reason: must say why (an ack without a reason is a silence)")
+        until = item.get("until")
+        if isinstance(until, str):
+            try:
+                until = date.fromisoformat(until)
+            except ValueError:
+                raise PolicyError(f"{where}.until: must be a day, YYYY-MM-DD") from None
+        if until is not None and (not isinstance(until, date) or hasattr(until, "hour")):
+            raise PolicyError(f"{where}.until: must be a day, YYYY-MM-DD")
+        at_most = item.get("at_most")
+        if at_most is not None and (
+            isinstance(at_most, bool) or not isinstance(at_most, int | float) or not math.isfinite(at_most)
+        ):
+            raise PolicyError(f"{where}.at_most: must be a number")
+        acks.append(PolicyAck(check, subject, reason.strip(), until, float(at_most) if at_most is not None else None))
+    return tuple(acks)
+
 
 # Keys that moved: a policy file written before still names them, and must be told where they went.
 _MOVED = {

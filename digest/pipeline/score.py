@@ -6,15 +6,19 @@ is never OK — it says UNKNOWN when nothing else is wrong, and the headline nam
 A disabled check is listed as disabled, never counted as OK. A check with nothing to watch on this cluster (its every
 source a component never seen here: no Envoy, no rule evaluator) is *not watched*: neither graded nor UNKNOWN, named
 once in a footer line.
+
+An ack that holds (`digest.pipeline.acks`) takes its finding's points off the score and its WARN/CRIT out of the
+status; it never takes UNKNOWN or a partial view away.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from digest.checks.contract import Finding, Status, Unwatched, Window
+from digest.pipeline.acks import Ack, AckOutcome, judge
 from digest.pipeline.explain import Explanation, explain
 from digest.pipeline.novelty import Novelty
 from digest.pipeline.policy import Policy
@@ -68,6 +72,18 @@ class Digest:
     log_clusters: tuple[str, ...] = ()
     # Cluster selectors that matched nothing in the window, as setting and matchers (`Collected.empty_scopes`).
     empty_scopes: tuple[str, ...] = ()
+    # Each acked finding's ack, by check name: held (not graded, said on one line) or lifted (worse than acked).
+    acks: Mapping[str, AckOutcome] = field(default_factory=dict)
+
+    def acked(self, finding: Finding) -> AckOutcome | None:
+        """The ack that holds for ``finding`` this window, or None."""
+        outcome = self.acks.get(finding.name)
+        return outcome if outcome is not None and outcome.held else None
+
+    @property
+    def acked_count(self) -> int:
+        """How many findings an ack holds: the headline says it beside the grade."""
+        return sum(outcome.held for outcome in self.acks.values())
 
     def is_graded(self, finding: Finding) -> bool:
         """Whether ``finding`` comes from a check that can cost points (and so gates the grade)."""
@@ -138,9 +154,15 @@ def grade(
     disabled: Sequence[str],
     policy: Policy,
     unwatched: Sequence[Unwatched] = (),
+    acks: Sequence[Ack] = (),
 ) -> Digest:
-    """Score the findings under the policy (the checks in ``unwatched`` are not among them: nothing to grade)."""
-    applied, caps = apply_caps(findings, policy)
+    """Score the findings under the policy (the checks in ``unwatched`` are not among them: nothing to grade).
+
+    ``acks`` that hold for the window waive their findings' points (module doc).
+    """
+    outcomes = judge(findings, acks, window)
+    held = {name for name, outcome in outcomes.items() if outcome.held}
+    applied, caps = apply_caps([replace(f, penalty=0) if f.name in held else f for f in findings], policy)
     rules = policy.grade
     score = max(0, rules.max_score - sum(applied.values()))
     if score >= rules.ok_at:
@@ -157,7 +179,7 @@ def grade(
         # Part of the day or of the fleet unseen, even by a diagnostic check: the day cannot be vouched for.
         status = DigestStatus.UNKNOWN
     if status is DigestStatus.OK and any(
-        finding.status is not Status.OK and finding.penalty == 0 for finding in graded
+        finding.status is not Status.OK and finding.penalty == 0 and finding.name not in held for finding in graded
     ):
         # A graded check's WARN/CRIT whose penalty is configured to 0 still keeps the digest from a clean OK; one that
         # costs points is in the score already, which `ok_at` judges.
@@ -175,4 +197,5 @@ def grade(
         graded_names=frozenset(finding.name for finding in graded),
         explanations=explain(findings),
         unwatched=tuple(unwatched),
+        acks=outcomes,
     )

@@ -2,7 +2,8 @@
 
 The graded checks are run again on each of the previous ``days`` windows of the same length (the same code, the
 same queries, shifted), concurrently under the sources' bound. A signal is called out when today's value is at least
-``min_factor`` times the median of the previous days that had data — "error_lines ×378,311 vs 7-day median (12)" —
+``min_factor`` times the median of the previous days that had data — "error_lines 4,539,734: 378,311 times the usual
+12 (the middle of the last 7 days)" —
 or when it appears from nothing; days whose check was UNKNOWN (no data) do not count toward the median. The previous
 day's grade gives "score 10 → 8 since yesterday".
 
@@ -348,10 +349,20 @@ def trend_lines(today: Digest, history: list[Digest], policy: Policy) -> tuple[s
         median = statistics.median(seen)
         # A healthy signal needs a much larger jump to be worth a line than one that already costs points.
         factor = policy.trends.min_factor if finding.status is not Status.OK else policy.trends.min_factor**2
-        days = "1 day" if len(seen) == 1 else f"{len(seen)} days"
-        basis = f"{len(seen)}-day median" if len(seen) == len(history) else f"median of {days} with data"
         if median > 0 and finding.value >= factor * median:
-            lines.append(f"{finding.name} ×{fmt_int(finding.value / median)} vs {basis} ({_show(finding, median)})")
+            times = f"{fmt_int(finding.value / median)} times"
+            if len(seen) == 1:
+                # Not "the previous day" unless it is yesterday: the one day with data may be a week back.
+                usual = f"{'the previous day' if past[0] is not None else 'the one earlier day with data'}'s"
+                lines.append(
+                    f"{finding.name} {_show(finding, finding.value)}: {times} {usual} {_show(finding, median)}"
+                )
+            else:
+                days = f"last {len(seen)} days" if len(seen) == len(history) else f"{len(seen)} earlier days with data"
+                lines.append(
+                    f"{finding.name} {_show(finding, finding.value)}: {times} the usual {_show(finding, median)} "
+                    f"(the middle of the {days})"
+                )
         elif median == 0 and finding.value > 0 and finding.status is not Status.OK:
             if len(seen) == len(history):
                 before = "the previous day" if len(seen) == 1 else f"the {len(seen)} previous days"

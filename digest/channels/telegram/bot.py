@@ -30,7 +30,7 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -94,6 +94,8 @@ HELP = (
     "/digest 6h — the last 6 hours (up to 7d)\n"
     "/digest week — last week at a glance (or /digest week 2026-W33)\n"
     "/status — last posts, failures, sources, next post\n"
+    "/ack error_lines:shop/api 7d why — a finding you own: one line, no point lost, until it expires or gets worse\n"
+    "/acks — what is acked; /unack error_lines:shop/api ends one\n"
     "/help — this message\n"
     "\n"
     "The score starts at 10; each problem found takes points off (an error flood, an OOM kill, conntrack filling, "
@@ -107,6 +109,8 @@ HELP = (
 COMMANDS = [
     BotCommand("digest", "Health digest: last 24h, a date, yesterday or e.g. 6h"),
     BotCommand("status", "Last posts, failures, sources and next post time"),
+    BotCommand("ack", "Ack a finding you own: /ack check[:subject] [7d] [reason]"),
+    BotCommand("acks", "What is acked, by whom, until when"),
     BotCommand("help", "How to use this bot"),
 ]
 _REFUSAL = "This bot only answers the chats it is configured for."
@@ -218,6 +222,16 @@ def parse_digest_arguments(arguments: list[str], now: datetime, zone: ZoneInfo) 
     return last_window(parse_duration(argument), minute, zone)
 
 
+class AckDesk(Protocol):
+    """Acks made, ended and listed for the chat (`digest.app.acks.AckDesk`): each answer one plain text."""
+
+    async def ack(self, arguments: Sequence[str], by: str, now: datetime) -> str: ...
+
+    async def unack(self, arguments: Sequence[str], now: datetime) -> str: ...
+
+    async def listing(self, now: datetime) -> str: ...
+
+
 @dataclass
 class DigestBot:
     """The bot's behaviour, independent of how updates arrive (polling or webhook)."""
@@ -228,6 +242,8 @@ class DigestBot:
     hooks: BotHooks = field(default_factory=NoHooks)
     clock: Clock = utc_now
     poster: Poster | None = None
+    # /ack, /unack and /acks (None: the bot answers that acks are not kept here).
+    acks: AckDesk | None = None
     # The channels posted to beside this bot's chats (a webhook…), opened when the application starts and closed
     # when it stops: the same rounds, each recipient once.
     more_channels: Callable[[], AbstractAsyncContextManager[tuple[Channel, ...]]] | None = None
@@ -567,6 +583,44 @@ class DigestBot:
             "/help says what the score and each status mean.",
         )
 
+    async def on_ack(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/ack check[:subject] [duration] [reason]: acked against the last 24 h's digest, by whoever asked."""
+        desk = await self._ack_desk(update)
+        if desk is None:
+            return
+        user = update.effective_user
+        by = f"@{user.username}" if user is not None and user.username else (user.full_name if user else "someone")
+        text = await desk.ack(list(context.args or []) if context else [], by, self.clock())
+        await self._reply_in_order(update, text)
+
+    async def on_unack(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/unack check[:subject]: the ack ends now (kept for replays of the days it held)."""
+        desk = await self._ack_desk(update)
+        if desk is not None:
+            await self._reply_in_order(
+                update, await desk.unack(list(context.args or []) if context else [], self.clock())
+            )
+
+    async def on_acks(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/acks: what holds now, by whom, until when."""
+        desk = await self._ack_desk(update)
+        if desk is not None:
+            await self._reply_in_order(update, await desk.listing(self.clock()))
+
+    async def _ack_desk(self, update: Update) -> AckDesk | None:
+        """The desk when this chat may ack here (the rules of /status); the refusal or the reason sent otherwise."""
+        if not self.allowed(update):
+            await self.refuse(update)
+            return None
+        if not self.answers_here(update):
+            await self.refuse_elsewhere(update)
+            return None
+        if update.effective_message is None:
+            return None
+        if self.acks is None:
+            await self._reply_in_order(update, "Acks are not kept by this bot (no state file).")
+        return self.acks
+
     async def on_help(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         if not self.allowed(update):
             await self.refuse(update)
@@ -699,6 +753,9 @@ def build_application(
     application.add_handler(CommandHandler("status", bot.on_status, filters=fresh))
     application.add_handler(CommandHandler("help", bot.on_help, filters=fresh))
     application.add_handler(CommandHandler("start", bot.on_start, filters=fresh))
+    application.add_handler(CommandHandler("ack", bot.on_ack, filters=fresh))
+    application.add_handler(CommandHandler("unack", bot.on_unack, filters=fresh))
+    application.add_handler(CommandHandler("acks", bot.on_acks, filters=fresh))
     application.add_handler(MessageHandler(filters.COMMAND & fresh, bot.on_other))
     application.add_error_handler(_on_error)
     job_queue = application.job_queue

@@ -2,9 +2,11 @@
 
 Telegram limits a message to 4,096 characters of *visible* text (after entity parsing: tags do not count, ``&amp;``
 counts as one character) and counts in UTF-16 code units (an emoji outside the BMP counts two). The digest's HTML
-template keeps every tag inside one line, so a cut between lines always leaves balanced tags; this module packs lines
-into parts, preferring to cut at blank lines (section boundaries), marks each part "(1/3)", and turns a single line
-that is longer than a whole message into escaped plain text cut at the limit.
+template keeps every tag inside one line, except its folded sections (expandable blockquotes, each a unit here), so
+a cut between lines always leaves balanced tags; this module packs lines into parts, preferring to cut at blank lines
+(section boundaries), keeps a folded section whole in one part (unfolding it when it alone is longer than a part),
+marks each part "(1/3)", and turns a single line that is longer than a whole message into escaped plain text cut at
+the limit.
 """
 
 from __future__ import annotations
@@ -61,8 +63,8 @@ def split_html(message: str, limit: int = MAX_TEXT) -> list[str]:
     # Room for the "\n(12/12)" marker.
     budget = limit - 10
     lines: list[str] = []
-    for line in message.split("\n"):
-        lines.extend(_cut_long_line(line, budget))
+    for unit in _units(message, budget):
+        lines.extend(_cut_long_line(unit, budget))
     parts: list[list[str]] = [[]]
     size = 0
     last_blank = -1  # index in the current part of its last blank line, to cut at a section boundary
@@ -89,6 +91,35 @@ def split_html(message: str, limit: int = MAX_TEXT) -> list[str]:
     texts = ["\n".join(part).strip("\n") for part in parts if any(line.strip() for line in part)]
     total = len(texts)
     return [f"{text}\n({index}/{total})" for index, text in enumerate(texts, start=1)]
+
+
+_QUOTE_OPEN = "<blockquote expandable>"
+_QUOTE_CLOSE = "</blockquote>"
+
+
+def _units(message: str, budget: int) -> list[str]:
+    """The message's lines, with each folded section (an expandable blockquote) kept as one unit when it fits a part.
+
+    A section is packed whole or moved to the next part, never cut: a cut would leave its tags unbalanced. One that
+    cannot fit a part on its own is unfolded (its quote tags dropped) into lines, each with its tags on it.
+    """
+    units: list[str] = []
+    quote: list[str] = []
+    for line in message.split("\n"):
+        if not quote and not line.startswith(_QUOTE_OPEN):
+            units.append(line)
+            continue
+        quote.append(line)
+        if line.endswith(_QUOTE_CLOSE):
+            whole = "\n".join(quote)
+            quote = []
+            if visible_length(whole) <= budget:
+                units.append(whole)
+            else:
+                units.extend(whole.removeprefix(_QUOTE_OPEN).removesuffix(_QUOTE_CLOSE).split("\n"))
+    if quote:  # never closed: not a section this module wrote; its lines as they are
+        units.extend(quote)
+    return units
 
 
 def _sum_cost(lines: list[str]) -> int:
