@@ -120,7 +120,7 @@ def test_a_blind_day_names_what_was_not_checked_on_the_first_screen() -> None:
     # Each check blind for its own reason: two said, the rest named.
     alone = [replace(finding, error=f"{finding.name}: its own trouble") for finding in findings]
     lines = first_screen(Renderer().render(grade("prod", PARIS, alone, [], Policy()), "html"))
-    assert "❓ and conntrack, envoy_flags not checked, each for its own reason" in " ".join(lines)
+    assert "❓ and conntrack, envoy_flags, each for its own reason (below)" in " ".join(lines)
     assert len(lines) <= 12, "\n".join(lines)
 
 

@@ -180,4 +180,5 @@ def make_bot(
         polling=polling,
         more_channels=lambda: open_channels(config.settings, owner, skip=frozenset({TELEGRAM})),
         acks=AckDesk(config, service.digest),
+        mutes=service.mute_targets,
     )

@@ -49,6 +49,11 @@ async def _single_flight(
     return await asyncio.shield(task)
 
 
+# A digest's buttons are made within seconds of its text (a post, an answer); a few windows are enough.
+_RECENT_SECONDS = 600.0
+_RECENT_KEPT = 8
+
+
 @dataclass
 class DigestService:
     """Computes digests with single flight: concurrent requests for one window share one computation."""
@@ -60,6 +65,9 @@ class DigestService:
     _in_flight: dict[tuple[datetime, datetime], asyncio.Task[Digest]] = field(default_factory=dict)
     _charts_in_flight: dict[tuple[datetime, datetime], asyncio.Task[Photo | None]] = field(default_factory=dict)
     computations: int = 0
+    # The last few digests computed, by window, for what follows a digest within minutes (its buttons): never
+    # asked again of the backends for that. `digest` itself always computes (or joins one in flight).
+    _recent: dict[tuple[datetime, datetime], tuple[float, Digest]] = field(default_factory=dict)
     _weeks_in_flight: dict[tuple[int, int], asyncio.Task[Week]] = field(default_factory=dict)
 
     async def digest(self, window: Window) -> Digest:
@@ -67,6 +75,19 @@ class DigestService:
         return await _single_flight(
             self._in_flight, (window.start, window.end), lambda: self._compute(window), self._count
         )
+
+    async def recent(self, window: Window) -> Digest:
+        """The digest of ``window`` computed in the last `_RECENT_SECONDS`, else computed (or joined) now."""
+        kept = self._recent.get((window.start, window.end))
+        if kept is not None and time.monotonic() - kept[0] < _RECENT_SECONDS:
+            return kept[1]
+        return await self.digest(window)
+
+    async def mute_targets(self, window: Window) -> list[str]:
+        """The checks that found something in ``window`` and that no ack holds: what a mute button can ack."""
+        digest = await self.recent(window)
+        found = [*digest.deductions, *digest.diagnoses]
+        return [finding.name for finding in found if digest.acked(finding) is None]
 
     async def photo(self, window: Window) -> Photo | None:
         """The window's chart as a Telegram photo, or None when charts are off or drawing failed."""
@@ -102,6 +123,9 @@ class DigestService:
         )
         if self.metrics is not None:
             self.metrics.observe_digest(digest, time.monotonic() - started)
+        self._recent[(window.start, window.end)] = (time.monotonic(), digest)
+        while len(self._recent) > _RECENT_KEPT:
+            self._recent.pop(next(iter(self._recent)))
         return digest
 
     async def text(self, window: Window, fmt: str) -> str:

@@ -266,7 +266,9 @@ def _by_reason(rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
     """``rows`` with one reason joined into one row: "error_lines, oom_kills not checked · VictoriaMetrics down"."""
     names: dict[tuple[str, str], list[str]] = {}
     for name, verb, reason in rows:
-        names.setdefault((verb, reason), []).append(name)
+        # What a partly seen check found, and for how long, differs check by check: one line, the rest below (the
+        # headline names what was not seen).
+        names.setdefault((verb, "what each saw is below" if verb == "partly seen" else reason), []).append(name)
     return [(", ".join(together), verb, reason) for (verb, reason), together in names.items()]
 
 

@@ -33,17 +33,18 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from datetime import time as time_of_day
 from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
-from telegram import BotCommand, Message, Update
+from telegram import BotCommand, InlineKeyboardMarkup, Message, Update
 from telegram.constants import ChatAction
 from telegram.error import TelegramError
 from telegram.ext import (
     Application,
     ApplicationBuilder,
+    CallbackQueryHandler,
     CommandHandler,
     ContextTypes,
     JobQueue,
@@ -56,6 +57,7 @@ from digest.channels.dispatch import DeliveryHooks, Digests, Dispatch, NoDeliver
 from digest.channels.schedule import Schedule
 from digest.channels.state import TELEGRAM, DeliveryState
 from digest.channels.telegram.allowance import CommandAllowance
+from digest.channels.telegram.buttons import MUTE_FOR, button_key, digest_buttons, parse_action, verified
 from digest.channels.telegram.channel import TelegramChannel
 from digest.channels.telegram.polling import PollHealth, PollingRequest
 from digest.channels.telegram.sender import (
@@ -78,6 +80,8 @@ from digest.pipeline.window import (
     last_window,
     parse_date,
     parse_duration,
+    post_moment,
+    post_window,
 )
 
 log = logging.getLogger(__name__)
@@ -244,6 +248,10 @@ class DigestBot:
     poster: Poster | None = None
     # /ack, /unack and /acks (None: the bot answers that acks are not kept here).
     acks: AckDesk | None = None
+    # The checks a window's digest found something in and no ack holds: a mute button each (None: no mutes).
+    mutes: Callable[[Window], Awaitable[list[str]]] | None = None
+    # The key the buttons' data is signed with (`build_application` derives it from the token; empty: no buttons).
+    button_key: bytes = b""
     # The channels posted to beside this bot's chats (a webhook…), opened when the application starts and closed
     # when it stops: the same rounds, each recipient once.
     more_channels: Callable[[], AbstractAsyncContextManager[tuple[Channel, ...]]] | None = None
@@ -437,10 +445,14 @@ class DigestBot:
         except WindowError as exc:
             await self._reply_in_order(update, f"{exc}. {USAGE}")
             return
+        await self._ask(chat.id, message, asked)
+
+    async def _ask(self, chat_id: int, message: Message, asked: Window | tuple[int, int]) -> None:
+        """Answer a digest asked by ``message`` (a command, or the digest whose button was pressed), as allowed."""
         allowance = self._allowance
-        delay = allowance.reserve(chat.id)
+        delay = allowance.reserve(chat_id)
         if delay is None:
-            again = math.ceil(allowance.next_free(chat.id))
+            again = math.ceil(allowance.next_free(chat_id))
             await message.reply_text(
                 f"{allowance.max_waiting} digests are already waiting in this chat; ask again in {again} s."
             )
@@ -448,7 +460,7 @@ class DigestBot:
         # Asked in a forum's topic: every answer stays in it (typing, notices, the digest, its chart).
         topic = message.message_thread_id if message.is_topic_message else None
         if delay <= 0:
-            await self._answer(chat.id, asked, message.message_id, topic)
+            await self._answer(chat_id, asked, message.message_id, topic)
             return
         await message.reply_text(
             f"{allowance.burst} digests per {allowance.window_seconds:g} s is this chat's limit: "
@@ -456,7 +468,7 @@ class DigestBot:
         )
         # Not the handler's own task: python-telegram-bot waits for handlers at stop, and a queued digest must not
         # hold up a shutdown; `cancel_queued` ends these instead.
-        task = asyncio.create_task(self._answer_later(chat.id, asked, delay, message.message_id, topic))
+        task = asyncio.create_task(self._answer_later(chat_id, asked, delay, message.message_id, topic))
         self._queued.add(task)
         task.add_done_callback(self._queued.discard)
 
@@ -492,8 +504,11 @@ class DigestBot:
             drawing: asyncio.Future[Photo | None] | None = None
             try:
                 await _quietly(sender.bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=topic))
+                muting: asyncio.Future[list[str]] | None = None
                 if isinstance(asked, Window):
                     computing: asyncio.Future[str] = asyncio.ensure_future(self.digests.text(asked, "html"))
+                    # Asked together, so that both join one computation of the window.
+                    muting = asyncio.ensure_future(self._mutes(asked))
                     label = asked.label
                 else:
                     computing = asyncio.ensure_future(self.digests.week_text(*asked, "html"))
@@ -516,8 +531,13 @@ class DigestBot:
                 else:
                     drawing = asyncio.ensure_future(self.digests.week_photo(*asked))
                 # The text and its chart go out together: no other answer in this chat comes between them.
+                markup = None
+                if isinstance(asked, Window) and muting is not None:
+                    markup = self._keyboard(chat_id, _day_of(asked, self.settings.zone), await muting)
                 async with self._sending(chat_id):
-                    final_chat, message_ids = await sender.send(chat_id, html, reply_to=reply_to, topic=topic)
+                    final_chat, message_ids = await sender.send(
+                        chat_id, html, reply_to=reply_to, topic=topic, markup=markup
+                    )
                     photo = await drawing
                     if photo is not None:
                         first = message_ids[0] if message_ids and message_ids[0] else None
@@ -620,6 +640,73 @@ class DigestBot:
         if self.acks is None:
             await self._reply_in_order(update, "Acks are not kept by this bot (no state file).")
         return self.acks
+
+    async def on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A button under a digest: answered as its command would be, in the chat it was signed for only."""
+        query = update.callback_query
+        if query is None:
+            return
+        chat = update.effective_chat
+        message = query.message
+        if chat is None or not isinstance(message, Message):
+            await _quietly(query.answer("This button has expired."))
+            return
+        if not self.allowed(update) or not self.answers_here(update):
+            await _quietly(query.answer(_REFUSAL))
+            return
+        action = verified(self.button_key, chat.id, query.data or "") if self.button_key else None
+        asked = parse_action(action) if action is not None else None
+        if asked is None:
+            # A button forwarded from another chat (or made up): it acts only where the bot put it.
+            await _quietly(query.answer("This button does not belong to this chat."))
+            return
+        if asked.kind == "mute":
+            if self.acks is None:
+                await _quietly(query.answer("Acks are not kept by this bot (no state file)."))
+                return
+            await _quietly(query.answer(f"Muting {asked.value} for {MUTE_FOR}…"))
+            user = update.effective_user
+            by = f"@{user.username}" if user is not None and user.username else (user.full_name if user else "someone")
+            text = await self.acks.ack([asked.value, MUTE_FOR, "muted from the digest"], by, self.clock())
+            await self._reply_in_order(update, text)
+            return
+        try:
+            window: Window | tuple[int, int] = (
+                parse_digest_arguments([asked.value], self.clock(), self.settings.zone)
+                if asked.kind == "day"
+                else parse_week_arguments([asked.value], self.clock(), self.settings.zone)
+            )
+        except WindowError as exc:
+            await _quietly(query.answer(fit_utf16(str(exc), 200)))
+            return
+        await _quietly(query.answer())
+        await self._ask(chat.id, message, window)
+
+    def _keyboard(self, chat_id: int | str, day: date | None, mutes: list[str]) -> InlineKeyboardMarkup | None:
+        """The buttons under a digest in ``chat_id`` (none for a chat named by @name: its presses carry an id)."""
+        if not self.button_key or not isinstance(chat_id, int):
+            return None
+        today = self.clock().astimezone(self.settings.zone).date()
+        return digest_buttons(self.button_key, chat_id, day, today, mutes)
+
+    async def _mutes(self, window: Window) -> list[str]:
+        if self.mutes is None:
+            return []
+        try:
+            return await self.mutes(window)
+        except Exception:  # a mute button is a convenience: the digest goes out without them
+            log.exception("the findings to mute of %s could not be read", window.label)
+            return []
+
+    async def scheduled_buttons(self, key: str, chat_id: ChatId) -> InlineKeyboardMarkup | None:
+        """The buttons under a scheduled daily post (its key names its day); none under the week at a glance."""
+        if not key.startswith("daily:"):
+            return None
+        day = date.fromisoformat(key.removeprefix("daily:"))
+        settings = self.settings
+        at = settings.wall_post_time
+        window = post_window(post_moment(day, at, settings.zone), at, settings.zone)
+        return self._keyboard(chat_id, day, await self._mutes(window))
 
     async def on_help(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         if not self.allowed(update):
@@ -744,7 +831,10 @@ def build_application(
         .build()
     )
     bot.poster = Poster(sender=Sender(application.bot, state=bot.state), state=bot.state)
-    bot.dispatch.channels = (TelegramChannel(bot.poster, settings.chat_ids, settings.topics),)
+    bot.button_key = button_key(token)
+    bot.dispatch.channels = (
+        TelegramChannel(bot.poster, settings.chat_ids, settings.topics, buttons=bot.scheduled_buttons),
+    )
     # New messages and channel posts only: an edited old "/digest" is not a new request. CommandHandler already
     # ignores "/digest@OtherBot"; on_other ignores it too instead of calling it unknown.
     fresh = filters.UpdateType.MESSAGE | filters.UpdateType.CHANNEL_POST
@@ -757,6 +847,7 @@ def build_application(
     application.add_handler(CommandHandler("unack", bot.on_unack, filters=fresh))
     application.add_handler(CommandHandler("acks", bot.on_acks, filters=fresh))
     application.add_handler(MessageHandler(filters.COMMAND & fresh, bot.on_other))
+    application.add_handler(CallbackQueryHandler(bot.on_button))
     application.add_error_handler(_on_error)
     job_queue = application.job_queue
     if job_queue is None:
@@ -788,6 +879,11 @@ async def _quietly(call: Awaitable[T]) -> T | None:
 async def _reply(message: Message, text: str) -> None:
     """Reply with ``text`` cut to what Telegram takes (a quoted 4,000-character argument never silences the bot)."""
     await message.reply_text(fit_utf16(text, MAX_TEXT))
+
+
+def _day_of(window: Window, zone: ZoneInfo) -> date:
+    """The calendar day a window is read as (its last instant's): the day its buttons go back and forth from."""
+    return (window.end - timedelta(microseconds=1)).astimezone(zone).date()
 
 
 def _for_another_bot(update: Update, own_username: str | None) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+from telegram import InlineKeyboardMarkup
+
 from digest.channels.channel import Photo, PostResult
 from digest.channels.state import TELEGRAM, DeliveryState
 from digest.channels.telegram.sender import ChatId, Poster, chat_of, recipient
@@ -18,6 +20,8 @@ class TelegramChannel:
     chat_ids: tuple[ChatId, ...]
     # The forum topic a chat's digests go to (``chat:topic`` in the settings); a chat not named: the chat itself.
     topics: Mapping[ChatId, int] = field(default_factory=dict)
+    # The buttons under a scheduled post, by its delivery key and chat (None: no buttons).
+    buttons: Callable[[str, ChatId], Awaitable[InlineKeyboardMarkup | None]] | None = None
 
     @property
     def name(self) -> str:
@@ -49,4 +53,8 @@ class TelegramChannel:
     ) -> PostResult:
         """Post to the chat ``recipient`` names (an id's text or "@name"), each part once."""
         chat = chat_of(recipient)
-        return await self.poster.post_once(chat, key, message, late=late, photo=photo, topic=self.topics.get(chat))
+        buttons = self.buttons
+        markup = (lambda: buttons(key, chat)) if buttons is not None else None
+        return await self.poster.post_once(
+            chat, key, message, late=late, photo=photo, topic=self.topics.get(chat), markup=markup
+        )

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from telegram import Bot, LinkPreviewOptions, Message, ReplyParameters
+from telegram import Bot, InlineKeyboardMarkup, LinkPreviewOptions, Message, ReplyParameters
 from telegram.constants import ParseMode
 from telegram.error import (
     BadRequest,
@@ -368,16 +368,26 @@ class Sender:
     random_unit: Callable[[], float] = random.random
 
     async def send(
-        self, chat_id: ChatId, html_message: str, reply_to: int | None = None, topic: int | None = None
+        self,
+        chat_id: ChatId,
+        html_message: str,
+        reply_to: int | None = None,
+        topic: int | None = None,
+        markup: InlineKeyboardMarkup | None = None,
     ) -> tuple[ChatId, list[int]]:
         """Send ``html_message`` split into valid parts (the first replying to ``reply_to``); the chat and ids.
 
-        ``topic``: the forum topic (``message_thread_id``) every part goes to; None: the chat itself.
+        ``topic``: the forum topic (``message_thread_id``) every part goes to; None: the chat itself. ``markup``: the
+        buttons, under the first part (the first screen).
         """
         message_ids: list[int] = []
         for index, part in enumerate(split_html(html_message)):
             chat_id, message_id = await self.send_text(
-                chat_id, part, reply_to=reply_to if index == 0 else None, topic=topic
+                chat_id,
+                part,
+                reply_to=reply_to if index == 0 else None,
+                topic=topic,
+                markup=markup if index == 0 else None,
             )
             message_ids.append(message_id)
         return chat_id, message_ids
@@ -389,6 +399,7 @@ class Sender:
         guard: SendGuard | None = None,
         reply_to: int | None = None,
         topic: int | None = None,
+        markup: InlineKeyboardMarkup | None = None,
     ) -> tuple[ChatId, int]:
         """Send one message of at most 4,096 visible characters (a part of `split_html`), with retries."""
         replying = reply_parameters(reply_to)
@@ -401,6 +412,7 @@ class Sender:
                 link_preview_options=LinkPreviewOptions(is_disabled=True),
                 reply_parameters=replying,
                 message_thread_id=topic,
+                reply_markup=markup,
             )
 
         return await self._with_retries(chat_id, text, guard)
@@ -564,6 +576,8 @@ class TelegramParts:
 
     sender: Sender
     topic: int | None = None
+    # The buttons under the first part, made when it is sent (a retry makes them again: they hold no state).
+    markup: Callable[[], Awaitable[InlineKeyboardMarkup | None]] | None = None
 
     def texts(self, message: str) -> list[str]:
         return split_html(message)
@@ -571,13 +585,23 @@ class TelegramParts:
     async def send(self, address: str, part: Part, guard: SendGuard, reply_to: int | None = None) -> tuple[str, int]:
         chat = chat_of(address)
         if part.kind is PartKind.TEXT:
-            moved, message_id = await self.sender.send_text(chat, part.text, guard, topic=self.topic)
+            buttons = await self._buttons() if part.index == 1 else None
+            moved, message_id = await self.sender.send_text(chat, part.text, guard, topic=self.topic, markup=buttons)
             return recipient(moved), message_id
         if part.data is None:  # the PNG is dropped only when the chart is accepted; a file edited by hand, then
             raise DeliveryError("the stored chart has no image", permanent=True)
         photo = Photo(png=part.data, caption=part.text, filename=part.filename or "digest.png")
         moved, message_id = await self.sender.send_photo(chat, photo, guard, topic=self.topic, reply_to=reply_to)
         return recipient(moved), message_id
+
+    async def _buttons(self) -> InlineKeyboardMarkup | None:
+        if self.markup is None:
+            return None
+        try:
+            return await self.markup()
+        except Exception:  # buttons are a convenience: the digest goes out without them rather than not at all
+            log.exception("the digest's buttons could not be made; posting it without them")
+            return None
 
 
 class Poster:
@@ -608,6 +632,7 @@ class Poster:
         late: bool = False,
         photo: Callable[[], Awaitable[Photo | None]] | None = None,
         topic: int | None = None,
+        markup: Callable[[], Awaitable[InlineKeyboardMarkup | None]] | None = None,
     ) -> PostResult:
         """Post what ``message()`` returns (and ``photo()`` after it) to ``chat_id``, each part once.
 
@@ -615,5 +640,5 @@ class Poster:
         ``message`` and ``photo`` are called only when no earlier attempt stored the delivery's parts. The delivery
         state knows the chat as text (`recipient`): "-1001234" or "@name".
         """
-        writer = TelegramParts(self.sender, topic)
+        writer = TelegramParts(self.sender, topic, markup)
         return await self.once.post_once(recipient(chat_id), key, message, writer, late=late, photo=photo)
