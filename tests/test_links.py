@@ -12,11 +12,14 @@ from __future__ import annotations
 import html
 import json
 from datetime import date
+from urllib.parse import parse_qs, urlsplit
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from digest.app.engine import Config, make_digest
 from digest.app.settings import load_settings
+from digest.output.links import LinkMaker
 from digest.output.render import Renderer
 from digest.pipeline.policy import Policy
 from digest.pipeline.window import day_window
@@ -78,3 +81,17 @@ async def test_no_ui_configured_means_no_link(corpus_backends: EmbeddedBackends)
     )
     digest = await make_digest(Config(settings=settings, policy=Policy()), day_window(DAYS[0], settings.zone))
     assert "<a " not in Renderer(settings.links()).render(digest, "html")
+
+
+def test_a_paris_day_opens_at_its_own_instants_in_vmui() -> None:
+    """A Europe/Paris day's VMUI link ends at 22:00 UTC read as VMUI reads g0.end_input (a UTC wall time), 24 h long.
+
+    VMUI parses the parameter with ``dayjs(end).utcOffset(0, true)`` (utils/time.ts ``formatDateToLocal``): the wall
+    time is UTC whatever zone the browser or VMUI's setting displays; the link must not carry Paris' wall time.
+    """
+    window = day_window(date(2026, 7, 20), ZoneInfo("Europe/Paris"))
+    url = LinkMaker(vmui_url="http://vm.example:8428").metrics_url("up", window)
+    assert url is not None
+    parameters = parse_qs(urlsplit(url).fragment.removeprefix("/?"))
+    assert parameters["g0.end_input"] == ["2026-07-20T22:00:00"]  # 2026-07-21 00:00 in Paris
+    assert parameters["g0.range_input"] == ["86400s"]

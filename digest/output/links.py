@@ -108,8 +108,10 @@ class LinkMaker:
 
 
 def _range_parameters(window: Window) -> str:
-    # The window's end in UTC (both UIs read a time without zone in their own zone setting: UTC by default in
-    # Prometheus; VMUI's setting may differ, the range's length does not).
+    # The window's end as a UTC wall time, which is how both UIs read g0.end_input whatever zone they display in:
+    # VMUI parses it with dayjs(end).utcOffset(0, true) (utils/time.ts formatDateToLocal, read at VictoriaMetrics
+    # b7ef6cc, 2026-08) and writes it back with formatDateToUTC; Prometheus' graph reads it as UTC. The instant is
+    # right for a reader in any zone; each UI then shows it in the reader's own zone.
     end = window.end.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"g0.range_input={window.seconds}s&g0.end_input={quote(end)}&g0.relative_time=none"
 
