@@ -388,7 +388,7 @@ class OomKillsCheck:
         )
         unattributed = max(0, kernel_kills - container_kills)
         if node_kills and nodes:
-            evidence.append(f"node_vmstat_oom_kill: {nodes}")
+            evidence.append(f"the kernel's count by node (node_vmstat_oom_kill): {nodes}")
         if unattributed:
             evidence.append(
                 f"{fmt_int(unattributed)} kernel OOM kill(s) not seen as a container termination "

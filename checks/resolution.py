@@ -72,11 +72,11 @@ class Resolution:
         return max(self.seconds, self.lookback)
 
     def bound(self) -> str:
-        """How a reader is told the precision: "measured on 15 s scrapes" or "assumed 30 s scrapes"."""
+        """How a reader is told the precision: "measured every 15 s" or "read at an assumed 30 s"."""
         if self.measured and self.said:
-            return f"{self.said}: each episode is known to one scrape of its part at either end"
+            return f"{self.said}: each episode's start and end are known to within one scrape of its part"
         if self.measured:
-            return f"measured on {self.seconds} s scrapes: each episode is known to one scrape at either end"
+            return f"measured every {self.seconds} s: each episode's start and end are known to within {self.seconds} s"
         return f"scrape interval not measurable: read at an assumed {self.seconds} s, each duration to one step"
 
 

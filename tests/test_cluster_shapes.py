@@ -814,7 +814,7 @@ SHAPES = (
         job_oom_killed(kernel=True),
         status="WARNING",
         score=9,
-        text_says=("OOM-killed by 14:01", "node_vmstat_oom_kill: pi5-2 +1"),
+        text_says=("OOM-killed by 14:01", "the kernel's count by node (node_vmstat_oom_kill): pi5-2 +1"),
         text_never=("no container termination seen", "not seen as a container termination", "29179080"),
     ),
     _shape(
@@ -831,7 +831,7 @@ SHAPES = (
         status="WARNING",
         score=9,
         says=("pi5-1",),
-        text_says=("node_vmstat_oom_kill: pi5-1 +1",),
+        text_says=("the kernel's count by node (node_vmstat_oom_kill): pi5-1 +1",),
     ),
     _shape(
         "a CronJob every minute",

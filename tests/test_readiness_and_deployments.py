@@ -93,7 +93,7 @@ async def test_fifteen_second_scrapes_give_fifteen_second_precision(own_backends
     (service,) = endpoints.offenders
     assert service.fact("empty_seconds") == 45
     assert service.fact("resolution_seconds") == 15
-    assert "measured on 15 s scrapes: each episode is known to one scrape at either end" in endpoints.evidence
+    assert "measured every 15 s: each episode's start and end are known to within 15 s" in endpoints.evidence
 
     readiness = await _run(own_backends, window, ReadinessCheck(ReadinessPolicy()))
     assert readiness.status is Status.WARN
@@ -103,7 +103,7 @@ async def test_fifteen_second_scrapes_give_fifteen_second_precision(own_backends
     assert offender.fact("episodes") == 1
     assert "readiness_failures" not in offender.facts  # the prober is not scraped: not measured, not zero
     assert readiness.summary.startswith("web/shop-6f7d9c8b5-x2x4k not ready 2 min 15 s from 10:29 without a restart")
-    assert "measured on 15 s scrapes: each episode is known to one scrape at either end" in readiness.evidence
+    assert "measured every 15 s: each episode's start and end are known to within 15 s" in readiness.evidence
     assert "prober_probe_total" in readiness.unobserved[0]
 
 
