@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
-from digest.channels.telegram.text import MAX_TEXT, split_html, utf16_length, visible_length
+from digest.channels.telegram.text import (
+    MAX_ENTITIES,
+    MAX_TEXT,
+    entity_count,
+    split_html,
+    utf16_length,
+    visible_length,
+)
 
 
 class _Balance(HTMLParser):
@@ -59,3 +66,25 @@ def test_a_single_huge_line_becomes_escaped_plain_pieces() -> None:
         assert visible_length(part) <= MAX_TEXT
         assert _balanced(part)
         assert "<b>" not in part
+
+
+def test_no_part_carries_more_entities_than_telegram_renders() -> None:
+    """A short digest with 300 tags is cut into parts of at most 100 entities, each valid, none of its lines lost."""
+    lines = [f"<b>−1</b> <code>check_{index}</code> · <i>short</i>" for index in range(100)]
+    message = "<b>CRITICAL</b>\n" + "\n".join(lines)
+    assert visible_length(message) < MAX_TEXT
+    parts = split_html(message)
+    assert len(parts) == 4
+    assert all(entity_count(part) <= MAX_ENTITIES for part in parts)
+    assert all(_balanced(part) for part in parts)
+    kept = [line for part in parts for line in part.split("\n") if line.startswith("<b>−1</b>")]
+    assert kept == lines
+
+
+def test_a_folded_section_with_too_many_entities_is_unfolded() -> None:
+    """A section whose 150 tags one message cannot render is sent open, its lines spread over parts."""
+    section = "<blockquote expandable><b>Diagnosis</b>\n" + "\n".join(f"<code>r{n}</code>" for n in range(150))
+    parts = split_html(f"<b>CRITICAL</b>\n\n{section}</blockquote>")
+    assert len(parts) >= 2
+    assert not any("blockquote" in part for part in parts)
+    assert all(entity_count(part) <= MAX_ENTITIES and _balanced(part) for part in parts)

@@ -1,7 +1,8 @@
 """Fitting a rendered digest into Telegram messages.
 
 Telegram limits a message to 4,096 characters of *visible* text (after entity parsing: tags do not count, ``&amp;``
-counts as one character) and counts in UTF-16 code units (an emoji outside the BMP counts two). The digest's HTML
+counts as one character) and counts in UTF-16 code units (an emoji outside the BMP counts two); it renders the first
+100 entities of a message and silently drops the formatting of the rest (`MAX_ENTITIES`). The digest's HTML
 template keeps every tag inside one line, except its folded sections (expandable blockquotes, each a unit here), so
 a cut between lines always leaves balanced tags; this module packs lines into parts, preferring to cut at blank lines
 (section boundaries), keeps a folded section whole in one part (unfolding it when it alone is longer than a part),
@@ -16,7 +17,11 @@ import re
 
 MAX_TEXT = 4096
 MAX_CAPTION = 1024
+# Telegram keeps the first 100 entities of a message and drops the formatting of the rest without a word
+# (tdlib/telegram-bot-api#820; TelegramBots#854): a part carries at most this many, so every tag is rendered.
+MAX_ENTITIES = 100
 _TAG = re.compile(r"<[^>]*>")
+_OPENING_TAG = re.compile(r"<(?!/)[^>]*>")
 
 
 def utf16_length(text: str) -> int:
@@ -56,36 +61,53 @@ def plain_from_html(html_text: str) -> str:
     return visible(html_text)
 
 
-def split_html(message: str, limit: int = MAX_TEXT) -> list[str]:
-    """Parts of at most ``limit`` visible UTF-16 units each, cut between lines, each marked (i/n) if several."""
-    if visible_length(message) <= limit:
+def entity_count(html_text: str) -> int:
+    """How many entities Telegram makes of ``html_text``: one per opening tag."""
+    return len(_OPENING_TAG.findall(html_text))
+
+
+def split_html(message: str, limit: int = MAX_TEXT, max_entities: int = MAX_ENTITIES) -> list[str]:
+    """Parts of at most ``limit`` visible UTF-16 units and ``max_entities`` entities each, marked (i/n) if several.
+
+    Cut between lines, at sections where they can be; a folded section is kept whole (`_units`).
+    """
+    if visible_length(message) <= limit and entity_count(message) <= max_entities:
         return [message]
     # Room for the "\n(12/12)" marker.
     budget = limit - 10
     lines: list[str] = []
-    for unit in _units(message, budget):
-        lines.extend(_cut_long_line(unit, budget))
+    for unit in _units(message, budget, max_entities):
+        lines.extend(_cut_long_line(unit, budget, max_entities))
     parts: list[list[str]] = [[]]
     size = 0
+    entities = 0
     last_blank = -1  # index in the current part of its last blank line, to cut at a section boundary
     for line in lines:
         cost = visible_length(line) + 1
-        if parts[-1] and size + cost > budget:
+        tags = entity_count(line)
+        if parts[-1] and (size + cost > budget or entities + tags > max_entities):
             current = parts[-1]
-            if 0 < last_blank < len(current) - 1 and _sum_cost(current[last_blank + 1 :]) + cost <= budget:
+            carried = current[last_blank + 1 :]
+            if (
+                0 < last_blank < len(current) - 1
+                and _sum_cost(carried) + cost <= budget
+                and entity_count("".join(carried)) + tags <= max_entities
+            ):
                 # Move the unfinished section to the next part instead of splitting it.
-                carried = current[last_blank + 1 :]
                 del current[last_blank:]
                 parts.append(carried)
                 size = _sum_cost(carried)
+                entities = entity_count("".join(carried))
             else:
                 parts.append([])
                 size = 0
+                entities = 0
             last_blank = -1
         if not parts[-1] and not line.strip():
             continue  # a part never starts with a blank line
         parts[-1].append(line)
         size += cost
+        entities += tags
         if not line.strip():
             last_blank = len(parts[-1]) - 1
     texts = ["\n".join(part).strip("\n") for part in parts if any(line.strip() for line in part)]
@@ -97,7 +119,7 @@ _QUOTE_OPEN = "<blockquote expandable>"
 _QUOTE_CLOSE = "</blockquote>"
 
 
-def _units(message: str, budget: int) -> list[str]:
+def _units(message: str, budget: int, max_entities: int) -> list[str]:
     """The message's lines, with each folded section (an expandable blockquote) kept as one unit when it fits a part.
 
     A section is packed whole or moved to the next part, never cut: a cut would leave its tags unbalanced. One that
@@ -113,7 +135,7 @@ def _units(message: str, budget: int) -> list[str]:
         if line.endswith(_QUOTE_CLOSE):
             whole = "\n".join(quote)
             quote = []
-            if visible_length(whole) <= budget:
+            if visible_length(whole) <= budget and entity_count(whole) <= max_entities:
                 units.append(whole)
             else:
                 units.extend(whole.removeprefix(_QUOTE_OPEN).removesuffix(_QUOTE_CLOSE).split("\n"))
@@ -126,9 +148,12 @@ def _sum_cost(lines: list[str]) -> int:
     return sum(visible_length(line) + 1 for line in lines)
 
 
-def _cut_long_line(line: str, budget: int) -> list[str]:
-    """A line longer than a message becomes escaped plain text in budget-sized pieces (no tag can be cut)."""
-    if visible_length(line) <= budget:
+def _cut_long_line(line: str, budget: int, max_entities: int = MAX_ENTITIES) -> list[str]:
+    """A line longer than a message, or with more entities than one takes, becomes plain pieces of ``budget``.
+
+    Escaped plain text: no tag can be cut.
+    """
+    if visible_length(line) <= budget and entity_count(line) <= max_entities:
         return [line]
     text = visible(line)
     pieces: list[str] = []
