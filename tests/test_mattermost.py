@@ -21,12 +21,12 @@ from digest.channels.channel import Outcome, Photo
 from digest.channels.http import HttpSender
 from digest.channels.mattermost.channel import (
     MattermostApi,
-    MattermostChannel,
-    MattermostWebhookChannel,
+    mattermost_channel,
+    mattermost_webhook_channel,
 )
 from digest.channels.mattermost.check import check_mattermost
 from digest.channels.mattermost.markdown import MAX_POST, from_html, posts_of
-from digest.channels.once import ExactlyOnce
+from digest.channels.once import ExactlyOnce, PartsChannel
 from digest.channels.retry import RetryPolicy
 from digest.channels.state import DeliveryState
 from digest.output.render import Renderer
@@ -57,15 +57,15 @@ def server_with_channels(server: FakeMattermost) -> None:
 
 
 @asynccontextmanager
-async def mattermost_channel(
+async def mattermost_posting(
     server: FakeMattermost, path: Path, *channels: str, sleeps: Sleeps | None = None, token: str = TOKEN
-) -> AsyncIterator[MattermostChannel]:
+) -> AsyncIterator[PartsChannel]:
     """A bot-token Mattermost channel on the fake, with instant recorded backoff."""
     state = DeliveryState(path, "test", channel="mattermost")
     async with httpx.AsyncClient(timeout=5.0) as client:
         http = HttpSender(client, "Mattermost", RetryPolicy(total_seconds=120), sleep=sleeps or Sleeps())
         try:
-            yield MattermostChannel(ExactlyOnce(state), MattermostApi(http, server.url, token), channels or (OPS,))
+            yield mattermost_channel(ExactlyOnce(state), MattermostApi(http, server.url, token), channels or (OPS,))
         finally:
             state.close()
 
@@ -96,7 +96,7 @@ async def test_a_digest_is_posted_once_with_the_chart_as_a_post_of_its_file(tmp_
 
     with fake_mattermost() as server:
         server_with_channels(server)
-        async with mattermost_channel(server, tmp_path / "state.sqlite") as channel:
+        async with mattermost_posting(server, tmp_path / "state.sqlite") as channel:
             first = await channel.post_once(OPS, KEY, _html, photo=chart)
             second = await channel.post_once(OPS, KEY, _html, photo=chart)
         text, picture = server.posted_to(OPS)
@@ -114,7 +114,7 @@ async def test_429_waits_its_retry_after_and_5xx_is_retried(tmp_path: Path) -> N
     with fake_mattermost() as server:
         server_with_channels(server)
         server.faults = [Fault(429, retry_after=4), Fault(502)]
-        async with mattermost_channel(server, tmp_path / "state.sqlite", sleeps=sleeps) as channel:
+        async with mattermost_posting(server, tmp_path / "state.sqlite", sleeps=sleeps) as channel:
             result = await channel.post_once(OPS, KEY, _html)
         posts = server.posted_to(OPS)
     assert result.outcome is Outcome.SENT
@@ -128,7 +128,7 @@ async def test_permanent_refusals_are_named_per_channel_while_the_others_get_the
     missing = "d" * 26
     with fake_mattermost() as server:
         server_with_channels(server)
-        async with mattermost_channel(server, tmp_path / "state.sqlite", OPS, missing, QUIET, PLATFORM) as channel:
+        async with mattermost_posting(server, tmp_path / "state.sqlite", OPS, missing, QUIET, PLATFORM) as channel:
             poster = ChannelPoster((channel,), Renderer())
             account = await poster(_hostile_digest(), key=KEY)
         posts = [len(server.posted_to(one)) for one in (OPS, PLATFORM)]
@@ -143,7 +143,7 @@ async def test_a_wrong_token_is_permanent(tmp_path: Path) -> None:
     sleeps = Sleeps()
     with fake_mattermost() as server:
         server_with_channels(server)
-        async with mattermost_channel(server, tmp_path / "state.sqlite", sleeps=sleeps, token="wrong") as channel:  # noqa: S106  # a wrong token, on purpose
+        async with mattermost_posting(server, tmp_path / "state.sqlite", sleeps=sleeps, token="wrong") as channel:  # noqa: S106  # a wrong token, on purpose
             result = await channel.post_once(OPS, KEY, _html)
     assert result.outcome is Outcome.FAILED_PERMANENT
     assert "HTTP 401" in (result.error or "")
@@ -155,7 +155,7 @@ async def test_a_lost_answer_repeats_a_post_once_at_most(tmp_path: Path) -> None
     with fake_mattermost() as server:
         server_with_channels(server)
         server.faults = [Fault(lost=True)] * 3
-        async with mattermost_channel(server, tmp_path / "state.sqlite") as channel:
+        async with mattermost_posting(server, tmp_path / "state.sqlite") as channel:
             result = await channel.post_once(OPS, KEY, _html)
         posts = server.posted_to(OPS)
     assert result.outcome is Outcome.SENT
@@ -176,7 +176,7 @@ async def test_incoming_webhooks_post_the_markdown_never_a_chart(tmp_path: Path)
         async with httpx.AsyncClient() as client:
             http = HttpSender(client, "Mattermost", sleep=Sleeps())
             endpoints = {"ops": server.hook_url("ops"), "gone": server.hook_url("gone")}
-            channel = MattermostWebhookChannel(ExactlyOnce(state), http, endpoints)
+            channel = mattermost_webhook_channel(ExactlyOnce(state), http, endpoints)
             posted = await channel.post_once("ops", KEY, _html, photo=chart)
             gone = await channel.post_once("gone", KEY, _html, photo=chart)
         state.close()

@@ -25,10 +25,10 @@ import pytest
 from digest.app.serve import ChannelPoster
 from digest.app.settings import ConfigError, load_settings
 from digest.channels.channel import Outcome, Photo
-from digest.channels.once import ExactlyOnce
+from digest.channels.once import ExactlyOnce, PartsChannel
 from digest.channels.retry import RetryPolicy
 from digest.channels.slack.api import SlackApi
-from digest.channels.slack.channel import SlackChannel, SlackWebhookChannel, ts_id
+from digest.channels.slack.channel import slack_channel, slack_webhook_channel, ts_id
 from digest.channels.slack.check import check_slack
 from digest.channels.slack.mrkdwn import MAX_SECTION, blocks_of, fallback, from_html, parts_of
 from digest.channels.state import DeliveryState
@@ -64,15 +64,15 @@ class Sleeps:
 
 
 @asynccontextmanager
-async def slack_channel(
+async def slack_posting(
     slack: FakeSlack, path: Path, *channels: str, sleeps: Sleeps | None = None, answer_within: float = 5.0
-) -> AsyncIterator[SlackChannel]:
+) -> AsyncIterator[PartsChannel]:
     """A bot-token Slack channel posting to ``channels`` of the fake, with instant recorded backoff."""
     state = DeliveryState(path, "test", channel="slack")
     async with httpx.AsyncClient(timeout=answer_within) as client:
         api = SlackApi(client, TOKEN, slack.api_url, RetryPolicy(total_seconds=120), sleep=sleeps or Sleeps())
         try:
-            yield SlackChannel(ExactlyOnce(state), api, channels or (OPS,))
+            yield slack_channel(ExactlyOnce(state), api, channels or (OPS,))
         finally:
             state.close()
 
@@ -162,7 +162,7 @@ async def test_a_digest_is_posted_once_as_sections_without_unfurls(tmp_path: Pat
     """chat.postMessage with mrkdwn sections and the headline as its text; a second post is none."""
     with fake_slack() as slack:
         workspace(slack)
-        async with slack_channel(slack, tmp_path / "state.sqlite") as channel:
+        async with slack_posting(slack, tmp_path / "state.sqlite") as channel:
             first = await channel.post_once(OPS, KEY, _html)
             second = await channel.post_once(OPS, KEY, _html)
         [posted] = slack.posted_to(OPS)
@@ -184,7 +184,7 @@ async def test_the_chart_follows_by_the_files_upload_api_also_for_a_channel_name
 
     with fake_slack() as slack:
         workspace(slack)
-        async with slack_channel(slack, tmp_path / "state.sqlite", OPS, "#platform") as channel:
+        async with slack_posting(slack, tmp_path / "state.sqlite", OPS, "#platform") as channel:
             by_id = await channel.post_once(OPS, KEY, _html, photo=chart)
             by_name = await channel.post_once("#platform", KEY, _html, photo=chart)
         files = list(slack.files)
@@ -202,7 +202,7 @@ async def test_429_waits_exactly_its_retry_after(tmp_path: Path) -> None:
     with fake_slack() as slack:
         workspace(slack)
         slack.faults = [Fault(429, retry_after=7), Fault(429, retry_after=2)]
-        async with slack_channel(slack, tmp_path / "state.sqlite", sleeps=sleeps) as channel:
+        async with slack_posting(slack, tmp_path / "state.sqlite", sleeps=sleeps) as channel:
             result = await channel.post_once(OPS, KEY, _html)
         messages = slack.posted_to(OPS)
     assert result.outcome is Outcome.SENT
@@ -219,7 +219,7 @@ async def test_slacks_own_troubles_are_retried_with_backoff(tmp_path: Path, faul
     with fake_slack() as slack:
         workspace(slack)
         slack.faults = [fault, fault]
-        async with slack_channel(slack, tmp_path / "state.sqlite", sleeps=sleeps) as channel:
+        async with slack_posting(slack, tmp_path / "state.sqlite", sleeps=sleeps) as channel:
             result = await channel.post_once(OPS, KEY, _html)
         messages = slack.posted_to(OPS)
     assert result.outcome is Outcome.SENT
@@ -232,7 +232,7 @@ async def test_permanent_errors_are_named_per_channel_while_the_others_get_the_p
     digest = _hostile_digest()
     with fake_slack() as slack:
         workspace(slack)
-        async with slack_channel(slack, tmp_path / "state.sqlite", OPS, "C0MISSING", "C0QUIET03", PLATFORM) as channel:
+        async with slack_posting(slack, tmp_path / "state.sqlite", OPS, "C0MISSING", "C0QUIET03", PLATFORM) as channel:
             poster = ChannelPoster((channel,), Renderer())
             account = await poster(digest, key=KEY)
             again = await poster(digest, key=KEY)
@@ -256,7 +256,7 @@ async def test_a_wrong_token_is_permanent(tmp_path: Path) -> None:
         state = DeliveryState(tmp_path / "state.sqlite", "test", channel="slack")
         async with httpx.AsyncClient() as client:
             api = SlackApi(client, "xoxb-wrong", slack.api_url, sleep=Sleeps())
-            result = await SlackChannel(ExactlyOnce(state), api, (OPS,)).post_once(OPS, KEY, _html)
+            result = await slack_channel(ExactlyOnce(state), api, (OPS,)).post_once(OPS, KEY, _html)
         state.close()
     assert result.outcome is Outcome.FAILED_PERMANENT
     assert "invalid_auth" in (result.error or "")
@@ -267,7 +267,7 @@ async def test_a_lost_answer_repeats_a_message_once_at_most(tmp_path: Path) -> N
     with fake_slack() as slack:
         workspace(slack)
         slack.faults = [Fault(lost=True)] * 3
-        async with slack_channel(slack, tmp_path / "state.sqlite") as channel:
+        async with slack_posting(slack, tmp_path / "state.sqlite") as channel:
             result = await channel.post_once(OPS, KEY, _html)
         messages = slack.posted_to(OPS)
     assert result.outcome is Outcome.SENT
@@ -280,7 +280,7 @@ async def test_blocks_slack_refuses_are_sent_again_as_plain_text(tmp_path: Path)
     with fake_slack() as slack:
         workspace(slack)
         slack.faults = [Fault(error="invalid_blocks")]
-        async with slack_channel(slack, tmp_path / "state.sqlite") as channel:
+        async with slack_posting(slack, tmp_path / "state.sqlite") as channel:
             result = await channel.post_once(OPS, KEY, _html)
         [posted] = slack.posted_to(OPS)
     assert result.outcome is Outcome.SENT
@@ -297,7 +297,7 @@ async def test_a_long_digest_is_several_messages_each_within_slacks_limits(tmp_p
 
     with fake_slack() as slack:
         workspace(slack)
-        async with slack_channel(slack, tmp_path / "state.sqlite") as channel:
+        async with slack_posting(slack, tmp_path / "state.sqlite") as channel:
             result = await channel.post_once(OPS, KEY, long_html)
         messages = slack.posted_to(OPS)
     assert result.outcome is Outcome.SENT
@@ -321,7 +321,7 @@ async def test_incoming_webhooks_post_the_sections_never_a_chart(tmp_path: Path)
         async with httpx.AsyncClient() as client:
             api = SlackApi(client, "", slack.api_url, sleep=Sleeps())
             endpoints = {"ops": slack.hook_url("ops"), "gone": slack.hook_url("gone")}
-            channel = SlackWebhookChannel(ExactlyOnce(state), api, endpoints)
+            channel = slack_webhook_channel(ExactlyOnce(state), api, endpoints)
             posted = await channel.post_once("ops", KEY, _html, photo=chart)
             gone = await channel.post_once("gone", KEY, _html, photo=chart)
         state.close()

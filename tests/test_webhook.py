@@ -21,10 +21,10 @@ import pytest
 from digest.app.channels import REGISTRY, open_webhook
 from digest.app.settings import CHANNEL_NAMES, ConfigError, load_settings
 from digest.channels.channel import Outcome
-from digest.channels.once import ExactlyOnce
+from digest.channels.once import ExactlyOnce, PartsChannel
 from digest.channels.retry import RetryPolicy, retry_after
 from digest.channels.state import DeliveryState
-from digest.channels.webhook.channel import WebhookChannel, WebhookSender
+from digest.channels.webhook.channel import WebhookSender, webhook_channel
 from digest.channels.webhook.signature import sign, verify
 from digest.testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, run_digest
@@ -48,15 +48,15 @@ class Sleeps:
 
 
 @asynccontextmanager
-async def webhook_channel(
+async def webhook_posting(
     receiver: FakeWebhook, path: Path, sleeps: Sleeps | None = None, answer_within: float = 5.0, secret: bytes = SECRET
-) -> AsyncIterator[WebhookChannel]:
+) -> AsyncIterator[PartsChannel]:
     """A webhook channel posting to the receiver as "ops" (path /ops), with instant recorded backoff."""
     state = DeliveryState(path, "test", channel="webhook")
     async with httpx.AsyncClient(timeout=answer_within) as client:
         sender = WebhookSender(client, secret, RetryPolicy(total_seconds=60), sleep=sleeps or Sleeps())
         try:
-            yield WebhookChannel(ExactlyOnce(state), sender, {"ops": f"{receiver.url}/ops"})
+            yield webhook_channel(ExactlyOnce(state), sender, {"ops": f"{receiver.url}/ops"})
         finally:
             state.close()
 
@@ -68,7 +68,7 @@ async def _body() -> str:
 async def test_a_post_is_signed_keyed_and_carries_the_json_digest_once(tmp_path: Path) -> None:
     """The body is the JSON digest as given, signed over its bytes, keyed by the delivery; a second post is none."""
     with fake_webhook(SECRET) as receiver:
-        async with webhook_channel(receiver, tmp_path / "state.sqlite") as channel:
+        async with webhook_posting(receiver, tmp_path / "state.sqlite") as channel:
             first = await channel.post_once("ops", KEY, _body)
             second = await channel.post_once("ops", KEY, _body)
         [request] = receiver.to("/ops")
@@ -85,7 +85,7 @@ async def test_5xx_408_and_a_refused_connection_are_retried_with_backoff(tmp_pat
     sleeps = Sleeps()
     script = [Answer(500), Answer(408), Answer(503)]
     with fake_webhook(SECRET, script) as receiver:
-        async with webhook_channel(receiver, tmp_path / "state.sqlite", sleeps) as channel:
+        async with webhook_posting(receiver, tmp_path / "state.sqlite", sleeps) as channel:
             result = await channel.post_once("ops", KEY, _body)
         requests = receiver.to("/ops")
         taken = receiver.taken["/ops"]
@@ -100,7 +100,7 @@ async def test_429_waits_exactly_its_retry_after(tmp_path: Path) -> None:
     """A 429 with Retry-After: 7 is retried after 7 s, not after the backoff."""
     sleeps = Sleeps()
     with fake_webhook(SECRET, [Answer(429, (("Retry-After", "7"),))]) as receiver:
-        async with webhook_channel(receiver, tmp_path / "state.sqlite", sleeps) as channel:
+        async with webhook_posting(receiver, tmp_path / "state.sqlite", sleeps) as channel:
             result = await channel.post_once("ops", KEY, _body)
     assert result.outcome is Outcome.SENT
     assert sleeps.asked == [7.0]
@@ -119,7 +119,7 @@ async def test_a_4xx_or_a_redirect_is_permanent_and_never_retried(tmp_path: Path
     """Any 4xx but 408/429, and a redirect, fail for good after one request, named; a later round does not retry."""
     sleeps = Sleeps()
     with fake_webhook(SECRET, [answer]) as receiver:
-        async with webhook_channel(receiver, tmp_path / "state.sqlite", sleeps) as channel:
+        async with webhook_posting(receiver, tmp_path / "state.sqlite", sleeps) as channel:
             result = await channel.post_once("ops", KEY, _body)
             again = await channel.post_once("ops", KEY, _body)
         requests = receiver.to("/ops")
@@ -133,7 +133,7 @@ async def test_a_4xx_or_a_redirect_is_permanent_and_never_retried(tmp_path: Path
 async def test_a_wrong_secret_is_refused_by_the_receiver_for_good(tmp_path: Path) -> None:
     """Signed with another key, the post is refused (401) and recorded as a permanent failure."""
     with fake_webhook(SECRET) as receiver:
-        async with webhook_channel(receiver, tmp_path / "state.sqlite", secret=b"another") as channel:
+        async with webhook_posting(receiver, tmp_path / "state.sqlite", secret=b"another") as channel:
             result = await channel.post_once("ops", KEY, _body)
     assert result.outcome is Outcome.FAILED_PERMANENT
     assert "HTTP 401" in (result.error or "")
@@ -144,7 +144,7 @@ async def test_a_lost_answer_is_sent_once_more_at_most_and_taken_once(tmp_path: 
     """Answers lost twice (cut off, or slower than the timeout): two sends, then "not confirmed"; one taken."""
     answer = Answer(lost=True) if lost == "closed" else Answer(delay=1.0)
     with fake_webhook(SECRET, [answer, answer, answer]) as receiver:
-        async with webhook_channel(receiver, tmp_path / "state.sqlite", answer_within=0.3) as channel:
+        async with webhook_posting(receiver, tmp_path / "state.sqlite", answer_within=0.3) as channel:
             result = await channel.post_once("ops", KEY, _body)
             again = await channel.post_once("ops", KEY, _body)
         requests = receiver.to("/ops")

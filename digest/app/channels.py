@@ -28,16 +28,16 @@ from digest.channels.http import HttpSender
 from digest.channels.mattermost.channel import (
     MATTERMOST,
     MattermostApi,
-    MattermostChannel,
-    MattermostWebhookChannel,
+    mattermost_channel,
+    mattermost_webhook_channel,
 )
 from digest.channels.once import ExactlyOnce
 from digest.channels.slack.api import SlackApi
-from digest.channels.slack.channel import SLACK, SlackChannel, SlackWebhookChannel
+from digest.channels.slack.channel import SLACK, slack_channel, slack_webhook_channel
 from digest.channels.state import TELEGRAM, DeliveryState
 from digest.channels.telegram.channel import TelegramChannel
 from digest.channels.telegram.sender import ChatId, Poster, Sender, open_bot
-from digest.channels.webhook.channel import WEBHOOK, WebhookChannel, WebhookSender
+from digest.channels.webhook.channel import WEBHOOK, WebhookSender, webhook_channel
 
 
 def chat_topics(settings: Settings) -> dict[ChatId, int]:
@@ -72,7 +72,7 @@ async def open_webhook(settings: Settings, owner: str) -> AsyncIterator[Channel]
     timeout = httpx.Timeout(settings.webhook_timeout_seconds, connect=min(5.0, settings.webhook_timeout_seconds))
     client = httpx.AsyncClient(timeout=timeout, follow_redirects=False, headers=_AGENT)
     try:
-        yield WebhookChannel(ExactlyOnce(state), WebhookSender(client, secret), endpoints)
+        yield webhook_channel(ExactlyOnce(state), WebhookSender(client, secret), endpoints)
     finally:
         await client.aclose()
         state.close()
@@ -87,10 +87,10 @@ async def open_slack(settings: Settings, owner: str) -> AsyncIterator[Channel]:
     try:
         if token is None:
             api = SlackApi(client, "", settings.slack_api_url)
-            yield SlackWebhookChannel(ExactlyOnce(state), api, settings.slack_webhook_endpoints())
+            yield slack_webhook_channel(ExactlyOnce(state), api, settings.slack_webhook_endpoints())
         else:
             api = SlackApi(client, token, settings.slack_api_url)
-            yield SlackChannel(ExactlyOnce(state), api, settings.slack_channel_ids, chart=settings.slack_chart)
+            yield slack_channel(ExactlyOnce(state), api, settings.slack_channel_ids, chart=settings.slack_chart)
     finally:
         await client.aclose()
         state.close()
@@ -105,11 +105,11 @@ async def open_mattermost(settings: Settings, owner: str) -> AsyncIterator[Chann
     try:
         http = HttpSender(client, "Mattermost")
         if server is None:
-            yield MattermostWebhookChannel(ExactlyOnce(state), http, settings.mattermost_webhook_endpoints())
+            yield mattermost_webhook_channel(ExactlyOnce(state), http, settings.mattermost_webhook_endpoints())
         else:
             api = MattermostApi(http, *server)
             channels = settings.mattermost_channel_ids
-            yield MattermostChannel(ExactlyOnce(state), api, channels, chart=settings.mattermost_chart)
+            yield mattermost_channel(ExactlyOnce(state), api, channels, chart=settings.mattermost_chart)
     finally:
         await client.aclose()
         state.close()

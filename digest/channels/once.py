@@ -276,3 +276,37 @@ def part_label(part: Part, texts: int) -> str:
     if part.kind is PartKind.PHOTO:
         return "the chart"
     return f"part {part.index}/{texts}" if texts > 1 else "the message"
+
+
+@dataclass(frozen=True)
+class PartsChannel:
+    """A `digest.channels.channel.Channel` that is `ExactlyOnce` over one service's `PartWriter`.
+
+    What Slack (bot token or webhooks), Mattermost (the same) and the signed webhook are: their name and title, the
+    renderer format their writer converts from, their recipients, and how a writer is made for a delivery key. The
+    chart goes along only where ``chart`` (a webhook cannot upload one; a bot token can, unless turned off).
+    """
+
+    name: str
+    title: str
+    once: ExactlyOnce
+    recipients: tuple[str, ...]
+    writer: Callable[[str], PartWriter]  # delivery key → the writer of its parts
+    format: str = "html"
+    chart: bool = False
+
+    @property
+    def state(self) -> DeliveryState:
+        return self.once.state
+
+    async def post_once(
+        self,
+        recipient: str,
+        key: str,
+        message: Callable[[], Awaitable[str]],
+        late: bool = False,
+        photo: Callable[[], Awaitable[Photo | None]] | None = None,
+    ) -> PostResult:
+        """Post ``message()`` (and the chart, where this channel takes one) to ``recipient`` unless ``key`` went."""
+        chart = photo if self.chart else None
+        return await self.once.post_once(recipient, key, message, self.writer(key), late=late, photo=chart)

@@ -16,16 +16,16 @@ Errors: 401 (the token), 403 (the bot is not in the channel, or may not post), 4
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from digest.channels.channel import DeliveryError, Photo, PostResult
+from digest.channels.channel import DeliveryError
 from digest.channels.http import Answer, HttpSender, plain_reader
 from digest.channels.mattermost.markdown import from_html, posts_of
-from digest.channels.once import ExactlyOnce, SendGuard
+from digest.channels.once import ExactlyOnce, PartsChannel, SendGuard
 from digest.channels.retry import short
-from digest.channels.state import DeliveryState, Part, PartKind
+from digest.channels.state import Part, PartKind
 
 MATTERMOST = "mattermost"
 _PLAIN = plain_reader("Mattermost")
@@ -132,82 +132,18 @@ class MattermostWebhookParts:
         return address, 0
 
 
-@dataclass(frozen=True)
-class MattermostChannel:
-    """Mattermost channels posted to with a bot token; the chart too when ``chart``."""
+def mattermost_channel(
+    once: ExactlyOnce, api: MattermostApi, channel_ids: tuple[str, ...], chart: bool = True
+) -> PartsChannel:
+    """Mattermost channels posted to with a bot token; the chart too when ``chart``.
 
-    once: ExactlyOnce
-    api: MattermostApi
-    channel_ids: tuple[str, ...]
-    chart: bool = True
-
-    @property
-    def name(self) -> str:
-        return MATTERMOST
-
-    @property
-    def title(self) -> str:
-        return "Mattermost"
-
-    @property
-    def format(self) -> str:
-        return "html"  # converted to Markdown by the writer, so the sections are Telegram's
-
-    @property
-    def state(self) -> DeliveryState:
-        return self.once.state
-
-    @property
-    def recipients(self) -> tuple[str, ...]:
-        return self.channel_ids
-
-    async def post_once(
-        self,
-        recipient: str,
-        key: str,
-        message: Callable[[], Awaitable[str]],
-        late: bool = False,
-        photo: Callable[[], Awaitable[Photo | None]] | None = None,
-    ) -> PostResult:
-        chart = photo if self.chart else None
-        return await self.once.post_once(recipient, key, message, MattermostParts(self.api), late=late, photo=chart)
+    Its format is the HTML Telegram gets, converted to Markdown by the writer, so the sections are Telegram's.
+    """
+    return PartsChannel(MATTERMOST, "Mattermost", once, channel_ids, lambda _key: MattermostParts(api), chart=chart)
 
 
-@dataclass(frozen=True)
-class MattermostWebhookChannel:
-    """Mattermost incoming webhooks by name: the digest's Markdown, never a chart."""
-
-    once: ExactlyOnce
-    http: HttpSender
-    endpoints: Mapping[str, str]  # recipient name → URL (a secret)
-
-    @property
-    def name(self) -> str:
-        return MATTERMOST
-
-    @property
-    def title(self) -> str:
-        return "Mattermost"
-
-    @property
-    def format(self) -> str:
-        return "html"
-
-    @property
-    def state(self) -> DeliveryState:
-        return self.once.state
-
-    @property
-    def recipients(self) -> tuple[str, ...]:
-        return tuple(self.endpoints)
-
-    async def post_once(
-        self,
-        recipient: str,
-        key: str,
-        message: Callable[[], Awaitable[str]],
-        late: bool = False,
-        photo: Callable[[], Awaitable[Photo | None]] | None = None,
-    ) -> PostResult:
-        writer = MattermostWebhookParts(self.http, self.endpoints)
-        return await self.once.post_once(recipient, key, message, writer, late=late)
+def mattermost_webhook_channel(once: ExactlyOnce, http: HttpSender, endpoints: Mapping[str, str]) -> PartsChannel:
+    """Mattermost incoming webhooks by name (name → URL, a secret): the digest's Markdown, never a chart."""
+    return PartsChannel(
+        MATTERMOST, "Mattermost", once, tuple(endpoints), lambda _key: MattermostWebhookParts(http, endpoints)
+    )

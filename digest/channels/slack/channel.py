@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from digest.channels.channel import DeliveryError, Photo, PostResult
-from digest.channels.once import ExactlyOnce, SendGuard
+from digest.channels.channel import DeliveryError
+from digest.channels.once import ExactlyOnce, PartsChannel, SendGuard
 from digest.channels.slack.api import SlackApi
 from digest.channels.slack.mrkdwn import blocks_of, fallback, from_html, parts_of
-from digest.channels.state import DeliveryState, Part, PartKind
+from digest.channels.state import Part, PartKind
 
 log = logging.getLogger(__name__)
 
@@ -141,84 +141,14 @@ class SlackWebhookParts:
         return address, 0
 
 
-@dataclass(frozen=True)
-class SlackChannel:
-    """Slack channels posted to with a bot token; the chart too when ``chart``."""
+def slack_channel(once: ExactlyOnce, api: SlackApi, channel_ids: tuple[str, ...], chart: bool = True) -> PartsChannel:
+    """Slack channels posted to with a bot token; the chart too when ``chart``.
 
-    once: ExactlyOnce
-    api: SlackApi
-    channel_ids: tuple[str, ...]
-    chart: bool = True
-
-    @property
-    def name(self) -> str:
-        return SLACK
-
-    @property
-    def title(self) -> str:
-        return "Slack"
-
-    @property
-    def format(self) -> str:
-        return "html"  # converted to mrkdwn by the writer, so the sections are Telegram's
-
-    @property
-    def state(self) -> DeliveryState:
-        return self.once.state
-
-    @property
-    def recipients(self) -> tuple[str, ...]:
-        return self.channel_ids
-
-    async def post_once(
-        self,
-        recipient: str,
-        key: str,
-        message: Callable[[], Awaitable[str]],
-        late: bool = False,
-        photo: Callable[[], Awaitable[Photo | None]] | None = None,
-    ) -> PostResult:
-        writer = SlackParts(self.api)
-        return await self.once.post_once(
-            recipient, key, message, writer, late=late, photo=photo if self.chart else None
-        )
+    Its format is the HTML Telegram gets, converted to mrkdwn by the writer, so the sections are Telegram's.
+    """
+    return PartsChannel(SLACK, "Slack", once, channel_ids, lambda _key: SlackParts(api), chart=chart)
 
 
-@dataclass(frozen=True)
-class SlackWebhookChannel:
-    """Slack incoming webhooks by name: the digest's sections, never a chart (a webhook cannot upload one)."""
-
-    once: ExactlyOnce
-    api: SlackApi
-    endpoints: Mapping[str, str]  # recipient name → URL (a secret)
-
-    @property
-    def name(self) -> str:
-        return SLACK
-
-    @property
-    def title(self) -> str:
-        return "Slack"
-
-    @property
-    def format(self) -> str:
-        return "html"
-
-    @property
-    def state(self) -> DeliveryState:
-        return self.once.state
-
-    @property
-    def recipients(self) -> tuple[str, ...]:
-        return tuple(self.endpoints)
-
-    async def post_once(
-        self,
-        recipient: str,
-        key: str,
-        message: Callable[[], Awaitable[str]],
-        late: bool = False,
-        photo: Callable[[], Awaitable[Photo | None]] | None = None,
-    ) -> PostResult:
-        writer = SlackWebhookParts(self.api, self.endpoints)
-        return await self.once.post_once(recipient, key, message, writer, late=late)
+def slack_webhook_channel(once: ExactlyOnce, api: SlackApi, endpoints: Mapping[str, str]) -> PartsChannel:
+    """Slack incoming webhooks by name (name → URL, a secret): the digest's sections, never a chart."""
+    return PartsChannel(SLACK, "Slack", once, tuple(endpoints), lambda _key: SlackWebhookParts(api, endpoints))

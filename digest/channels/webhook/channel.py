@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from digest.channels.channel import DeliveryError, Photo, PostResult
+from digest.channels.channel import DeliveryError
 from digest.channels.http import Answer, HttpSender
-from digest.channels.once import ExactlyOnce, SendGuard
+from digest.channels.once import ExactlyOnce, PartsChannel, SendGuard
 from digest.channels.retry import RetryPolicy, short
-from digest.channels.state import DeliveryState, Part, PartKind
+from digest.channels.state import Part, PartKind
 from digest.channels.webhook.signature import SIGNATURE_HEADER, sign
 
 log = logging.getLogger(__name__)
@@ -109,42 +109,8 @@ class WebhookParts:
         return address, NO_MESSAGE_ID
 
 
-@dataclass(frozen=True)
-class WebhookChannel:
-    """Named webhook URLs; each delivery key POSTed once to each, as JSON, signed."""
-
-    once: ExactlyOnce
-    sender: WebhookSender
-    endpoints: Mapping[str, str]  # recipient name → URL (a secret)
-
-    @property
-    def name(self) -> str:
-        return WEBHOOK
-
-    @property
-    def title(self) -> str:
-        return "Webhook"
-
-    @property
-    def format(self) -> str:
-        return "json"
-
-    @property
-    def state(self) -> DeliveryState:
-        return self.once.state
-
-    @property
-    def recipients(self) -> tuple[str, ...]:
-        return tuple(self.endpoints)
-
-    async def post_once(
-        self,
-        recipient: str,
-        key: str,
-        message: Callable[[], Awaitable[str]],
-        late: bool = False,
-        photo: Callable[[], Awaitable[Photo | None]] | None = None,
-    ) -> PostResult:
-        """POST the JSON digest to the URL named ``recipient`` unless ``key`` already went there; no chart."""
-        writer = WebhookParts(self.sender, self.endpoints, key)
-        return await self.once.post_once(recipient, key, message, writer, late=late)
+def webhook_channel(once: ExactlyOnce, sender: WebhookSender, endpoints: Mapping[str, str]) -> PartsChannel:
+    """Named webhook URLs (name → URL, a secret); each delivery key POSTed once to each, as JSON, signed; no chart."""
+    return PartsChannel(
+        WEBHOOK, "Webhook", once, tuple(endpoints), lambda key: WebhookParts(sender, endpoints, key), format="json"
+    )
