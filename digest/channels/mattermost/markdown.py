@@ -13,8 +13,8 @@ A post takes at most 16,383 characters (Mattermost's default maximum): `posts_of
 from __future__ import annotations
 
 import re
-from html.parser import HTMLParser
 
+from digest.channels.markup import Marks, convert
 from digest.channels.split import sections
 
 MAX_POST = 16_000
@@ -27,56 +27,25 @@ def escape(text: str) -> str:
     return _MENTION.sub("@\u200b", _SPECIAL.sub(r"\\\1", text))
 
 
-class _Converter(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.out: list[str] = []
-        self._href: list[str | None] = []
-        self._label: list[str] = []
-        self._in_code = 0
+def _link(href: str, label: str) -> str:
+    url = href.replace(" ", "%20").replace("(", "%28").replace(")", "%29")
+    return f"[{label}]({url})"
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._href.append(dict(attrs).get("href"))
-            self._label = []
-        elif tag == "b":
-            self._write("**")
-        elif tag == "i":
-            self._write("_")
-        elif tag == "code":
-            self._in_code += 1
-            self._write("`")
 
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._href:
-            href = self._href.pop()
-            label = "".join(self._label)
-            if href:
-                url = href.replace(" ", "%20").replace("(", "%28").replace(")", "%29")
-                self.out.append(f"[{label}]({url})")
-            else:
-                self.out.append(label)
-        elif tag == "b":
-            self._write("**")
-        elif tag == "i":
-            self._write("_")
-        elif tag == "code":
-            self._in_code = max(0, self._in_code - 1)
-            self._write("`")
-
-    def handle_data(self, data: str) -> None:
-        self._write(data.replace("`", "'") if self._in_code else escape(data))
-
-    def _write(self, text: str) -> None:
-        (self._label if self._href else self.out).append(text)
+# Inside a code span Mattermost reads no mention and no escape: only a backtick, which would end it, is replaced.
+MARKDOWN = Marks(
+    bold="**",
+    italic="_",
+    code="`",
+    text=escape,
+    code_text=lambda text: text.replace("`", "'"),
+    link=_link,
+)
 
 
 def from_html(html: str) -> str:
     """The Telegram HTML digest as Mattermost Markdown."""
-    converter = _Converter()
-    converter.feed(html)
-    converter.close()
-    return "".join(converter.out)
+    return convert(html, MARKDOWN)
 
 
 def posts_of(markdown: str) -> list[str]:
