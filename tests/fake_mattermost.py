@@ -18,8 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from email.parser import BytesParser
 from email.policy import HTTP
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.loopback import LoopbackHandler, serving
 
 TOKEN = "mmbottoken0000000000000000"  # noqa: S105  # the fake's own token, nobody's credential
 MAX_POST = 16_383
@@ -118,10 +120,8 @@ FORBIDDEN = _error("api.context.permissions.app_error", "You do not have the app
 
 
 def _handler(server: FakeMattermost) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:  # http.server's name for the GET handler
+    class Handler(LoopbackHandler):
+        def do_GET(self) -> None:  # noqa: N802  # http.server dispatches on this exact name
             if not self._authorised():
                 return
             if self.path == "/api/v4/users/me":
@@ -145,14 +145,14 @@ def _handler(server: FakeMattermost) -> type[BaseHTTPRequestHandler]:
                     },
                 )
 
-        def do_POST(self) -> None:  # http.server's name for the POST handler
+        def do_POST(self) -> None:  # noqa: N802  # http.server dispatches on this exact name
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             fault = server.next_fault(self.path)
             if fault is not None and fault.delay:
                 time.sleep(fault.delay)
             if fault is not None and fault.status != 200:
                 headers = [("Retry-After", str(fault.retry_after))] if fault.retry_after is not None else []
-                self._answer(fault.status, b'{"message": "try later"}', headers)
+                self.answer(fault.status, b'{"message": "try later"}', headers)
                 return
             if self.path.startswith("/hooks/"):
                 channel_id = server.hooks.get(self.path.removeprefix("/hooks/"))
@@ -161,7 +161,7 @@ def _handler(server: FakeMattermost) -> type[BaseHTTPRequestHandler]:
                     return
                 status, answer = server.post(channel_id, str(json.loads(body or b"{}").get("text", "")), [])
                 self._lost_or(
-                    fault, lambda: self._answer(status, b"ok" if status < 300 else json.dumps(answer).encode())
+                    fault, lambda: self.answer(status, b"ok" if status < 300 else json.dumps(answer).encode())
                 )
                 return
             if not self._authorised():
@@ -186,27 +186,12 @@ def _handler(server: FakeMattermost) -> type[BaseHTTPRequestHandler]:
 
         def _lost_or(self, fault: Fault | None, answer: Any) -> None:
             if fault is not None and fault.lost:
-                self.close_connection = True
-                self.connection.shutdown(2)
+                self.lose_answer()
                 return
             answer()
 
         def _json(self, status: int, answer: dict[str, Any]) -> None:
-            self._answer(status, json.dumps(answer).encode(), [("Content-Type", "application/json")])
-
-        def _answer(self, status: int, body: bytes, headers: list[tuple[str, str]] | None = None) -> None:
-            try:
-                self.send_response(status)
-                for name, value in headers or []:
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True
-
-        def log_message(self, format: str, *args: object) -> None:  # http.server's signature
-            return None
+            self.answer_json(answer, status)
 
     return Handler
 
@@ -227,14 +212,6 @@ def _multipart(content_type: str, body: bytes) -> dict[str, bytes]:
 def fake_mattermost() -> Iterator[FakeMattermost]:
     """A Mattermost lookalike on a free 127.0.0.1 port, stopped on exit."""
     server = FakeMattermost()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(server))
-    httpd.daemon_threads = True
-    server.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
+    with serving(_handler(server)) as url:
+        server.url = url
         yield server
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=10)

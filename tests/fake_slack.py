@@ -20,9 +20,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs
+
+from tests.loopback import LoopbackHandler, serving
 
 TOKEN = "xoxb-1111-2222-digestfake"  # noqa: S105  # the fake's own token, nobody's credential
 
@@ -179,10 +181,8 @@ def _blocks_problem(blocks: list[dict[str, Any]] | None) -> str | None:
 
 
 def _handler(slack: FakeSlack) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self) -> None:  # http.server's name for the POST handler
+    class Handler(LoopbackHandler):
+        def do_POST(self) -> None:  # noqa: N802  # http.server dispatches on this exact name
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             path = self.path.split("?", 1)[0]
             method = path.rsplit("/", 1)[-1] if path.startswith("/api/") else path
@@ -191,26 +191,26 @@ def _handler(slack: FakeSlack) -> type[BaseHTTPRequestHandler]:
                 time.sleep(fault.delay)
             if fault is not None and fault.status != 200:
                 headers = [("Retry-After", str(fault.retry_after))] if fault.retry_after is not None else []
-                self._answer(fault.status, b"rate limited" if fault.status == 429 else b"upstream error", headers)
+                self.answer(fault.status, b"rate limited" if fault.status == 429 else b"upstream error", headers)
                 return
             if fault is not None and fault.error is not None:
-                self._json({"ok": False, "error": fault.error})
+                self.answer_json({"ok": False, "error": fault.error})
                 return
             if path.startswith("/hooks/"):
                 status, text = self._hook(path.removeprefix("/hooks/"), body)
-                self._lost_or(fault, lambda: self._answer(status, text.encode()))
+                self._lost_or(fault, lambda: self.answer(status, text.encode()))
                 return
             if path.startswith("/upload/"):
                 taken = slack.upload(path.removeprefix("/upload/"), body)
-                self._answer(200 if taken else 404, f"OK - {len(body)}".encode() if taken else b"not found")
+                self.answer(200 if taken else 404, f"OK - {len(body)}".encode() if taken else b"not found")
                 return
             if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-                self._json(
+                self.answer_json(
                     {"ok": False, "error": "invalid_auth" if self.headers.get("Authorization") else "not_authed"}
                 )
                 return
             answer = self._method(method, body)
-            self._lost_or(fault, lambda: self._json(answer))
+            self._lost_or(fault, lambda: self.answer_json(answer))
 
         def _method(self, method: str, body: bytes) -> dict[str, Any]:
             if method == "auth.test":
@@ -244,27 +244,9 @@ def _handler(slack: FakeSlack) -> type[BaseHTTPRequestHandler]:
 
         def _lost_or(self, fault: Fault | None, answer: Any) -> None:
             if fault is not None and fault.lost:
-                self.close_connection = True
-                self.connection.shutdown(2)
+                self.lose_answer()
                 return
             answer()
-
-        def _json(self, answer: dict[str, Any]) -> None:
-            self._answer(200, json.dumps(answer).encode(), [("Content-Type", "application/json")])
-
-        def _answer(self, status: int, body: bytes, headers: list[tuple[str, str]] | None = None) -> None:
-            try:
-                self.send_response(status)
-                for name, value in headers or []:
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True  # the client stopped waiting
-
-        def log_message(self, format: str, *args: object) -> None:  # http.server's signature
-            return None
 
     return Handler
 
@@ -273,14 +255,6 @@ def _handler(slack: FakeSlack) -> type[BaseHTTPRequestHandler]:
 def fake_slack() -> Iterator[FakeSlack]:
     """A Slack lookalike on a free 127.0.0.1 port, stopped on exit."""
     slack = FakeSlack()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(slack))
-    server.daemon_threads = True
-    slack.root = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
+    with serving(_handler(slack)) as root:
+        slack.root = root
         yield slack
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)

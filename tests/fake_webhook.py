@@ -15,9 +15,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from digest.channels.webhook.signature import SIGNATURE_HEADER, verify
+from tests.loopback import LoopbackHandler, serving
 
 
 @dataclass(frozen=True)
@@ -72,10 +73,8 @@ class FakeWebhook:
 
 
 def _handler(receiver: FakeWebhook) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self) -> None:  # http.server's name for the POST handler
+    class Handler(LoopbackHandler):
+        def do_POST(self) -> None:  # noqa: N802  # http.server dispatches on this exact name
             length = int(self.headers.get("Content-Length", "0"))
             body = self.rfile.read(length)
             headers = {name.lower(): value for name, value in self.headers.items()}
@@ -84,22 +83,9 @@ def _handler(receiver: FakeWebhook) -> type[BaseHTTPRequestHandler]:
             if answer.delay:
                 time.sleep(answer.delay)
             if answer.lost:
-                self.close_connection = True
-                self.connection.shutdown(2)
+                self.lose_answer()
                 return
-            status = answer.status if signed or answer.status >= 300 else 401
-            try:
-                self.send_response(status)
-                for name, value in answer.headers:
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(answer.body)))
-                self.end_headers()
-                self.wfile.write(answer.body)
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True  # the sender stopped waiting (its timeout): as a real server, move on
-
-        def log_message(self, format: str, *args: object) -> None:  # http.server's signature
-            return None
+            self.answer(answer.status if signed or answer.status >= 300 else 401, answer.body, answer.headers)
 
     return Handler
 
@@ -108,14 +94,6 @@ def _handler(receiver: FakeWebhook) -> type[BaseHTTPRequestHandler]:
 def fake_webhook(secret: bytes, script: list[Answer] | None = None) -> Iterator[FakeWebhook]:
     """A receiver on a free 127.0.0.1 port, stopped on exit."""
     receiver = FakeWebhook(secret=secret, script=list(script or []))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(receiver))
-    server.daemon_threads = True
-    receiver.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
+    with serving(_handler(receiver)) as url:
+        receiver.url = url
         yield receiver
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
