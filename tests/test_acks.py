@@ -326,3 +326,12 @@ def test_the_cli_acks_lists_and_ends_with_the_bot_s_words(tmp_path: Path) -> Non
     assert "• error_lines by @anna until" in listed.stdout
     ended = run_digest("unack", "error_lines", env=env)
     assert ended.stdout.strip() == "error_lines: ack ended."
+
+
+def test_a_hostile_reason_or_name_is_printed_never_read_as_markup() -> None:
+    """An ack's reason and author with tags, & and a mention arrive escaped: Telegram parses the message as text."""
+    ack = replace(_ack(reason='<script>alert("x")</script> & <!channel>'), by="<b>eve</b>")
+    html = Renderer().render(_graded([_flood(4_500_000), *_calm()], [ack]), "html")
+    assert "<script>" not in html
+    visible_text, _ = parse_html(html)
+    assert 'acked by <b>eve</b> until 12-13 13:00: <script>alert("x")</script> & <!channel>' in visible_text
