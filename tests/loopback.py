@@ -1,4 +1,4 @@
-"""The plumbing every chat-service lookalike on loopback shares: a threaded server on a free port, answers, lost ones.
+"""The plumbing every loopback server of the tests shares: a threaded server on a free port, answers, lost ones.
 
 `serving` runs a handler class on 127.0.0.1 (port 0: a free one) in a thread, yields its root URL and stops and joins
 it on exit. `LoopbackHandler` is the base of the lookalikes' handlers: HTTP/1.1 keep-alive, an answer that gives up

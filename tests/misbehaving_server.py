@@ -7,8 +7,10 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import BinaryIO
+
+from tests.loopback import serving
 
 
 @dataclass(frozen=True)
@@ -141,21 +143,6 @@ def recording_server(behaviours: Behaviour | Sequence[Behaviour]) -> Iterator[Se
     with serving(Handler) as url:
         served.url = url
         yield served
-
-
-@contextmanager
-def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    """``handler`` served on a free 127.0.0.1 port from a thread until the block ends; yields its base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @contextmanager

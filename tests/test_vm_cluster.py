@@ -25,7 +25,8 @@ import pytest
 from digest.backends.http import Endpoint, HttpSource, cluster_fix, same_tenant, vm_tenant_of
 from digest.testbed.embedded import EmbeddedBackends
 from tests.command import backend_env, run_digest
-from tests.misbehaving_server import QuietHandler, serving
+from tests.loopback import serving
+from tests.misbehaving_server import QuietHandler
 
 RECORDED = json.loads((Path(__file__).parent / "fixtures" / "vm-cluster" / "responses.json").read_text())["components"]
 AT = "2026-07-21T00:00:00Z"
