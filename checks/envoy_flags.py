@@ -519,6 +519,12 @@ def upstream_route(upstream: str) -> str:
     return parts[2] if len(parts) > 2 else upstream
 
 
+def route_name(upstream: str) -> str:
+    """``httproute/shop/api/rule/0`` → ``shop/api``, as a reader names it; an upstream without a namespace as it is."""
+    namespace = upstream_namespace(upstream)
+    return f"{namespace}/{upstream_route(upstream)}" if namespace else upstream
+
+
 def _clean(value: str) -> str:
     """Access logs print unset values as ``-`` or null; both mean "none"."""
     return value if value not in ("", "null") else "-"

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from digest.checks.contract import Finding, Offender, Window, fmt_int, fmt_percent
-from digest.checks.envoy_flags import FLAG_MEANINGS, upstream_namespace, upstream_route
-from digest.checks.error_lines import workload_of
+from digest.checks.envoy_flags import FLAG_MEANINGS
+from digest.pipeline.acks import subject_of
 from digest.pipeline.score import Digest
 
 # A first screen is about a dozen lines on a phone: more offenders than this are counted, not named.
@@ -79,7 +79,7 @@ def _error_lines(finding: Finding, digest: Digest) -> str:
     top = finding.offenders[0]
     new = ", new today" if _mostly_new(finding, digest, top.labels) else ""
     # Its share of the workload's lines and the next workloads' few lines are in the details.
-    return f"{_subject(top.labels)}: {spoken(top.value)} error lines{new}"
+    return f"{subject_of(top.labels)}: {spoken(top.value)} error lines{new}"
 
 
 def _mostly_new(finding: Finding, digest: Digest, labels: Mapping[str, str]) -> bool:
@@ -97,7 +97,7 @@ def _mostly_new(finding: Finding, digest: Digest, labels: Mapping[str, str]) -> 
 def _oom_kills(finding: Finding, digest: Digest) -> str:
     by_workload: dict[str, list[str]] = {}
     for offender in finding.offenders:
-        by_workload.setdefault(_subject(offender.labels), []).append(offender.labels.get("time", ""))
+        by_workload.setdefault(subject_of(offender.labels), []).append(offender.labels.get("time", ""))
     if len(by_workload) == 1:
         subject, times = next(iter(by_workload.items()))
         known = [time for time in times if time]
@@ -122,9 +122,7 @@ def _conntrack(finding: Finding, digest: Digest) -> str:
 
 def _envoy_flags(finding: Finding, digest: Digest) -> str:
     top = finding.offenders[0]
-    upstream, flag = top.labels.get("upstream", ""), top.labels.get("flag", "")
-    namespace = upstream_namespace(upstream)
-    route = f"{namespace}/{upstream_route(upstream)}" if namespace else upstream
+    route, flag = subject_of(top.labels), top.labels.get("flag", "")
     meaning = FLAG_MEANINGS[flag][0].split(":")[0] if flag in FLAG_MEANINGS else f"flag {flag}"
     # The share of its requests is in the details.
     return f"{route}: {spoken(top.value)} requests failed: {meaning} ({flag}){_more(finding.offenders, 'route')}"
@@ -141,13 +139,6 @@ _WORDING = {
 def _more(offenders: Sequence[Offender], noun: str) -> str:
     rest = len(offenders) - 1
     return f" (+{rest} more {noun}{'' if rest == 1 else 's'})" if rest > 0 else ""
-
-
-def _subject(labels: Mapping[str, str]) -> str:
-    """``namespace/workload`` for a pod's or workload's labels."""
-    namespace = labels.get("namespace", "")
-    name = labels.get("workload") or labels.get("deployment") or workload_of(labels.get("pod", "")) or "?"
-    return f"{namespace}/{name}" if namespace else name
 
 
 def next_step(digest: Digest) -> str:

@@ -33,11 +33,11 @@ from digest.checks.contract import (
     rfc3339,
 )
 from digest.checks.coverage import PARTIAL, phrases
-from digest.checks.error_lines import SAID_KINDS, workload_of
+from digest.checks.error_lines import SAID_KINDS
 from digest.output.brief import briefs, causes, look_at_line, next_step, zone_name
 from digest.output.links import Link, LinkMaker
 from digest.output.safe_text import escape_json, finalize
-from digest.pipeline.acks import AckOutcome
+from digest.pipeline.acks import AckOutcome, subject_of
 from digest.pipeline.score import Digest, DigestStatus
 from digest.pipeline.week import DayResult, Week, format_value, series_line
 
@@ -180,7 +180,7 @@ def to_look_at(digest: Digest) -> list[str]:
         by_subject: dict[str, float] = {}
         troubles: dict[str, list[str]] = {}
         for offender in finding.offenders:
-            subject = _subject(offender.labels)
+            subject = subject_of(offender.labels)
             by_subject[subject] = by_subject.get(subject, 0.0) + offender.value
             if offender.labels.get("trouble"):  # said by the offender itself ("StatefulSet rollout not complete")
                 troubles.setdefault(subject, []).append(offender.labels["trouble"])
@@ -205,21 +205,6 @@ def _look_at_noun(finding: Finding, value: float) -> str:
     if finding.name == "deployments" and "stuck" in finding.summary:
         return "stuck rollout"
     return _LOOK_AT_NOUNS.get(finding.name, finding.name)
-
-
-def _subject(labels: Mapping[str, str]) -> str:
-    """The thing an offender is about, as a reader names it: ``shop/api`` for a pod of Deployment api."""
-    if labels.get("alertname"):
-        return labels["alertname"]  # an alert's namespace is where its rule lives, not what it is about
-    namespace = labels.get("namespace", "")
-    name = next((labels[key] for key in ("deployment", "workload", "service") if labels.get(key)), "")
-    if not name and labels.get("pod"):
-        name = workload_of(labels["pod"])  # a pod's node is where it ran, not what it is
-    if not name:
-        name = labels.get("node", "")
-    if not namespace:
-        return name
-    return f"{namespace}/{name}" if name else namespace
 
 
 def not_seen(digest: Digest) -> list[str]:
@@ -568,8 +553,8 @@ def _links(finding: Finding, digest: Digest, links: LinkMaker | None) -> list[Li
 def _link_label(labels: Mapping[str, str]) -> str:
     """An offender's link text: what it is about (``shop/api``, a node, an alert), or its flag and upstream."""
     if labels.get("container") and labels.get("pod"):
-        return f"{_subject(labels)}/{labels['container']}"
-    subject = _subject(labels)
+        return f"{subject_of(labels)}/{labels['container']}"
+    subject = subject_of(labels)
     if labels.get("flag"):
         return f"{labels['flag']} {labels.get('upstream', '')}".strip()
     return subject or "offender"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
 from digest.checks.contract import Finding, Status, Window, fmt_int, fmt_percent
-from digest.checks.envoy_flags import upstream_namespace, upstream_route
+from digest.checks.envoy_flags import route_name
 from digest.checks.error_lines import workload_of
 
 # An offender whose value is at least this share of the largest one's is one the ack must cover (module doc).
@@ -115,13 +115,15 @@ def parse_duration(text: str) -> timedelta:
 
 
 def subject_of(labels: Mapping[str, str]) -> str:
-    """The thing an offender is about, as a reader names it: a workload, a route, an alert, a node."""
+    """The thing an offender is about, as a reader names it: a workload, a route, an alert, a node.
+
+    ``shop/api`` for a pod of Deployment api (a pod's node is where it ran, not what it is); an alert by its name (its
+    namespace is where its rule lives, not what it is about).
+    """
     if labels.get("alertname"):
         return labels["alertname"]
     if labels.get("upstream"):
-        upstream = labels["upstream"]
-        namespace = upstream_namespace(upstream)
-        return f"{namespace}/{upstream_route(upstream)}" if namespace else upstream
+        return route_name(labels["upstream"])
     namespace = labels.get("namespace", "")
     name = next((labels[key] for key in ("deployment", "workload", "service") if labels.get(key)), "")
     if not name and labels.get("pod"):

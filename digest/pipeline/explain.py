@@ -48,7 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from digest.checks.contract import Event, Finding, Offender, Span, Status, fmt_duration, fmt_int, fmt_percent
-from digest.checks.envoy_flags import upstream_namespace, upstream_route
+from digest.checks.envoy_flags import route_name, upstream_namespace, upstream_route
 from digest.checks.error_lines import workload_of
 
 
@@ -453,18 +453,12 @@ def node_not_ready(findings: Findings) -> Explanation | None:
     return None
 
 
-def _route_name(upstream: str) -> str:
-    """``httproute/shop/api/rule/0`` → ``shop/api``, as a reader names it; an unparsed upstream as it is."""
-    namespace = upstream_namespace(upstream)
-    return f"{namespace}/{upstream_route(upstream)}" if namespace else upstream
-
-
 def idle_timeout(findings: Findings) -> Explanation | None:
     """UC: the upstream closed kept-alive connections under the proxy — with the quiet-vs-busy numbers when known."""
     for answer in _flagged(findings, "UC"):
         upstream = answer.labels["upstream"]
         fix = "Set the proxy's idle timeout below the upstream's keep-alive."
-        short = f"Idle timeouts on {_route_name(upstream)}: the upstream closes connections the proxy still uses"
+        short = f"Idle timeouts on {route_name(upstream)}: the upstream closes connections the proxy still uses"
         quiet_ratio, busy_ratio = answer.fact("quiet_hours_ratio"), answer.fact("busy_hours_ratio")
         if quiet_ratio is None or busy_ratio is None:
             return Explanation(
