@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 
-from digest.app.engine import Config
+from digest.app.engine import Config, policy_acks
 from digest.checks.contract import Window
 from digest.pipeline.ack_store import AckStore
 from digest.pipeline.acks import (
@@ -20,10 +20,10 @@ from digest.pipeline.acks import (
     Ack,
     AckError,
     acked_now,
-    from_policy,
     looks_like_duration,
     parse_duration,
     parse_target,
+    target_of,
 )
 from digest.pipeline.policy import CHECK_POLICIES
 from digest.pipeline.score import Digest
@@ -88,8 +88,8 @@ class AckDesk:
             check, subject = parse_target(arguments[0], CHECK_POLICIES)
         except AckError as exc:
             return f"{exc}. {ACK_USAGE}"
-        target = f"{check}:{subject}" if subject else check
-        if any(one.target == target for one in self._policy_acks()):
+        target = target_of(check, subject)
+        if any(one.target == target for one in policy_acks(self._config.policy)):
             return f"{target} is acked in the policy file: it ends there."
         ended: list[bool] = []
         settings = self._config.settings
@@ -108,7 +108,7 @@ class AckDesk:
         if problem:
             return problem
         live = [one for one in stored if one.since <= now and (one.until is None or now < one.until)]
-        policy = [one for one in self._policy_acks() if one.until is None or now < one.until]
+        policy = [one for one in policy_acks(self._config.policy) if one.until is None or now < one.until]
         if not live and not policy:
             return "No acks. /ack <check>[:<subject>] [7d] [reason] acks a finding you own."
         lines = [f"{len(live) + len(policy)} acked:"]
@@ -121,9 +121,6 @@ class AckDesk:
             lines.append(f"• {one.target} in the policy {until}: {one.reason}")
         lines.append(f"Times in {settings.zone}.")
         return "\n".join(lines)
-
-    def _policy_acks(self) -> list[Ack]:
-        return [from_policy(a.check, a.subject, a.reason, a.until, a.at_most) for a in self._config.policy.acks]
 
     def _write(self, work: Callable[[AckStore], object]) -> str:
         """Run ``work`` on the state file's acks; the one line that says why it could not, or ""."""

@@ -78,13 +78,18 @@ def stored_history(config: Config, store: HistoryStore | None) -> History:
     return History(store=store, cluster=settings.cluster, policy=config.policy, scope=scope)
 
 
+def policy_acks(policy: Policy) -> list[Ack]:
+    """The policy's known exceptions (``acks:``) as acks."""
+    return [from_policy(a.check, a.subject, a.reason, a.until, a.at_most) for a in policy.acks]
+
+
 def load_acks(config: Config) -> list[Ack]:
     """The policy's exceptions, then the acks in the state file (none from it, logged, when it cannot be read).
 
     Blocking (SQLite): called off the event loop. An unreadable file costs the acks, which can only make the digest
     say more, never less.
     """
-    acks = [from_policy(a.check, a.subject, a.reason, a.until, a.at_most) for a in config.policy.acks]
+    acks = policy_acks(config.policy)
     settings = config.settings
     if not settings.state_path.exists():
         return acks

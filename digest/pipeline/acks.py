@@ -67,7 +67,7 @@ class Ack:
     @property
     def target(self) -> str:
         """How it is written in commands and in the digest: ``check`` or ``check:subject``."""
-        return f"{self.check}:{self.subject}" if self.subject else self.check
+        return target_of(self.check, self.subject)
 
     def holds_for(self, window: Window) -> bool:
         """Whether the window ends within the ack: after the start of the 24 h it was taken against, by its end."""
@@ -87,6 +87,11 @@ class AckOutcome:
     ack: Ack
     held: bool
     lifted_because: str = ""
+
+
+def target_of(check: str, subject: str) -> str:
+    """``check`` or ``check:subject``: an ack's target as commands and the digest write it."""
+    return f"{check}:{subject}" if subject else check
 
 
 def parse_target(text: str, checks: Iterable[str]) -> tuple[str, str]:
