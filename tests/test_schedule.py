@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 from digest.app.cli import scheduled_post
 from digest.app.settings import load_settings
-from digest.channels.schedule import daily_due, last_scheduled_day, weekly_due
+from digest.channels.schedule import daily_due, last_scheduled_day, scheduled_day_of, weekly_due, weekly_key
 
 PARIS = ZoneInfo("Europe/Paris")
 NOON = time(12, 0)
@@ -47,3 +47,12 @@ def test_the_cronjob_posts_the_bots_own_day_whenever_it_runs() -> None:
         bot = last_scheduled_day(at, NOON, PARIS)
         assert (key, window) == (bot.key, bot.window)
     assert scheduled_post(settings, datetime(2026, 7, 22, 7, 0, tzinfo=UTC))[0] == "daily:2026-07-21"
+
+
+def test_a_daily_key_names_the_same_post_as_its_schedule() -> None:
+    """The daily post a key names (for its buttons) has the moment and window the schedule gave it; a week's: none."""
+    zone = ZoneInfo("Europe/Paris")
+    at = time(12, 0)
+    scheduled = last_scheduled_day(datetime(2026, 7, 21, 10, 30, tzinfo=UTC), at, zone)
+    assert scheduled_day_of(scheduled.key, at, zone) == scheduled
+    assert scheduled_day_of(weekly_key(2026, 29), at, zone) is None

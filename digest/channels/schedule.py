@@ -53,6 +53,15 @@ class ScheduledWeek:
     week: int
 
 
+def scheduled_day_of(key: str, post_time: time, zone: ZoneInfo) -> ScheduledDay | None:
+    """The daily post a delivery key names (`daily_key`), with its moment and window; None for another key."""
+    if not key.startswith("daily:"):
+        return None
+    day = date.fromisoformat(key.removeprefix("daily:"))
+    moment = post_moment(day, post_time, zone)
+    return ScheduledDay(key, day, moment, post_window(moment, post_time, zone))
+
+
 def last_scheduled_day(now: datetime, post_time: time, zone: ZoneInfo) -> ScheduledDay:
     """The daily post whose moment is the last at or before ``now`` (``post_time``: a wall time in ``zone``)."""
     day, moment = last_post(now, post_time, zone)

@@ -54,7 +54,7 @@ from telegram.ext import (
 
 from digest.channels.channel import Channel, Photo, PostResult
 from digest.channels.dispatch import DeliveryHooks, Digests, Dispatch, NoDeliveryHooks
-from digest.channels.schedule import Schedule
+from digest.channels.schedule import Schedule, scheduled_day_of
 from digest.channels.state import TELEGRAM, DeliveryState
 from digest.channels.telegram.allowance import CommandAllowance
 from digest.channels.telegram.buttons import MUTE_FOR, button_key, digest_buttons, parse_action, verified
@@ -80,8 +80,6 @@ from digest.pipeline.window import (
     last_window,
     parse_date,
     parse_duration,
-    post_moment,
-    post_window,
 )
 
 log = logging.getLogger(__name__)
@@ -608,9 +606,7 @@ class DigestBot:
         desk = await self._ack_desk(update)
         if desk is None:
             return
-        user = update.effective_user
-        by = f"@{user.username}" if user is not None and user.username else (user.full_name if user else "someone")
-        text = await desk.ack(list(context.args or []) if context else [], by, self.clock())
+        text = await desk.ack(list(context.args or []) if context else [], _who(update), self.clock())
         await self._reply_in_order(update, text)
 
     async def on_unack(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -665,9 +661,7 @@ class DigestBot:
                 await _quietly(query.answer("Acks are not kept by this bot (no state file)."))
                 return
             await _quietly(query.answer(f"Muting {asked.value} for {MUTE_FOR}…"))
-            user = update.effective_user
-            by = f"@{user.username}" if user is not None and user.username else (user.full_name if user else "someone")
-            text = await self.acks.ack([asked.value, MUTE_FOR, "muted from the digest"], by, self.clock())
+            text = await self.acks.ack([asked.value, MUTE_FOR, "muted from the digest"], _who(update), self.clock())
             await self._reply_in_order(update, text)
             return
         try:
@@ -700,13 +694,10 @@ class DigestBot:
 
     async def scheduled_buttons(self, key: str, chat_id: ChatId) -> InlineKeyboardMarkup | None:
         """The buttons under a scheduled daily post (its key names its day); none under the week at a glance."""
-        if not key.startswith("daily:"):
+        scheduled = scheduled_day_of(key, self.settings.wall_post_time, self.settings.zone)
+        if scheduled is None:
             return None
-        day = date.fromisoformat(key.removeprefix("daily:"))
-        settings = self.settings
-        at = settings.wall_post_time
-        window = post_window(post_moment(day, at, settings.zone), at, settings.zone)
-        return self._keyboard(chat_id, day, await self._mutes(window))
+        return self._keyboard(chat_id, scheduled.day, await self._mutes(scheduled.window))
 
     async def on_help(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         if not self.allowed(update):
@@ -879,6 +870,14 @@ async def _quietly(call: Awaitable[T]) -> T | None:
 async def _reply(message: Message, text: str) -> None:
     """Reply with ``text`` cut to what Telegram takes (a quoted 4,000-character argument never silences the bot)."""
     await message.reply_text(fit_utf16(text, MAX_TEXT))
+
+
+def _who(update: Update) -> str:
+    """Who an ack is by: ``@username``, else the person's name."""
+    user = update.effective_user
+    if user is None:
+        return "someone"
+    return f"@{user.username}" if user.username else user.full_name
 
 
 def _day_of(window: Window, zone: ZoneInfo) -> date:
