@@ -77,6 +77,7 @@ async def test_the_noon_post_has_buttons_and_a_press_answers_as_its_command(
     async with running(config, Clock(datetime(2026, 7, 21, 12, 0, 5, tzinfo=UTC))) as bot:
         await wait_until(lambda: ALLOWED in bot.last_results and OTHER in bot.last_results, within=60)
         post = tg.sent_to(ALLOWED)[0]  # the corpus ends 07-21 00:30: a partial day, its diagnosis in a 2nd part
+        assert bot.digests.computations == 1  # the mutes are read from the digest the text was made from
         rows = _markup(post)
         labels = [[button["text"] for button in row] for row in rows]
         assert labels[0] == ["◀ 07-20", "Week 2026-W29"]

@@ -76,16 +76,16 @@ class DigestService:
             self._in_flight, (window.start, window.end), lambda: self._compute(window), self._count
         )
 
-    async def recent(self, window: Window) -> Digest:
-        """The digest of ``window`` computed in the last `_RECENT_SECONDS`, else computed (or joined) now."""
-        kept = self._recent.get((window.start, window.end))
-        if kept is not None and time.monotonic() - kept[0] < _RECENT_SECONDS:
-            return kept[1]
-        return await self.digest(window)
-
     async def mute_targets(self, window: Window) -> list[str]:
-        """The checks that found something in ``window`` and that no ack holds: what a mute button can ack."""
-        digest = await self.recent(window)
+        """The checks that found something in ``window`` and that no ack holds: what a mute button can ack.
+
+        Read from the digest just computed for the text; never a computation of its own: a post resumed from its
+        stored parts long after (a restart) gets its day buttons, not a second digest for its mutes.
+        """
+        kept = self._recent.get((window.start, window.end))
+        if kept is None or time.monotonic() - kept[0] >= _RECENT_SECONDS:
+            return []
+        digest = kept[1]
         found = [*digest.deductions, *digest.diagnoses]
         return [finding.name for finding in found if digest.acked(finding) is None]
 

@@ -246,7 +246,8 @@ class DigestBot:
     poster: Poster | None = None
     # /ack, /unack and /acks (None: the bot answers that acks are not kept here).
     acks: AckDesk | None = None
-    # The checks a window's digest found something in and no ack holds: a mute button each (None: no mutes).
+    # The checks a window's digest found something in and no ack holds: a mute button each (None: no mutes). Asked
+    # once the window's text is made, of the digest it was made from.
     mutes: Callable[[Window], Awaitable[list[str]]] | None = None
     # The key the buttons' data is signed with (`build_application` derives it from the token; empty: no buttons).
     button_key: bytes = b""
@@ -502,11 +503,8 @@ class DigestBot:
             drawing: asyncio.Future[Photo | None] | None = None
             try:
                 await _quietly(sender.bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=topic))
-                muting: asyncio.Future[list[str]] | None = None
                 if isinstance(asked, Window):
                     computing: asyncio.Future[str] = asyncio.ensure_future(self.digests.text(asked, "html"))
-                    # Asked together, so that both join one computation of the window.
-                    muting = asyncio.ensure_future(self._mutes(asked))
                     label = asked.label
                 else:
                     computing = asyncio.ensure_future(self.digests.week_text(*asked, "html"))
@@ -530,8 +528,8 @@ class DigestBot:
                     drawing = asyncio.ensure_future(self.digests.week_photo(*asked))
                 # The text and its chart go out together: no other answer in this chat comes between them.
                 markup = None
-                if isinstance(asked, Window) and muting is not None:
-                    markup = self._keyboard(chat_id, _day_of(asked, self.settings.zone), await muting)
+                if isinstance(asked, Window):  # its mutes are read from the digest the text was just made from
+                    markup = self._keyboard(chat_id, _day_of(asked, self.settings.zone), await self._mutes(asked))
                 async with self._sending(chat_id):
                     final_chat, message_ids = await sender.send(
                         chat_id, html, reply_to=reply_to, topic=topic, markup=markup
