@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,6 +30,7 @@ from digest.backends.loki import (
     fold_plan,
     word_regex,
 )
+from digest.backends.passes import SharedPasses
 from digest.backends.victorialogs import VictoriaLogsSource
 from digest.checks.contract import SourceError, SourceErrorKind, Sources, Status, Window
 from digest.checks.coverage import Grid, logs_question, pod_logs
@@ -43,12 +45,16 @@ from digest.checks.log_questions import (
     Is,
     Json,
     LineCount,
+    LineSeries,
     Matches,
     Native,
     Not,
     OneOf,
     PeakCount,
 )
+from digest.checks.log_storms import LogStormsCheck, LogStormsPolicy
+from digest.pipeline.policy import Policy
+from digest.pipeline.recording import SHARED_FAMILIES, recording_plan
 from digest.testbed.embedded import EmbeddedBackends
 
 try:
@@ -395,6 +401,104 @@ async def _asked(source: LokiSource, question: LineCount) -> list[CountRow]:
         await source.aclose()
 
 
+# Shared passes (`digest.backends.passes`) -------------------------------------------------------------------------
+
+
+def _family_questions(window: Window) -> dict[str, LineCount | PeakCount]:
+    """The three questions the default policy's ``pod_lines`` family answers: error_lines', log_storms', coverage's."""
+    storms = LogStormsCheck(LogStormsPolicy())
+    return {
+        "error_lines": ErrorLinesCheck(ErrorLinesPolicy()).question(window),
+        "log_storms": storms.question(window),
+        "coverage": logs_question(pod_logs(EVERY_LINE), Grid.of(window)),
+        "coverage_on_half_hours": replace(
+            logs_question(pod_logs(EVERY_LINE), Grid.of(window)), bucket_seconds=3600, bucket_offset_seconds=1800
+        ),
+    }
+
+
+async def _each(source: Any, questions: dict[str, LineCount | PeakCount]) -> dict[str, Any]:
+    """Every question asked at once (as the checks ask them), each answer as a comparable table."""
+
+    async def one(question: LineCount | PeakCount) -> Any:
+        if isinstance(question, PeakCount):
+            return _table(await source.peak(question))
+        if question.bucket_seconds is not None and len(question.columns) == 1:
+            series = await source.series(question)
+            return {tuple(sorted(one.group.items())): dict(one.lines) for one in series}
+        return _table(await source.count(question))
+
+    answers = await asyncio.gather(*(one(question) for question in questions.values()))
+    return dict(zip(questions, answers, strict=True))
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        WINDOW,
+        # Off the minute at both ends: the first and last minutes are clipped, in the pass as in each question.
+        Window(START + timedelta(seconds=30, milliseconds=500), END - timedelta(seconds=50), UTC, "clipped"),
+    ],
+    ids=["on the minute", "clipped minutes"],
+)
+def test_one_shared_pass_answers_the_checks_as_their_own_queries(loki: Any, window: Window) -> None:
+    """error_lines, log_storms and coverage read from one pass of the window equal each asked alone, row for row."""
+    questions = _family_questions(window)
+    plan = recording_plan(Policy())
+
+    async def both() -> tuple[dict[str, Any], dict[str, Any], int]:
+        alone, inner = _loki_source(loki.url), _loki_source(loki.url)
+        shared = SharedPasses(inner, plan, SHARED_FAMILIES)
+        try:
+            return await _each(alone, questions), await _each(shared, questions), shared.passes
+        finally:
+            await alone.aclose()
+            await inner.aclose()
+
+    expected, answered, passes = asyncio.run(both())
+    assert all(expected.values()), "a question answered nothing: the records did not load"
+    assert answered == expected
+    assert passes == 1, "the four questions share one pass of the window"
+
+
+def test_a_shared_pass_too_wide_for_max_query_series_asks_each_question(
+    loki: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """510 pods: the pass per pod is refused; coverage's per-node question is then asked alone and answers."""
+    day = datetime(2026, 6, 8, tzinfo=UTC)
+    records = [
+        _record(day + timedelta(seconds=1 + index), "wider", f"pod-{index:04d}", "it failed", node=f"n{index % 3}")
+        for index in range(510)
+    ]
+    loki.push_records([_ndjson(records)])
+    loki.wait_for_lines(day, day + timedelta(days=1), len(records), selector='{namespace="wider"}')
+    window = Window(day, day + timedelta(days=1), UTC, "wider")
+    error_lines = ErrorLinesCheck(ErrorLinesPolicy()).question(window)
+    coverage = logs_question(pod_logs(EVERY_LINE), Grid.of(window))
+
+    async def asked() -> tuple[SourceError | None, list[LineSeries], int]:
+        inner = _loki_source(loki.url)
+        shared = SharedPasses(inner, recording_plan(Policy()), SHARED_FAMILIES)
+        refused = None
+        try:
+            try:
+                await shared.count(error_lines)
+            except SourceError as problem:
+                refused = problem
+            return refused, await shared.series(coverage), shared.passes
+        finally:
+            await inner.aclose()
+
+    with caplog.at_level("INFO", logger="digest.backends.passes"):
+        refused, series, passes = asyncio.run(asked())
+    assert refused is not None  # error_lines' own question is too wide too
+    assert "max_query_series" in refused.message
+    assert {one.group["node"]: sum(one.lines.values()) for one in series} == {"n0": 170, "n1": 170, "n2": 170}
+    assert passes == 1, "refused once, the pass is not asked again"
+    said = [record.getMessage() for record in caplog.records if "shared pass was refused" in record.getMessage()]
+    assert len(said) == 1
+
+
 # Failure modes ----------------------------------------------------------------------------------------------------
 
 
@@ -575,22 +679,20 @@ def test_a_column_one_label_apart_is_counted_in_the_pass_of_every_line() -> None
     code = Matches(Json("response_code"), "5[0-9][0-9]")
     planned = fold_plan([scope, AllOf((scope, code))], scope)
     assert planned is not None
-    assert (planned.base, planned.column, planned.sign, planned.fold, planned.rest) == (
+    assert (planned.base, planned.marks, dict(planned.folded), dict(planned.rest)) == (
         0,
-        1,
-        1,
-        Fold(Json("response_code"), "5[0-9][0-9]"),
-        (),
+        (Fold(Json("response_code"), "5[0-9][0-9]"),),
+        {1: ((1, code),)},
+        {1: ()},
     )
     levels = OneOf("level", ("error", "err"))
     unlabelled = AllOf((Empty("level"), HasWord("error")))
     planned = fold_plan([EVERY_LINE, AnyOf((levels, unlabelled))], EVERY_LINE)
     assert planned is not None
-    assert planned.fold == Fold("level", "(?i)(error|err)")
-    assert planned.rest == ((1, unlabelled),)  # the word still needs the line: asked apart
-    # No column of every line, or a column two conditions apart: nothing to fold into.
+    assert planned.marks == (Fold("level", "(?i)(error|err)"),)
+    assert dict(planned.rest) == {1: ((1, unlabelled),)}  # the word still needs the line: asked apart
+    # No column of every line: nothing to fold into.
     assert fold_plan([levels, unlabelled], EVERY_LINE) is None
-    assert fold_plan([EVERY_LINE, AllOf((levels, Is("pod", "a")))], EVERY_LINE) is None
     question = LineCount(
         window=WINDOW, columns=(("total", EVERY_LINE), ("errors", ERROR_RULE)), by=("namespace", "pod")
     )
@@ -599,6 +701,38 @@ def test_a_column_one_label_apart_is_counted_in_the_pass_of_every_line() -> None
     assert len(asked) == 2  # every line with its error levels, then the unlabelled lines with the word
     assert asked[0].startswith("sum by (namespace, pod, digest_fold) (label_replace(sum by (namespace, pod, level) (")
     assert asked[0].endswith('"digest_fold", "1", "level", "(?i)(error|err|fatal|critical|panic)"))')
+
+
+def test_columns_of_several_label_conditions_share_one_marked_pass() -> None:
+    """Two conditions and a negation over three labels: one pass marks each, every column is read from its marks."""
+    levels = OneOf("level", ("error", "err"))
+    gateway = AllOf((Is("namespace", "gw"), Is("container", "envoy")))
+    columns = [EVERY_LINE, AllOf((levels, Is("pod", "a"))), Not(gateway)]
+    planned = fold_plan(columns, EVERY_LINE)
+    assert planned is not None
+    assert planned.marks == (
+        Fold("level", "(?i)(error|err)"),
+        Fold("pod", "(a)"),
+        Fold("namespace", "(gw)"),
+        Fold("container", "(envoy)"),
+    )
+    assert dict(planned.rest) == {1: (), 2: ()}  # nothing reads the line: nothing asked apart
+    # A series marked error level, pod a, in the gateway's envoy: counted in the first column, not the second.
+    assert planned.weights((True, True, True, True)) == {1: 1}
+    assert planned.weights((False, False, True, False)) == {2: 1}
+    assert planned.weights((True, False, False, False)) == {2: 1}
+    question = LineCount(
+        window=WINDOW,
+        columns=(("total", EVERY_LINE), ("mine", columns[1]), ("chatter", columns[2])),
+        by=("namespace", "pod"),
+        bucket_seconds=60,
+    )
+    asked = [form["query"] for _, form in LogqlWriter().requests(question)]
+    assert len(asked) == 1, asked  # one range query: the day's minutes, every column marked
+    assert asked[0].startswith(
+        "sum by (namespace, pod, digest_fold, digest_fold_1, digest_fold_2, digest_fold_3) (label_replace("
+    )
+    assert "sum by (namespace, pod, level, container) (count_over_time(" in asked[0]
 
 
 def test_a_folded_count_too_wide_for_max_query_series_is_asked_apart(

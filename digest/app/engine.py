@@ -29,7 +29,7 @@ from digest.pipeline.acks import Ack, from_policy
 from digest.pipeline.collect import Collected, build_checks, collect
 from digest.pipeline.novelty import Novelty, ShapeHistory, judge
 from digest.pipeline.policy import Policy, PolicyError, load_policy
-from digest.pipeline.recording import recording_plan
+from digest.pipeline.recording import SHARED_FAMILIES, recording_plan
 from digest.pipeline.score import Digest, grade
 from digest.pipeline.silent_logs import judge_silent_logs
 from digest.pipeline.state import HistoryStore, StateError
@@ -117,21 +117,28 @@ async def open_sources(settings: Settings, policy: Policy | None = None) -> Asyn
     vm, log_endpoint, elsewhere = settings.vm_endpoint(), settings.logs_endpoint(), settings.records_endpoint()
     tls = tls_context([vm.url, log_endpoint.url, *([elsewhere.url] if elsewhere else [])])
     fields = (policy or Policy()).logs.role_fields()
+    plan = recording_plan(policy or Policy(), settings.logs_scope)
     metrics = PrometheusSource(vm, tls=tls, scope=settings.metrics_scope)
     logs: VictoriaLogsSource | LokiSource
     recount_up_to: int | None = None  # VictoriaLogs counts a day's lines again from its blocks' headers
     if settings.log_backend is LogBackend.LOKI:
         from digest.backends.loki import RECOUNT_LINES, LokiSource
+        from digest.backends.passes import SharedPasses
 
         logs = LokiSource(log_endpoint, tls=tls, fields=fields, scope=settings.logs_scope)
         recount_up_to = RECOUNT_LINES
+        # Loki reads every line of the window for each count: the checks' counts of one family share one pass.
+        shared: LogsSource = SharedPasses(
+            logs, recording_plan(policy or Policy(), settings.logs_scope), SHARED_FAMILIES
+        )
     else:
         logs = VictoriaLogsSource(log_endpoint, tls=tls, fields=fields, scope=settings.logs_scope)
-    counted: LogsSource = logs
+        shared = logs
+    counted = shared
     records = metrics if elsewhere is None else PrometheusSource(elsewhere, tls=tls, scope=settings.metrics_scope)
     if settings.recorded_counts is RecordedCounts.AUTO:
         # Counts recorded by vmalert or Loki's ruler where they cover the window; the logs scanned for the rest.
-        counted = RecordedLogs(logs, records, recording_plan(policy or Policy(), settings.logs_scope), recount_up_to)
+        counted = RecordedLogs(counted, records, plan, recount_up_to)
     try:
         # Half scoped: the metrics name one cluster, the logs do not (the settings name no logs selector).
         half = bool(settings.metrics_scope) and not settings.logs_scope

@@ -52,15 +52,20 @@ counts (a metric query holding ``__error__`` fails as a whole). The mark is the 
 exactly after a nested object's ``}`` would keep its leading keys (never seen in an access log, whose values are
 flat); a second, full ``| json`` was exact and cost a third more per query.
 
-**Folded columns.** A column that differs from a column of every line in scope by one condition on one label or JSON
-key (error_lines' error levels, envoy_flags' 5xx codes) is counted in that column's pass (`Fold`)::
+**Folded columns.** A column that differs from a column of every line in scope by conditions on labels or JSON
+keys alone (error_lines' error levels, envoy_flags' 5xx codes, log_storms' lines but the access log's) is counted in
+that column's pass (`fold_plan`): each condition marks the series it holds for (`Fold`, one label each)::
 
     sum by (<by>, digest_fold) (label_replace(sum by (<by>, level) (count_over_time(<scope> [r])),
                                               "digest_fold", "1", "level", "(?i)(error|err|…)"))
 
-one scan of the window instead of two; both columns are read from its series (``label_replace`` is anchored, as the
-label filter is). Its inner groups are the outer ones times the label's values, and Loki's ``max_query_series``
-counts them: a refusal there asks the columns apart again, and this source does not fold again (said in the log).
+and a column is read from the series whose marks satisfy it — ``level`` an error level; ``not (namespace the
+gateway's and container envoy)`` from two marks, negated — one scan of the window instead of one per column
+(``label_replace`` is anchored, as the label filter is). A term that reads the line (the word "error" in an
+unlabelled line) is asked apart and added. The inner groups are the outer ones times the marked labels' values, and
+Loki's ``max_query_series`` counts them: a refusal there asks the columns apart again, and this source does not fold
+again (said in the log). Several checks' questions share such a pass where they count the same lines
+(`digest.backends.passes`).
 
 `Native` is a LogQL pipeline fragment written by the policy (``|= "panic"``, ``| logfmt | level="error"``), appended
 as is after the digest's own stages. It can only be a conjunct: under `AnyOf` or `Not` it cannot be placed, and the
@@ -124,6 +129,7 @@ from digest.checks.log_questions import (
     Shape,
     ShapeCount,
     Shapes,
+    added_series,
     every,
     field_label,
     json_keys,
@@ -390,30 +396,32 @@ class LogqlWriter:
         return [*selectors, f"{{{', '.join(wide)}}}"]
 
     def count_query(
-        self, one: Filter, by: Sequence[LogField], span: timedelta, offset: str = "", fold: Fold | None = None
+        self, one: Filter, by: Sequence[LogField], span: timedelta, offset: str = "", marks: Sequence[Fold] = ()
     ) -> str:
-        """``sum by (<by>) (count_over_time(<log query> [span] [offset]))``; with ``fold``, its folded form (`Fold`)."""
+        """``sum by (<by>) (count_over_time(<log query> [span] [offset]))``; with ``marks``, the folded form."""
         moved = f" offset {offset}" if offset else ""
-        if fold is not None:
-            return self._folded_query(one, by, f"[{duration(span)}]{moved}", fold)
+        if marks:
+            return self._folded_query(one, by, f"[{duration(span)}]{moved}", marks)
         aliases = self.aliases(one, by)
         labels = ", ".join(self.label_of(field, aliases) for field in by)
         inner = f"count_over_time({self.log_query(one, by)} [{duration(span)}]{moved})"
         return f"sum by ({labels}) ({inner})" if labels else f"sum({inner})"
 
-    def fold_aliases(self, one: Filter, by: Sequence[LogField], fold: Fold) -> dict[str, str]:
-        """The JSON aliases of a folded count: the base's, the groups' and the folded condition's key."""
-        return self.aliases(one, (*by, fold.field))
+    def fold_aliases(self, one: Filter, by: Sequence[LogField], marks: Sequence[Fold]) -> dict[str, str]:
+        """The JSON aliases of a folded count: the base's, the groups' and the marked conditions' keys."""
+        return self.aliases(one, (*by, *(mark.field for mark in marks)))
 
-    def _folded_query(self, one: Filter, by: Sequence[LogField], span: str, fold: Fold) -> str:
-        widened = (*by, fold.field)
+    def _folded_query(self, one: Filter, by: Sequence[LogField], span: str, marks: Sequence[Fold]) -> str:
+        widened = (*by, *(mark.field for mark in marks))
         aliases = self.aliases(one, widened)
         outer = [self.label_of(field, aliases) for field in by]
-        folded = self.label_of(fold.field, aliases)
-        inner = ", ".join(dict.fromkeys((*outer, folded)))
+        inner = ", ".join(dict.fromkeys((*outer, *(self.label_of(mark.field, aliases) for mark in marks))))
         counted = f"sum by ({inner}) (count_over_time({self.log_query(one, widened)} {span}))"
-        marked = f'label_replace({counted}, "{FOLD_LABEL}", "1", "{folded}", {quoted(fold.regex)})'
-        return f"sum by ({', '.join((*outer, FOLD_LABEL))}) ({marked})"
+        for index, mark in enumerate(marks):
+            source = self.label_of(mark.field, aliases)
+            counted = f'label_replace({counted}, "{mark_label(index)}", "1", "{source}", {quoted(mark.regex)})'
+        labels = ", ".join((*outer, *(mark_label(index) for index in range(len(marks)))))
+        return f"sum by ({labels}) ({counted})"
 
     def bucket_query(
         self,
@@ -421,7 +429,7 @@ class LogqlWriter:
         by: Sequence[LogField],
         bucket_seconds: int,
         shift_seconds: int = 0,
-        fold: Fold | None = None,
+        marks: Sequence[Fold] = (),
     ) -> str:
         """The range query whose point at ``t`` (a multiple of the bucket) counts ``[t + shift, t + bucket + shift)``.
 
@@ -429,7 +437,7 @@ class LogqlWriter:
         """
         # See the module docstring: Loki reports this offset's points exactly on the grid.
         offset = f"-{bucket_seconds + shift_seconds - 1}.999999999s"
-        return self.count_query(one, by, timedelta(seconds=bucket_seconds), offset, fold)
+        return self.count_query(one, by, timedelta(seconds=bucket_seconds), offset, marks)
 
     def column_requests(
         self,
@@ -439,26 +447,26 @@ class LogqlWriter:
         bucket_seconds: int | None,
         offset_seconds: int = 0,
         sample_every: int = 1,
-        fold: Fold | None = None,
+        marks: Sequence[Fold] = (),
     ) -> list[LokiRequest]:
         """The requests that count one column: an instant query per clipped bucket, range queries for the rest.
 
         ``sample_every`` > 1 counts only the sampled minutes of the window (`sampled_query`), per minute, no group.
-        ``fold``: the column and a folded one, both in each answer (`Fold`).
+        ``marks``: the column with its marked conditions, each series marked (`Fold`).
         """
         if sample_every > 1:
-            if bucket_seconds is not None or by or fold is not None:
+            if bucket_seconds is not None or by or marks:
                 raise UnplaceableFilterError("a sample of minutes is counted per minute, without groups or buckets")
             query = self.sampled_query(window, lines, sample_every)
             at = rfc3339_nanos(unix_nanos(window.end) - 1)
             return [LokiRequest(INSTANT_PATH, {"query": query, "time": at}, None)] if query else []
         if bucket_seconds is None:
-            return [self._instant_request(lines, by, window.start, window.end, None, fold)]
+            return [self._instant_request(lines, by, window.start, window.end, None, marks)]
         plan = bucket_plan(window, bucket_seconds, offset_seconds)
         shift = offset_seconds % bucket_seconds
-        asked = [self._instant_request(lines, by, *clipped, fold) for clipped in plan.instants]
+        asked = [self._instant_request(lines, by, *clipped, marks) for clipped in plan.instants]
         if plan.first_whole is not None and plan.last_whole is not None:
-            query = self.bucket_query(lines, by, bucket_seconds, shift, fold)
+            query = self.bucket_query(lines, by, bucket_seconds, shift, marks)
             per_piece = MAX_POINTS * bucket_seconds
             for first in range(plan.first_whole, plan.last_whole + 1, per_piece):
                 last = min(first + per_piece - bucket_seconds, plan.last_whole)
@@ -506,10 +514,10 @@ class LogqlWriter:
         start: datetime,
         end: datetime,
         bucket: float | None,
-        fold: Fold | None = None,
+        marks: Sequence[Fold] = (),
     ) -> LokiRequest:
         # [end − start] at end − 1 ns holds (start − 1 ns, end − 1 ns]: exactly [start, end) in Loki's nanoseconds.
-        query = self.count_query(lines, by, end - start, fold=fold)
+        query = self.count_query(lines, by, end - start, marks=marks)
         form = {"query": query, "time": rfc3339_nanos(unix_nanos(end) - 1)}
         return LokiRequest(INSTANT_PATH, form, bucket)
 
@@ -522,18 +530,18 @@ class LogqlWriter:
         bucket = question.bucket_seconds
         offset = question.bucket_offset_seconds if isinstance(question, LineCount) else 0
         planned = fold_plan(columns, every(question.scope)) if isinstance(question, LineCount) else None
-        asked: list[tuple[Filter, Fold | None]] = []
+        asked: list[tuple[Filter, Sequence[Fold]]] = []
         for index, column in enumerate(columns):
             if planned is not None and index == planned.base:
-                asked.append((column, planned.fold))
-            elif planned is not None and index == planned.column:
-                asked.extend((term, None) for _, term in planned.rest)
+                asked.append((column, planned.marks))
+            elif planned is not None and index in planned.folded:
+                asked.extend((term, ()) for _, term in planned.rest.get(index, ()))
             else:
-                asked.extend((term, None) for _, term in counted_terms(column))
+                asked.extend((term, ()) for _, term in counted_terms(column))
         return [
             (request.path, dict(request.form))
-            for term, fold in asked
-            for request in self.column_requests(question.window, term, question.by, bucket, offset, fold=fold)
+            for term, marks in asked
+            for request in self.column_requests(question.window, term, question.by, bucket, offset, marks=marks)
         ]
 
     def group_of(self, labels: Mapping[str, str], by: Sequence[LogField], aliases: Mapping[str, str]) -> dict[str, str]:
@@ -755,36 +763,110 @@ def fold_of(condition: Filter) -> Fold | None:
     return None
 
 
+# A pass marks at most this many conditions: each may double the groups Loki holds (and `max_query_series` counts).
+MAX_MARKS = 6
+
+
+def mark_label(index: int) -> str:
+    """The label of a pass's ``index``-th marked condition: ``digest_fold``, then ``digest_fold_1`` and on."""
+    return FOLD_LABEL if index == 0 else f"{FOLD_LABEL}_{index}"
+
+
 @dataclass(frozen=True)
 class FoldPlan:
-    """Which column's term is counted in the pass of the column of every line (`Fold`), and what is left to ask."""
+    """Which columns are counted in the pass of the column of every line in scope, and what is left to ask apart.
+
+    ``marks`` are the conditions the pass marks (`Fold`, one label each); a folded column's count in a series of
+    the pass is the signed sum of its ``folded`` terms that hold for the series' marks. Its ``rest`` (terms that read
+    the line: a word) are asked apart and added.
+    """
 
     base: int  # the column of every line in scope
-    column: int  # the column whose term is folded into the base's pass
-    sign: int  # the term's sign in that column's inclusion–exclusion
-    fold: Fold
-    rest: tuple[tuple[int, Filter], ...]  # that column's other terms, asked apart
+    marks: tuple[Fold, ...]
+    folded: Mapping[int, tuple[tuple[int, Filter], ...]]  # column → its signed terms, conditions on the marks alone
+    rest: Mapping[int, tuple[tuple[int, Filter], ...]]  # column → its signed terms asked apart
+
+    def weights(self, marked: Sequence[bool]) -> dict[int, int]:
+        """Each folded column's weight in a series whose marks are ``marked`` (absent: 0)."""
+        holds = dict(zip(self.marks, marked, strict=True))
+        weights: dict[int, int] = {}
+        for column, terms in self.folded.items():
+            weight = sum(sign for sign, condition in terms if _holds(condition, holds))
+            if weight:
+                weights[column] = weight
+        return weights
+
+    @property
+    def column(self) -> int:
+        """The first folded column."""
+        return min(self.folded)
+
+
+def _atoms(condition: Filter) -> list[Fold] | None:
+    """The marks ``condition`` is read from (each `Is`, `OneOf`, `Matches`, `Empty` one), None if it reads the line."""
+    match condition:
+        case Is() | OneOf() | Matches() | Empty():
+            fold = fold_of(condition)
+            return None if fold is None else [fold]
+        case AllOf(parts=parts) | AnyOf(parts=parts):
+            found: list[Fold] = []
+            for part in parts:
+                inner = _atoms(part)
+                if inner is None:
+                    return None
+                found.extend(inner)
+            return found
+        case Not(part=part):
+            return _atoms(part)
+    return None  # a word (the line), or a native filter: not a mark
+
+
+def _holds(condition: Filter, marked: Mapping[Fold, bool]) -> bool:
+    """Whether ``condition`` holds for a series of a pass whose marks are ``marked`` (`_atoms` found them all)."""
+    match condition:
+        case AllOf(parts=parts):
+            return all(_holds(part, marked) for part in parts)
+        case AnyOf(parts=parts):
+            return any(_holds(part, marked) for part in parts)
+        case Not(part=part):
+            return not _holds(part, marked)
+    fold = fold_of(condition)
+    return fold is not None and marked[fold]
 
 
 def fold_plan(columns: Sequence[Filter], scope: Filter) -> FoldPlan | None:
-    """The first term of a column that is ``scope`` and one foldable condition, when a column is ``scope`` itself."""
+    """The terms of columns that are ``scope`` and conditions on labels alone, counted in the pass of ``scope``.
+
+    Only when a column is ``scope`` itself (the pass counts every line of it); None when no term folds.
+    """
     base = next((index for index, column in enumerate(columns) if column == scope), None)
     if base is None:
         return None
     scope_parts = _conjuncts(scope)
+    marks: dict[Fold, None] = {}
+    folded: dict[int, tuple[tuple[int, Filter], ...]] = {}
+    rest: dict[int, tuple[tuple[int, Filter], ...]] = {}
     for index, column in enumerate(columns):
         if index == base:
             continue
-        terms = counted_terms(column)
-        for position, (sign, term) in enumerate(terms):
+        mine: list[tuple[int, Filter]] = []
+        apart: list[tuple[int, Filter]] = []
+        for sign, term in counted_terms(column):
             parts = _conjuncts(term)
             extra = [part for part in parts if part not in scope_parts]
-            if len(extra) != 1 or any(part not in parts for part in scope_parts):
-                continue
-            fold = fold_of(extra[0])
-            if fold is not None:
-                return FoldPlan(base, index, sign, fold, (*terms[:position], *terms[position + 1 :]))
-    return None
+            condition = every(*extra)
+            atoms = _atoms(condition) if extra and all(part in parts for part in scope_parts) else None
+            if atoms is not None and len(dict.fromkeys((*marks, *atoms))) <= MAX_MARKS:
+                marks.update(dict.fromkeys(atoms))
+                mine.append((sign, condition))
+            else:
+                apart.append((sign, term))
+        if mine:
+            folded[index] = tuple(mine)
+            rest[index] = tuple(apart)
+    if not folded:
+        return None
+    return FoldPlan(base, tuple(marks), folded, rest)
 
 
 @dataclass(frozen=True)
@@ -851,12 +933,41 @@ class LokiSource(HttpSource):
 
     async def count(self, question: LineCount) -> list[CountRow]:
         names = [name for name, _ in question.columns]
+        answers = await self._answers(question)
+        folded: dict[tuple[tuple[str, ...], float | None], tuple[dict[str, str], dict[str, float]]] = {}
+        for name, counted in zip(names, answers, strict=True):
+            for group, bucket, value in counted:
+                key = (tuple(group.values()), bucket)
+                _, counts = folded.setdefault(key, (group, dict.fromkeys(names, 0.0)))
+                counts[name] += value
+        return [CountRow(group=group, counts=counts, bucket=bucket) for (_, bucket), (group, counts) in folded.items()]
+
+    async def column_series(self, question: LineCount) -> dict[str, list[LineSeries]]:
+        """A bucketed question's counts per column, one `LineSeries` per group (what `SharedPasses` keeps)."""
+        if question.bucket_seconds is None:
+            raise ValueError("column series answer a bucketed question")
+        answers = await self._answers(question)
+        out: dict[str, list[LineSeries]] = {}
+        for (name, _), counted in zip(question.columns, answers, strict=True):
+            # A range answer's points share their series' group mapping: added up per mapping first (`series_of`).
+            per_mapping: dict[int, tuple[Mapping[str, str], dict[float, float]]] = {}
+            for group, bucket, value in counted:
+                if bucket is None:
+                    continue
+                entry = per_mapping.get(id(group))
+                if entry is None:
+                    entry = per_mapping[id(group)] = (group, {})
+                entry[1][bucket] = entry[1].get(bucket, 0.0) + value
+            out[name] = added_series([per_mapping.values()])
+        return out
+
+    async def _answers(self, question: LineCount) -> list[_Counted]:
+        """Each column's counts per group and bucket: folded into one marked pass where they can be, else apart."""
         columns = [every(question.scope, column) for _, column in question.columns]
         planned = None if self._unfolded else fold_plan(columns, every(question.scope))
-        answers: list[_Counted] | None = None
         if planned is not None:
             try:
-                answers = await self._folded(question, columns, planned)
+                return await self._folded(question, columns, planned)
             except SourceError as problem:
                 if problem.kind is not SourceErrorKind.QUERY or "max_query_series" not in problem.message:
                     raise
@@ -866,28 +977,16 @@ class LokiSource(HttpSource):
                     problem.message,
                 )
                 self._unfolded = True
-        if answers is None:
-            answers = list(
-                await asyncio.gather(
-                    *(
-                        self._column(
-                            question.window,
-                            column,
-                            question.by,
-                            question.bucket_seconds,
-                            question.bucket_offset_seconds,
-                        )
-                        for column in columns
+        return list(
+            await asyncio.gather(
+                *(
+                    self._column(
+                        question.window, column, question.by, question.bucket_seconds, question.bucket_offset_seconds
                     )
+                    for column in columns
                 )
             )
-        folded: dict[tuple[tuple[str, ...], float | None], tuple[dict[str, str], dict[str, float]]] = {}
-        for name, counted in zip(names, answers, strict=True):
-            for group, bucket, value in counted:
-                key = (tuple(group.values()), bucket)
-                _, counts = folded.setdefault(key, (group, dict.fromkeys(names, 0.0)))
-                counts[name] += value
-        return [CountRow(group=group, counts=counts, bucket=bucket) for (_, bucket), (group, counts) in folded.items()]
+        )
 
     @contextmanager
     def _askable(self) -> Iterator[None]:
@@ -898,42 +997,59 @@ class LokiSource(HttpSource):
             raise self._error(SourceErrorKind.QUERY, f"cannot ask Loki this question: {problem}") from None
 
     async def _folded(self, question: LineCount, columns: Sequence[Filter], planned: FoldPlan) -> list[_Counted]:
-        """Each column's counts, the base column and the folded term from one pass (`Fold`), the rest apart."""
+        """Each column's counts: the base and the folded terms from one marked pass (`Fold`), the rest apart."""
         window, by = question.window, question.by
         bucket, offset = question.bucket_seconds, question.bucket_offset_seconds
         base = columns[planned.base]
         with self._askable():
-            asked = self.writer.column_requests(window, base, by, bucket, offset, fold=planned.fold)
-        aliases = self.writer.fold_aliases(base, by, planned.fold)
+            asked = self.writer.column_requests(window, base, by, bucket, offset, marks=planned.marks)
+        aliases = self.writer.fold_aliases(base, by, planned.marks)
+        labels = [mark_label(index) for index in range(len(planned.marks))]
         await self._ensure_ready()
         others = [
             self._column(window, column, by, bucket, offset)
             for index, column in enumerate(columns)
-            if index not in (planned.base, planned.column)
+            if index != planned.base and index not in planned.folded
         ]
-        passed, rest, apart = await asyncio.gather(
+        folded_columns = sorted(planned.folded)
+        passed, rests, apart = await asyncio.gather(
             asyncio.gather(
                 *(
-                    self._instant(request.form, by, aliases, request.bucket, FOLD_LABEL)
+                    self._instant(request.form, by, aliases, request.bucket, labels)
                     if request.path == INSTANT_PATH
-                    else self._range(request, by, aliases, bucket or 1, FOLD_LABEL)
+                    else self._range(request, by, aliases, bucket or 1, labels)
                     for request in asked
                 )
             ),
-            self._terms(window, list(planned.rest), by, bucket, offset, net=True),
+            asyncio.gather(
+                *(
+                    self._terms(window, list(planned.rest[index]), by, bucket, offset, net=True)
+                    for index in folded_columns
+                )
+            ),
             asyncio.gather(*others),
         )
         every_line: _Counted = []
-        folded: _Counted = list(rest)
+        per_column: dict[int, _Counted] = {index: list(rest) for index, rest in zip(folded_columns, rests, strict=True)}
+        # A range answer's points share their series' group: its unmarked group and weights are made once per series.
+        seen: dict[int, tuple[dict[str, str], dict[int, int]]] = {}
+        weights_of: dict[tuple[bool, ...], dict[int, int]] = {}
         for group, at, value in (row for answer in passed for row in answer):
-            # A range answer's points share their series' group: read, never popped.
-            unmarked = {name: label for name, label in group.items() if name != FOLD_LABEL}
+            known = seen.get(id(group))
+            if known is None:
+                marked = tuple(group.get(label) == "1" for label in labels)
+                weights = weights_of.get(marked)
+                if weights is None:
+                    weights = weights_of[marked] = planned.weights(marked)
+                unmarked = {name: text for name, text in group.items() if name not in labels}
+                known = seen[id(group)] = (unmarked, weights)
+            unmarked, weights = known
             every_line.append((unmarked, at, value))
-            if group.get(FOLD_LABEL) == "1":
-                folded.append((unmarked, at, planned.sign * value))
+            for index, weight in weights.items():
+                per_column[index].append((unmarked, at, weight * value))
         remaining = iter(apart)
         return [
-            every_line if index == planned.base else folded if index == planned.column else next(remaining)
+            every_line if index == planned.base else per_column[index] if index in per_column else next(remaining)
             for index in range(len(columns))
         ]
 
@@ -1224,9 +1340,9 @@ class LokiSource(HttpSource):
         by: Sequence[LogField],
         aliases: Mapping[str, str],
         bucket: float | None,
-        mark: str | None = None,
+        marks: Sequence[str] = (),
     ) -> _Counted:
-        """The answer's counts; ``mark``: a label kept in each group as it is (`FOLD_LABEL`)."""
+        """The answer's counts; ``marks``: labels kept in each group as they are (`mark_label`)."""
         samples = self._vector(await self._post_json(INSTANT_PATH, form))
         counted: _Counted = []
         for sample in samples:
@@ -1235,7 +1351,7 @@ class LokiSource(HttpSource):
             minute = sample.labels.get(MINUTE_LABEL)
             at = bucket if minute is None else self._minute(minute)
             group = self.writer.group_of(sample.labels, by, aliases)
-            if mark is not None:
+            for mark in marks:
                 group[mark] = sample.labels.get(mark, "")
             counted.append((group, at, sample.value))
         return counted
@@ -1251,14 +1367,14 @@ class LokiSource(HttpSource):
         by: Sequence[LogField],
         aliases: Mapping[str, str],
         step: int,
-        mark: str | None = None,
+        marks: Sequence[str] = (),
     ) -> _Counted:
         first, last = request.first, request.last
         series = self._matrix(await self._post_json(RANGE_PATH, request.form))
         counted: _Counted = []
         for one in series:
             group = self.writer.group_of(one.labels, by, aliases)
-            if mark is not None:
+            for mark in marks:
                 group[mark] = one.labels.get(mark, "")
             for moment, value in one.points:
                 bucket = round(moment)

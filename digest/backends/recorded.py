@@ -161,7 +161,7 @@ class _Recount:
 
 
 @dataclass(frozen=True)
-class _Match:
+class FamilyMatch:
     """How a question is read from a family: its columns' names in the family, and the fields it groups by."""
 
     family: Family
@@ -182,7 +182,7 @@ class Slots:
     notes: Mapping[str, str] = field(default_factory=dict)
 
 
-def match(plan: RecordingPlan, question: LineCount | PeakCount) -> _Match | None:
+def match(plan: RecordingPlan, question: LineCount | PeakCount) -> FamilyMatch | None:
     """The family that answers ``question`` from its records, or None (then it is scanned)."""
     if isinstance(question, PeakCount):
         if question.bucket_seconds != MINUTE:
@@ -199,7 +199,7 @@ def match(plan: RecordingPlan, question: LineCount | PeakCount) -> _Match | None
         by_lines = {family.lines(name): name for name, _ in family.columns}
         columns = {name: by_lines[lines] for name, lines in wanted.items() if lines in by_lines}
         if len(columns) == len(wanted):
-            return _Match(family, columns, question.by)
+            return FamilyMatch(family, columns, question.by)
     return None
 
 
@@ -545,7 +545,7 @@ class RecordedLogs:
 
     # Answers ----------------------------------------------------------------------------------------------------
 
-    async def _answer(self, question: LineCount | PeakCount, found: _Match) -> list[CountRow]:
+    async def _answer(self, question: LineCount | PeakCount, found: FamilyMatch) -> list[CountRow]:
         async def read(stamp: Stamp, recorded: Mapping[int, Stamp]) -> list[CountRow]:
             return await self._read(question, found, stamp, recorded)
 
@@ -569,7 +569,7 @@ class RecordedLogs:
     async def _parts(
         self,
         question: LineCount | PeakCount,
-        found: _Match,
+        found: FamilyMatch,
         read: Callable[[Stamp, Mapping[int, Stamp]], Awaitable[list[_Part]]],
         scan: Callable[[Window], Awaitable[list[_Part]]],
         taken_back: Callable[[list[_SlotCount]], list[_Part]],
@@ -641,7 +641,7 @@ class RecordedLogs:
     async def _unrecorded(
         self,
         question: LineCount | PeakCount,
-        found: _Match,
+        found: FamilyMatch,
         stamp: Stamp,
         recorded: Mapping[int, Stamp],
         phase: int,
@@ -679,7 +679,7 @@ class RecordedLogs:
         return await self.inner.count(replace(question, window=window))
 
     async def _read(
-        self, question: LineCount | PeakCount, found: _Match, stamp: Stamp, recorded: Mapping[int, Stamp]
+        self, question: LineCount | PeakCount, found: FamilyMatch, stamp: Stamp, recorded: Mapping[int, Stamp]
     ) -> list[CountRow]:
         """The recorded counts of one stamp's slots in the window."""
         if isinstance(question, LineCount) and question.bucket_seconds is not None:
@@ -712,7 +712,7 @@ class RecordedLogs:
         ]
 
     async def _bucketed(
-        self, question: LineCount, found: _Match, stamp: Stamp, recorded: Mapping[int, Stamp]
+        self, question: LineCount, found: FamilyMatch, stamp: Stamp, recorded: Mapping[int, Stamp]
     ) -> list[tuple[Mapping[str, str], str, dict[float, float]]]:
         """One stamp's recorded counts of a bucketed question: per series its group, column and lines per bucket.
 
@@ -762,7 +762,7 @@ class _RecordsQuery:
         cls,
         plan: RecordingPlan,
         question: LineCount | PeakCount,
-        found: _Match,
+        found: FamilyMatch,
         stamp: Stamp,
         recorded: Mapping[int, Stamp],
     ) -> _RecordsQuery:

@@ -30,6 +30,10 @@ from digest.checks.log_questions import EVERY_LINE, AllOf, Filter, every
 from digest.checks.log_storms import LogStormsCheck
 from digest.pipeline.policy import Policy
 
+# The families several checks read (error_lines, log_storms and coverage read ``pod_lines``): on a log store where each
+# count reads every line of its window (Loki), their questions share one pass of it (`digest.backends.passes`).
+SHARED_FAMILIES = ("pod_lines",)
+
 # A question's filters and fields do not depend on its window: any one serves to read them.
 _ANY_WINDOW = Window(datetime(2000, 1, 1, tzinfo=UTC), datetime(2000, 1, 2, tzinfo=UTC), UTC, "")
 
