@@ -36,6 +36,8 @@ from zoneinfo import ZoneInfo
 import httpx
 
 from digest.backends.http import Endpoint
+from digest.backends.loki import LogqlWriter
+from digest.backends.passes import pass_question, shared_match
 from digest.backends.victorialogs import LogsqlWriter, VictoriaLogsSource
 from digest.checks import coverage, registry
 from digest.checks.conntrack import ConntrackCheck
@@ -47,6 +49,7 @@ from digest.checks.registry import Question
 from digest.checks.restarted import narrowing
 from digest.pipeline.collect import build_checks
 from digest.pipeline.policy import Policy
+from digest.pipeline.recording import SHARED_FAMILIES, recording_plan
 from digest.pipeline.window import day_window
 
 METRICS = "metrics"
@@ -95,7 +98,13 @@ def _range(query: str, start: datetime, end: datetime, step_seconds: int, purpos
     return Query(METRICS, "/api/v1/query_range", form, purpose)
 
 
-def _asked_logs(question: LineCount | PeakCount, writer: LogWriter, purpose: str) -> list[Query]:
+def _asked_logs(question: LineCount | PeakCount, writer: LogWriter, purpose: str, policy: Policy) -> list[Query]:
+    if isinstance(writer, LogqlWriter):
+        # On Loki, the questions of a shared family are answered by one pass of their window (`SharedPasses`): the
+        # floor asks that pass, once (`checks_queries` sends a request asked twice once).
+        found = shared_match(recording_plan(policy), SHARED_FAMILIES, question)
+        if found is not None:
+            question, purpose = pass_question(found.family, question.window), f"pass.{found.family.name}"
     requests = writer.requests(question)
     return [
         Query(LOGS, path, form, purpose if len(requests) == 1 else f"{purpose}#{index}")
@@ -187,7 +196,7 @@ def checks_queries(
             if isinstance(question, str):
                 add(_instant(question, window, f"{name}.{purpose}"))
             else:
-                for query in _asked_logs(question, writer, f"{name}.{purpose}"):
+                for query in _asked_logs(question, writer, f"{name}.{purpose}", policy):
                     add(query)
         if name == "error_lines" and dependencies.shape_questions:
             shape_request = getattr(writer, "shape_request", None)  # a backend without shapes (Loki) asks none
@@ -216,7 +225,7 @@ def coverage_queries(
     for need in needs:
         purpose = f"coverage.{need.label}"
         if need.backend is Backend.LOGS:
-            out.extend(_asked_logs(coverage.logs_question(need, grid), writer or LogsqlWriter(), purpose))
+            out.extend(_asked_logs(coverage.logs_question(need, grid), writer or LogsqlWriter(), purpose, policy))
         else:
             text = coverage.queries(need, grid, policy.coverage)
             out.append(_range(text, grid.range_start, grid.range_end, grid.step, purpose))

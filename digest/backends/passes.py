@@ -122,12 +122,7 @@ class SharedPasses:
 
     def _shared(self, question: LineCount | PeakCount) -> FamilyMatch | None:
         """How a shared family answers ``question``; None when it is asked directly."""
-        if self._off:
-            return None
-        if not question.by:
-            return None  # one number (per bucket): its own query answers as little as it asks
-        found = match(self.plan, question)
-        return found if found is not None and found.family.name in self.shared else None
+        return None if self._off else shared_match(self.plan, self.shared, question)
 
     async def _pass(self, family: Family, window: Window) -> _Passed | None:
         """The family's counts per minute in ``window``, asked once and shared; None once Loki refused a pass."""
@@ -153,10 +148,20 @@ class SharedPasses:
 
     async def _asked(self, family: Family, window: Window) -> _Passed:
         self.passes += 1
-        question = LineCount(
-            window=window, scope=family.scope, columns=family.columns, by=family.by, bucket_seconds=MINUTE
-        )
-        return await self.inner.column_series(question)
+        return await self.inner.column_series(pass_question(family, window))
+
+
+def shared_match(plan: RecordingPlan, shared: Collection[str], question: LineCount | PeakCount) -> FamilyMatch | None:
+    """How one of the ``shared`` families of ``plan`` answers ``question``; None when it is asked by itself."""
+    if not question.by:
+        return None  # one number (per bucket): its own query answers as little as it asks
+    found = match(plan, question)
+    return found if found is not None and found.family.name in shared else None
+
+
+def pass_question(family: Family, window: Window) -> LineCount:
+    """The one question a pass asks: the family's lines per minute of ``window``, per group, in its columns."""
+    return LineCount(window=window, scope=family.scope, columns=family.columns, by=family.by, bucket_seconds=MINUTE)
 
 
 class _Grouped:
