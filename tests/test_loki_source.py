@@ -234,7 +234,16 @@ def test_writer_puts_each_filter_kind_where_loki_reads_it() -> None:
     assert '| json digest_json_0="[\\"response.code\\"]"' in json_query
     # A line that does not end in "}" (cut short, or not an object) reads no key, as on VictoriaLogs.
     assert '| regexp "(?P<digest_json_end>\\\\}\\\\s*$)" | json' in json_query
-    assert '| drop __error__, __error_details__, digest_json_end | digest_json_0=~"5.."' in json_query
+    # A key of a line cut short reads empty: the condition is tested on the end mark (empty) there.
+    assert json_query.endswith(
+        '| drop __error__, __error_details__ | ((digest_json_end!="" and digest_json_0=~"5..")'
+        ' or (digest_json_end="" and digest_json_end=~"5.."))'
+    )
+    grouped = LogqlWriter().count_query(EVERY_LINE, (Json("upstream"),), timedelta(hours=1))
+    # Grouped by a key: emptied per series of lines cut short, after the count (no template per line).
+    assert "label_format" not in grouped
+    assert grouped.startswith("sum by (digest_json_0) (label_replace(sum by (digest_json_0, digest_json_end) (")
+    assert grouped.endswith('"digest_json_0", "", "digest_json_end", ""))')
     custom = LogqlWriter({"namespace": "k8s_namespace_name"})
     assert custom.log_query(AllOf()) == '{k8s_namespace_name=~".+"}'
 
