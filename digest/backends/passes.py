@@ -165,7 +165,7 @@ def pass_question(family: Family, window: Window) -> LineCount:
 
 
 class _Grouped:
-    """Lines per group key and bucket, with one group mapping per key (shared by its rows)."""
+    """Lines per group of a question's fields and per bucket, added up from a pass's series."""
 
     def __init__(self, labels: Sequence[str]) -> None:
         self.labels = labels
