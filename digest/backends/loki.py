@@ -183,10 +183,26 @@ def word_regex(word: str) -> str:
     """An RE2 regex finding ``word`` in any case, not inside a longer word (VictoriaLogs' ``i(word)``)."""
     if not word:
         raise UnplaceableFilterError("an empty word cannot be searched for")
-    body = "".join(_escaped_regex_char(char) for char in word)
     before = f"(?:^|{_NOT_WORD})" if _is_word_char(word[0]) else ""
     after = f"(?:{_NOT_WORD}|$)" if _is_word_char(word[-1]) else ""
+    if word.isascii():
+        # Each letter's case orbit as a class: what ``(?i)`` matches, and measured on 3.5.12 a third cheaper (the
+        # 11-05 corpus day's unlabelled "error" lines: 0.43 s to 0.28 s), since Go's regexp folds case per rune.
+        return before + "".join(_ascii_folded(char) for char in word) + after
+    body = "".join(_escaped_regex_char(char) for char in word)
     return f"(?i){before}{body}{after}"
+
+
+# Go's case folding (unicode.SimpleFold, which RE2's (?i) follows) takes two ASCII letters beyond their other case.
+_FOLDED_BEYOND_ASCII = {"k": "\\x{212A}", "s": "\\x{17F}"}
+
+
+def _ascii_folded(char: str) -> str:
+    """An ASCII character as ``(?i)`` reads it: a letter's class of cases, anything else escaped."""
+    if not char.isalpha():
+        return _escaped_regex_char(char)
+    lower = char.lower()
+    return f"[{lower}{char.upper()}{_FOLDED_BEYOND_ASCII.get(lower, '')}]"
 
 
 def _is_word_char(char: str) -> bool:
