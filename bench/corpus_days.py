@@ -13,6 +13,10 @@ kept) and prints a Markdown table: seconds, the verdict, and (``--per-request``)
 take sent one by one — recorded by a counting proxy in one more run, each sent once alone, summed for the day's own
 window and for the days before it (the trends' seven, the look-back) — which is where a Loki digest's time goes. Both
 servers are stopped by PID at the end (also on Ctrl-C).
+
+``--against DIR`` times another checkout's digest too (a git worktree of an earlier commit, its modules first on
+``PYTHONPATH``), run for run in turn with this one's, so that a before-and-after is measured on the same minutes of a
+machine whose speed drifts (up to 2× between mornings here); the verdicts must agree.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from urllib.parse import parse_qsl, urlsplit
@@ -54,6 +58,7 @@ class DayRun:
     verdict: str = ""
     requests: int = 0
     alone: dict[str, float] = field(default_factory=dict)  # the day a request counts → its seconds, sent alone
+    against: list[float] = field(default_factory=list)  # the other checkout's runs (``--against``), in turn
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,6 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="digests per day (median)")
     parser.add_argument("--days", default="", help="comma-separated YYYY-MM-DD (default: every corpus day)")
     parser.add_argument("--per-request", action="store_true", help="also send each log request alone, per day")
+    parser.add_argument(
+        "--against",
+        default="",
+        help="another checkout of the project (a git worktree): its digest timed too, run for run in turn with this"
+        " one's, for a paired comparison on a machine whose speed drifts",
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     wanted = [date.fromisoformat(day) for day in args.days.split(",") if day] or sorted(DAYS)
@@ -80,13 +91,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             run = DayRun(day)
             command = [*digest_command(), "run", "--date", day.isoformat(), "--format", "json"]
             for _ in range(max(1, args.repeats)):
-                began = time.monotonic()
-                done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)  # noqa: S603
-                run.seconds.append(time.monotonic() - began)
-                if done.returncode not in (0, 1, 2):
-                    raise RuntimeError(f"digest run --date {day}: exit {done.returncode}: {done.stderr[-500:]}")
-                payload = json.loads(done.stdout)
-                run.verdict = f"{payload.get('status')} {payload.get('score')}/10"
+                run.seconds.append(_timed(command, env, run))
+                if args.against:
+                    # The other checkout's modules first on the path: the same console script runs its code.
+                    other = DayRun(day)
+                    run.against.append(_timed(command, {**env, "PYTHONPATH": args.against}, other))
+                    if other.verdict != run.verdict:
+                        raise RuntimeError(f"{day}: {run.verdict} here, {other.verdict} in {args.against}")
             if args.per_request:
                 with CountingProxy(loki.url) as proxy:
                     subprocess.run(  # noqa: S603  # the same digest, its log requests recorded on the way
@@ -99,6 +110,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs.append(run)
     print(_table(runs, args, time.monotonic() - started))
     return 0
+
+
+def _timed(command: Sequence[str], env: Mapping[str, str], run: DayRun) -> float:
+    """One digest's seconds; its verdict kept in ``run``."""
+    began = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)  # noqa: S603
+    seconds = time.monotonic() - began
+    if done.returncode not in (0, 1, 2):
+        raise RuntimeError(f"{' '.join(command[-4:])}: exit {done.returncode}: {done.stderr[-500:]}")
+    payload = json.loads(done.stdout)
+    run.verdict = f"{payload.get('status')} {payload.get('score')}/10"
+    return seconds
 
 
 def alone(url: str, recorded: Sequence[Recorded]) -> dict[str, float]:
@@ -126,21 +149,25 @@ def counted_day(request: Recorded) -> str:
 def _table(runs: Sequence[DayRun], args: argparse.Namespace, elapsed: float) -> str:
     header = (
         f"Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, `python -m bench.corpus_days"
-        f"{' --per-request' if args.per_request else ''}`, {revision()}, {elapsed:.0f} s; logs at volume scale"
-        f" {VOLUME_SCALE:g}\n\n"
+        f"{' --per-request' if args.per_request else ''}{' --against ' + args.against if args.against else ''}`,"
+        f" {revision()}, {elapsed:.0f} s; logs at volume scale {VOLUME_SCALE:g}\n\n"
     )
+    against = " | the other checkout, in turn (median) | ratio" if args.against else ""
     lines = [
-        "| day | `digest run`, scanned (median) | verdict | Loki requests |"
+        f"| day | `digest run`, scanned (median){against} | verdict | Loki requests |"
         " its log requests sent alone: of the day / of the days before (trends, look-back) |"
     ]
-    lines.append("|---|---|---|---|---|")
+    lines.append("|---|---|" + ("---|---|" if args.against else "") + "---|---|---|")
     for run in runs:
         own = run.alone.get(run.day.isoformat(), 0.0)
         before = sum(run.alone.values()) - own
         alone = f"{own:.2f} s / {before:.2f} s" if run.alone else "—"
-        lines.append(
-            f"| {run.day} | {statistics.median(run.seconds):.2f} s | {run.verdict} | {run.requests} | {alone} |"
-        )
+        mine = statistics.median(run.seconds)
+        other = ""
+        if run.against:
+            theirs = statistics.median(run.against)
+            other = f" | {theirs:.2f} s | {mine / theirs:.2f}×"
+        lines.append(f"| {run.day} | {mine:.2f} s{other} | {run.verdict} | {run.requests} | {alone} |")
     return header + "\n".join(lines) + "\n"
 
 

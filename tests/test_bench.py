@@ -381,5 +381,10 @@ def test_corpus_days_tables_each_day_against_the_days_before_it() -> None:
     assert counted_day(ranged) == "2026-08-16"
     assert counted_day(Recorded("GET", "/loki/api/v1/label/pod/values?start=1786924799000000000", b"", None)) == "?"
     run = DayRun(DAY, seconds=[3.0, 1.0, 2.0], verdict="OK 10/10", requests=40, alone={DAY.isoformat(): 1.5, "x": 2.0})
-    table = _table([run], argparse.Namespace(per_request=True), 60.0)
+    table = _table([run], argparse.Namespace(per_request=True, against=""), 60.0)
     assert f"| {DAY} | 2.00 s | OK 10/10 | 40 | 1.50 s / 2.00 s |" in table
+    # Against another checkout, run for run in turn: its median and the ratio beside this one's.
+    paired = DayRun(DAY, seconds=[3.0, 1.0, 2.0], verdict="OK 10/10", requests=40, against=[4.0, 4.2, 3.8])
+    table = _table([paired], argparse.Namespace(per_request=False, against="../before"), 60.0)
+    assert "`python -m bench.corpus_days --against ../before`" in table
+    assert f"| {DAY} | 2.00 s | 4.00 s | 0.50× | OK 10/10 | 40 | — |" in table

@@ -512,6 +512,51 @@ def test_a_shared_pass_too_wide_for_max_query_series_asks_each_question(
     assert len(said) == 1
 
 
+def test_a_shared_pass_past_the_answer_cap_leaves_each_question_to_itself(
+    loki: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """20 pods logging every minute: the pass per minute passes the cap, each day's count per pod is still answered."""
+    day = datetime(2026, 6, 10, tzinfo=UTC)
+    records = [
+        _record(day + timedelta(minutes=minute, seconds=1 + index), "busy", f"pod-{index:02d}", f"tick {level}", level)
+        for minute in range(60)
+        for index in range(20)
+        for level in ("info", "error")
+    ]
+    loki.push_records([_ndjson(records)])
+    loki.wait_for_lines(day, day + timedelta(days=1), len(records), selector='{namespace="busy"}')
+    window = Window(day, day + timedelta(days=1), UTC, "busy")
+    questions = _family_questions(window)
+    cap = 16 * 1024  # bytes: more than a day's count per pod or per node, less than the minutes per pod
+
+    async def asked(source: Any, question: LineCount | PeakCount) -> Any:
+        try:
+            return (await _each(source, {"one": question}))["one"]
+        except SourceError as problem:
+            return problem.message
+
+    async def both() -> tuple[dict[str, Any], dict[str, Any], int]:
+        alone, inner = _loki_source(loki.url, max_response_bytes=cap), _loki_source(loki.url, max_response_bytes=cap)
+        shared = SharedPasses(inner, recording_plan(Policy()), SHARED_FAMILIES)
+        try:
+            expected = {name: await asked(alone, question) for name, question in questions.items()}
+            answered = {name: await asked(shared, question) for name, question in questions.items()}
+            return expected, answered, shared.passes
+        finally:
+            await alone.aclose()
+            await inner.aclose()
+
+    with caplog.at_level("INFO", logger="digest.backends.passes"):
+        expected, answered, passes = asyncio.run(both())
+    assert answered == expected
+    totals = {key: counts["total"] for key, counts in answered["error_lines"].items()}
+    assert totals == {((("namespace", "busy"), ("pod", f"pod-{index:02d}")), None): 120.0 for index in range(20)}
+    assert "response larger than" in answered["log_storms"]  # its own minutes pass the cap too: said, as alone
+    assert passes == 1, "the window's pass is not asked again"
+    said = [record.getMessage() for record in caplog.records if "answered too much" in record.getMessage()]
+    assert len(said) == 1
+
+
 # Failure modes ----------------------------------------------------------------------------------------------------
 
 

@@ -69,6 +69,8 @@ _MAX_REASON_TEXT = 2000
 _ECHOED_QUERY = re.compile(r'query="(?:[^"\\]|\\.)*"')
 MIB = 1024 * 1024
 DEFAULT_MAX_RESPONSE_MIB = 32
+# How an answer cut at `Endpoint.max_response_bytes` is said (`SourceError.message` starts with it).
+TOO_LARGE = "response larger than"
 
 # The clock of the question a source is answering (`answering_within`), read where each of its requests takes a
 # slot. A context variable rather than a parameter through every helper: the tasks a question's requests run in
@@ -696,7 +698,7 @@ class HttpSource:
 
     def _too_large(self) -> SourceError:
         cap_mib = self._endpoint.max_response_bytes / MIB
-        return self._error(SourceErrorKind.BAD_RESPONSE, f"response larger than {cap_mib:g} MiB")
+        return self._error(SourceErrorKind.BAD_RESPONSE, f"{TOO_LARGE} {cap_mib:g} MiB")
 
     def _decode(self, response: httpx.Response, text: str) -> Any:
         content_type = response.headers.get("content-type", "")

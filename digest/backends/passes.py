@@ -23,8 +23,11 @@ without groups (one number, or one per bucket: the late lines' recount, the doct
 every question no shared family answers.
 
 A pass Loki refuses as a query (``max_query_series``: the marks multiply the groups it adds up) is not tried again:
-each question is then asked directly, as without this layer, and the log says so once. Any other failure is the
-questions' own (a pass that timed out would have timed out as three queries).
+each question is then asked directly, as without this layer, and the log says so once. A pass whose answer passes
+the answer cap (`Endpoint.max_response_bytes`: a day of thousands of pods logging every minute) leaves its window's
+questions to be asked by themselves, so that a day's count per pod is still answered where the minutes are too many
+(as they are for ``log_storms``' own question then). Any other failure is the questions' own (a pass that timed out
+would have timed out as three queries).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from digest.backends.http import TOO_LARGE
 from digest.backends.recorded import Family, FamilyMatch, RecordingPlan, match
 from digest.checks.contract import SourceError, SourceErrorKind, Window
 from digest.checks.log_questions import (
@@ -76,6 +80,7 @@ class SharedPasses:
         self.keep = keep
         self._passes: OrderedDict[tuple[str, datetime, datetime], asyncio.Future[_Passed]] = OrderedDict()
         self._off = False  # set when Loki refused a pass as a query: every question is asked directly from then on
+        self._too_large: set[tuple[str, datetime, datetime]] = set()  # passes whose answer passed the cap
         self.passes = 0  # passes asked, for the tests and the benchmark
 
     @property
@@ -139,6 +144,15 @@ class SharedPasses:
         try:
             return await asyncio.shield(known)
         except SourceError as problem:
+            if problem.kind is SourceErrorKind.BAD_RESPONSE and problem.message.startswith(TOO_LARGE):
+                # Per minute and pod, a day of every pod logging every minute passes the answer cap where a check's
+                # own question (a day's count per pod) does not: this window's questions are asked by themselves.
+                if key not in self._too_large:
+                    self._too_large.add(key)
+                    log.info(
+                        "Loki: a shared pass of %s answered too much (%s); its questions asked apart", key[1:], problem
+                    )
+                return None
             if problem.kind is not SourceErrorKind.QUERY:
                 raise
             if not self._off:
