@@ -230,19 +230,26 @@ def series_of(rows: Iterable[CountRow], column: str) -> list[LineSeries]:
     negative, and their records and scanned gaps as separate rows), then the buckets and the groups without a line
     are left out.
     """
-    # A series' rows share one group mapping (a day's per-node coverage is ~17,000 rows of 200 groups): they are
+    return summed_series((row.group, row.bucket, row.counts.get(column)) for row in rows)
+
+
+def summed_series(points: Iterable[tuple[Mapping[str, str], float | None, float | None]]) -> list[LineSeries]:
+    """(group, bucket, count) points added up per group and bucket as one `LineSeries` per group (`series_of`).
+
+    A point without a bucket or a count is left out; so are the buckets and the groups without a line once added up.
+    """
+    # A series' points share one group mapping (a day's per-node coverage is ~17,000 rows of 200 groups): they are
     # added up per mapping first, keyed by its identity (each entry holds its mapping, so the identity stays its
     # own), and `added_series` then adds up the mappings that are equal and leaves out what holds no line.
     per_mapping: dict[int, tuple[Mapping[str, str], dict[float, float]]] = {}
-    for row in rows:
-        count = row.counts.get(column)
-        if count is None or row.bucket is None:
+    for group, bucket, count in points:
+        if count is None or bucket is None:
             continue
-        entry = per_mapping.get(id(row.group))
+        entry = per_mapping.get(id(group))
         if entry is None:
-            entry = per_mapping[id(row.group)] = (row.group, {})
+            entry = per_mapping[id(group)] = (group, {})
         lines = entry[1]
-        lines[row.bucket] = lines.get(row.bucket, 0.0) + count
+        lines[bucket] = lines.get(bucket, 0.0) + count
     return added_series([per_mapping.values()])
 
 

@@ -131,13 +131,13 @@ from digest.checks.log_questions import (
     Shape,
     ShapeCount,
     Shapes,
-    added_series,
     every,
     field_label,
     json_keys,
     sampled_minutes,
     series_column,
     series_of,
+    summed_series,
 )
 from digest.checks.logsql import quoted
 
@@ -841,11 +841,6 @@ class FoldPlan:
                 weights[column] = weight
         return weights
 
-    @property
-    def column(self) -> int:
-        """The first folded column."""
-        return min(self.folded)
-
 
 def _atoms(condition: Filter) -> list[Fold] | None:
     """The marks ``condition`` is read from (each `Is`, `OneOf`, `Matches`, `Empty` one), None if it reads the line."""
@@ -997,19 +992,7 @@ class LokiSource(HttpSource):
         if question.bucket_seconds is None:
             raise ValueError("column series answer a bucketed question")
         answers = await self._answers(question, apart_when_refused=False)
-        out: dict[str, list[LineSeries]] = {}
-        for (name, _), counted in zip(question.columns, answers, strict=True):
-            # A range answer's points share their series' group mapping: added up per mapping first (`series_of`).
-            per_mapping: dict[int, tuple[Mapping[str, str], dict[float, float]]] = {}
-            for group, bucket, value in counted:
-                if bucket is None:
-                    continue
-                entry = per_mapping.get(id(group))
-                if entry is None:
-                    entry = per_mapping[id(group)] = (group, {})
-                entry[1][bucket] = entry[1].get(bucket, 0.0) + value
-            out[name] = added_series([per_mapping.values()])
-        return out
+        return {name: summed_series(counted) for (name, _), counted in zip(question.columns, answers, strict=True)}
 
     async def _answers(self, question: LineCount, apart_when_refused: bool = True) -> list[_Counted]:
         """Each column's counts per group and bucket: folded into one marked pass where they can be, else apart.
