@@ -39,18 +39,16 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from digest.backends.forwarding import ForwardingLogs
 from digest.backends.http import TOO_LARGE
 from digest.backends.recorded import Family, FamilyMatch, RecordingPlan, match
 from digest.checks.contract import SourceError, SourceErrorKind, Window
 from digest.checks.log_questions import (
     CountRow,
-    Filter,
     LineCount,
     LineSeries,
     LogsSource,
     PeakCount,
-    ShapeCount,
-    Shapes,
     field_label,
     series_column,
 )
@@ -70,11 +68,13 @@ class PassSource(LogsSource, Protocol):
     async def column_series(self, question: LineCount) -> dict[str, list[LineSeries]]: ...
 
 
-class SharedPasses:
+class SharedPasses(ForwardingLogs):
     """A `LogsSource` answering the questions of the ``shared`` families of ``plan`` from one pass per window."""
 
+    inner: PassSource
+
     def __init__(self, inner: PassSource, plan: RecordingPlan, shared: Collection[str], keep: int = KEEP) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.plan = plan
         self.shared = frozenset(shared)
         self.keep = keep
@@ -83,47 +83,30 @@ class SharedPasses:
         self._too_large: set[tuple[str, datetime, datetime]] = set()  # passes whose answer passed the cap
         self.passes = 0  # passes asked, for the tests and the benchmark
 
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def language(self) -> str:
-        return self.inner.language
-
-    def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
-        return self.inner.reading_query(window, lines, most_repeated)
-
-    async def shapes(self, question: ShapeCount) -> Shapes:
-        return await self.inner.shapes(question)
-
-    async def values(self, name: str, window: Window) -> list[str]:
-        return await self.inner.values(name, window)
-
     async def count(self, question: LineCount) -> list[CountRow]:
-        found = self._shared(question)
-        passed = None if found is None else await self._pass(found.family, question.window)
-        if found is None or passed is None:
-            return await self.inner.count(question)
-        return counted(question, found, passed)
+        shared = await self._passed(question)
+        return await self.inner.count(question) if shared is None else counted(question, *shared)
 
     async def peak(self, question: PeakCount) -> list[CountRow]:
-        found = self._shared(question)
-        passed = None if found is None else await self._pass(found.family, question.window)
-        if found is None or passed is None:
-            return await self.inner.peak(question)
-        return peaked(question, found, passed)
+        shared = await self._passed(question)
+        return await self.inner.peak(question) if shared is None else peaked(question, *shared)
 
     async def series(self, question: LineCount) -> list[LineSeries]:
-        found = self._shared(question)
-        passed = None if found is None else await self._pass(found.family, question.window)
-        if found is None or passed is None:
+        shared = await self._passed(question)
+        if shared is None:
             return await self.inner.series(question)
+        found, passed = shared
         column = series_column(question)
         return [
             LineSeries(group=row_group, lines=lines)
             for row_group, lines in _bucketed(question, found.columns[column], passed).items_grouped()
         ]
+
+    async def _passed(self, question: LineCount | PeakCount) -> tuple[FamilyMatch, _Passed] | None:
+        """The shared family that answers ``question`` and its pass of the window; None: ask the inner source."""
+        found = self._shared(question)
+        passed = None if found is None else await self._pass(found.family, question.window)
+        return None if found is None or passed is None else (found, passed)
 
     def _shared(self, question: LineCount | PeakCount) -> FamilyMatch | None:
         """How a shared family answers ``question``; None when it is asked directly."""

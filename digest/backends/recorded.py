@@ -56,6 +56,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from typing import Literal, Protocol, TypeVar
 
+from digest.backends.forwarding import ForwardingLogs
 from digest.backends.http import asked_ahead
 from digest.checks.contract import CountedFrom, RangeSeries, Sample, SourceError, Window, fmt_int
 from digest.checks.log_questions import (
@@ -68,8 +69,6 @@ from digest.checks.log_questions import (
     LogField,
     LogsSource,
     PeakCount,
-    ShapeCount,
-    Shapes,
     added_series,
     every,
     field_label,
@@ -229,7 +228,7 @@ def _selector(name: str, **labels: str) -> str:
     return f"{name}{{{matchers}}}" if matchers else name
 
 
-class RecordedLogs:
+class RecordedLogs(ForwardingLogs):
     """A `LogsSource` that answers the log checks' counts from recorded series where they cover the window.
 
     Everything else (shapes, reading queries, questions no family answers) goes to ``inner``. ``origins`` keeps,
@@ -239,7 +238,7 @@ class RecordedLogs:
     def __init__(
         self, inner: LogsSource, metrics: RecordsReader, plan: RecordingPlan, recount_up_to: int | None = None
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.metrics = metrics
         self.plan = plan
         # The most recorded lines a run of minutes may hold for the logs to be counted again (`_late`); None: any.
@@ -247,23 +246,6 @@ class RecordedLogs:
         self.origins: dict[object, CountedFrom] = {}
         self._slots: dict[tuple[datetime, datetime, bool], asyncio.Future[Slots]] = {}
         self._graded: set[tuple[datetime, datetime]] = set()
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def language(self) -> str:
-        return self.inner.language
-
-    def reading_query(self, window: Window, lines: Filter, most_repeated: bool = False) -> str:
-        return self.inner.reading_query(window, lines, most_repeated)
-
-    async def shapes(self, question: ShapeCount) -> Shapes:
-        return await self.inner.shapes(question)
-
-    async def values(self, name: str, window: Window) -> list[str]:
-        return await self.inner.values(name, window)
 
     # The log checks' counts are asked ahead of the other queries waiting for the metrics store (`asked_ahead`): the
     # log checks ask the log backend again once they have them (the shapes of the worst workloads' errors), so read
